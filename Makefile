@@ -1,0 +1,38 @@
+# The README's commands. CMake does the building underneath.
+#   make        build build/cairn (release)
+#   make test   build with ASan+UBSan (clang) and run every test
+#   make run    serve the bundled demo model on 127.0.0.1:8000
+#   make fuzz   fuzz every parser longer, with random seeds
+JOBS ?= $(shell nproc)
+PORT ?= 8000
+
+.PHONY: all build test run fuzz clean bootstrap bootstrap-test
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap.sh build
+
+bootstrap-test:
+	@scripts/bootstrap.sh test
+
+build: bootstrap
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build -j$(JOBS) --target cairn
+
+test: bootstrap-test
+	@CC=clang cmake -S . -B build-test -DCAIRN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build build-test -j$(JOBS)
+	@cd build-test && ctest --output-on-failure -j$(JOBS)
+
+run: build
+	@scripts/run-demo.sh $(PORT)
+
+fuzz: bootstrap-test
+	@CC=clang cmake -S . -B build-test -DCAIRN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build build-test -j$(JOBS)
+	@CAIRN_FUZZ_SECONDS=$${CAIRN_FUZZ_SECONDS:-120} CAIRN_FUZZ_SEED=0 \
+	    sh -c 'for f in build-test/fuzz_*; do bash tests/fuzz/run.sh $$f $$(basename $$f) || exit 1; done'
+
+clean:
+	rm -rf build build-test

@@ -1,0 +1,31 @@
+/* cairn: entry point and subcommand dispatch. Add a command: write cli/cmd_<name>.c, declare it
+ * in cli.h, list it here. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct cli_command cli_commands[] = {
+    {"version", "print the version", cmd_version},
+};
+
+static void cli_usage(FILE *f)
+{
+    fprintf(f, "usage: cairn <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(cli_commands) / sizeof(cli_commands[0]); i++)
+        fprintf(f, "  %-16s %s\n", cli_commands[i].name, cli_commands[i].summary);
+    fprintf(f, "\nrun 'cairn <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        cli_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof(cli_commands) / sizeof(cli_commands[0]); i++)
+        if (strcmp(argv[1], cli_commands[i].name) == 0) return cli_commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "cairn: unknown command '%s'\n\n", argv[1]);
+    cli_usage(stderr);
+    return 2;
+}

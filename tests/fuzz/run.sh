@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Replays a fuzz target's corpus, then fuzzes it for CAIRN_FUZZ_SECONDS (default 10) with a
+# fixed seed (CAIRN_FUZZ_SEED, default 1; 0 = random) so CI is deterministic.
+set -euo pipefail
+bin=$1; name=$2
+corpus=tests/fuzz/corpus/$name
+mkdir -p "$corpus"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+"$bin" -runs=0 "$corpus"
+seed=${CAIRN_FUZZ_SEED:-1}
+"$bin" -seed="$seed" -max_total_time="${CAIRN_FUZZ_SECONDS:-10}" -max_len=65536 \
+    -artifact_prefix="$work/" -print_final_stats=0 "$work" "$corpus" 2>&1 | tail -3
