@@ -9,5 +9,14 @@ struct cli_command {
 };
 
 int cmd_version(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_check_logits(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_synth_model(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_bench_engine(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_render_template(int argc, char **argv);
 
 #endif

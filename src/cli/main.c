@@ -7,6 +7,15 @@
 
 static const struct cli_command cli_commands[] = {
     {"version", "print the version", cmd_version},
+    {"bench", "CPU throughput: synthetic matmul or model prefill/decode", cmd_bench},
+    {"check-logits", "compare a model's logits with an oracle file", cmd_check_logits},
+    {"generate", "generate tokens from token ids (greedy or sampled)", cmd_generate},
+    {"synth-model", "write a random-weight checkpoint for a config", cmd_synth_model},
+    {"serve", "serve models over OpenAI/Anthropic-compatible HTTP", cmd_serve},
+    {"bench-engine", "engine throughput: decode tok/s by concurrency, prefix-cache savings", cmd_bench_engine},
+    {"tokenize", "text -> token ids (JSON lines) with a tokenizer.json", cmd_tokenize},
+    {"detokenize", "token ids -> text (JSON lines) with a tokenizer.json", cmd_detokenize},
+    {"render-template", "render a chat template (stdin JSON -> stdout)", cmd_render_template},
 };
 
 static void cli_usage(FILE *f)

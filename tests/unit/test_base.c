@@ -47,7 +47,7 @@ static void test_atomic_write(void)
 {
     char dir[] = "/tmp/cairn_test_base_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
-    char path[256], sub[256];
+    char path[600], sub[300];
     snprintf(sub, sizeof(sub), "%s/a/b", dir);
     CHECK(cairn_mkdir_p(sub, NULL) == CAIRN_OK);
     snprintf(path, sizeof(path), "%s/f.txt", sub);

@@ -1,0 +1,203 @@
+"""Minimal Qwen3ForCausalLM in plain PyTorch (no transformers needed), plus safetensors I/O.
+
+It mirrors Hugging Face's Qwen3 eager implementation: RMSNorm (computed in float32), per-head
+q_norm/k_norm before RoPE (rotate_half layout), grouped-query attention, SwiGLU MLP, tied
+embeddings. Tensor names match HF so save_safetensors() writes a checkpoint that
+transformers / cairn load as-is. check_oracle.py verifies it against the HF oracle fixtures.
+"""
+import json
+import math
+import struct
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dt = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dt)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        hd = cfg["head_dim"]
+        self.nh, self.nkv, self.hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], hd
+        H = cfg["hidden_size"]
+        self.q_proj = nn.Linear(H, self.nh * hd, bias=False)
+        self.k_proj = nn.Linear(H, self.nkv * hd, bias=False)
+        self.v_proj = nn.Linear(H, self.nkv * hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * hd, H, bias=False)
+        self.q_norm = RMSNorm(hd, cfg["rms_norm_eps"])
+        self.k_norm = RMSNorm(hd, cfg["rms_norm_eps"])
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = self.nh // self.nkv
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        att = torch.matmul(q, k.transpose(-1, -2)) * (self.hd ** -0.5)
+        att = att + mask
+        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+        o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, self.nh * self.hd)
+        return self.o_proj(o)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        H, I = cfg["hidden_size"], cfg["intermediate_size"]
+        self.gate_proj = nn.Linear(H, I, bias=False)
+        self.up_proj = nn.Linear(H, I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Inner(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg["num_hidden_layers"])])
+        self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+
+
+def rope_theta(cfg):
+    if "rope_parameters" in cfg and cfg["rope_parameters"]:
+        return cfg["rope_parameters"]["rope_theta"]
+    return cfg.get("rope_theta", 10000.0)
+
+
+class Qwen3(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Inner(cfg)
+        self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
+        if cfg.get("tie_word_embeddings", True):
+            self.lm_head.weight = self.model.embed_tokens.weight
+        hd = cfg["head_dim"]
+        inv = 1.0 / (rope_theta(cfg) ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def init_weights(self, std=0.02):
+        n = self.cfg["num_hidden_layers"]
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                s = std / math.sqrt(2 * n) if name.endswith(("o_proj.weight", "down_proj.weight")) else std
+                nn.init.normal_(p, 0.0, s)
+
+    def forward(self, ids, dtype=None):
+        B, T = ids.shape
+        pos = torch.arange(T, dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        x = self.model.embed_tokens(ids)
+        if dtype is not None:
+            x = x.to(dtype)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        mask = torch.full((T, T), float("-inf")).triu(1).to(x.dtype)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, mask)
+        x = self.model.norm(x)
+        return self.lm_head(x)
+
+
+# ---- safetensors (tiny reader/writer; the format is an 8-byte header length, JSON, raw data)
+
+_DT = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2), "I32": (torch.int32, 4),
+       "F16": (torch.float16, 2), "I64": (torch.int64, 8)}
+_NAME = {v[0]: k for k, v in _DT.items()}
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        dt, sz = _DT[v["dtype"]]
+        a, b = v["data_offsets"]
+        buf = bytearray(data[a:b])
+        t = torch.frombuffer(buf, dtype=dt) if b > a else torch.empty(0, dtype=dt)
+        out[k] = t.reshape(v["shape"]).clone()
+    return out, hdr.get("__metadata__", {})
+
+
+def save_safetensors(path, tensors, metadata=None):
+    hdr = {}
+    blobs = []
+    off = 0
+    for k in sorted(tensors):
+        t = tensors[k].contiguous()
+        if t.dtype == torch.bfloat16:
+            raw = t.view(torch.int16).numpy().tobytes()
+        else:
+            raw = t.numpy().tobytes()
+        hdr[k] = {"dtype": _NAME[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    if metadata:
+        hdr["__metadata__"] = metadata
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def load_model(folder, dtype=torch.float32):
+    cfg = json.load(open(f"{folder}/config.json"))
+    m = Qwen3(cfg)
+    sd, _ = load_safetensors(f"{folder}/model.safetensors")
+    sd = {k: v.to(dtype) for k, v in sd.items()}
+    if "lm_head.weight" not in sd and cfg.get("tie_word_embeddings", True):
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    m.load_state_dict(sd, strict=True)
+    return m.to(dtype), cfg
+
+
+def export_state(model):
+    """State dict with HF names, bf16, tied lm_head dropped (as save_pretrained does)."""
+    sd = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
+    if model.cfg.get("tie_word_embeddings", True):
+        sd.pop("lm_head.weight", None)
+    return sd

@@ -1,0 +1,81 @@
+/* The API layer: OpenAI chat/completions/responses and Anthropic messages over a backend.
+ *
+ * The HTTP room hands every request (method, path, headers it cares about, body) to
+ * api_call_start and gets back a call. A call is either ready at once (errors, GET routes) or
+ * pending (model load, template, tokenize and submit run on the API's worker thread; the answer
+ * comes from the backend's engine thread). Whenever a call changes (ready, new stream bytes,
+ * done) the API invokes the call's notify function; the HTTP room then resumes the connection
+ * and pulls with api_call_read. So no HTTP thread ever waits on a model.
+ *
+ * DESIGN: a call holds a lock (call->mu) guarding its output buffer and state; the engine
+ * callback parses token text (api_out), encodes SSE (api_emit) and appends under that lock. A
+ * call is freed when both the HTTP side (api_call_release) and the backend (DONE event) let go.
+ * Lock order: api->mu -> call->mu -> whatever notify takes. */
+#ifndef CAIRN_API_API_H
+#define CAIRN_API_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/api_backend.h"
+#include "base/status.h"
+
+struct api_config {
+    int keepalive_ms;       /* SSE keep-alive interval while nothing is produced; default 5000 */
+    int max_n;              /* largest `n` accepted; default 8 */
+    int deterministic;      /* tests: ids count from 1 and created = 0 */
+};
+
+struct api;
+struct api_call;
+
+/* Creates the API over a backend (the API owns it from here: destroy calls backend.destroy).
+ * Starts the worker thread. Free with api_destroy. */
+int api_create(const struct api_config *cfg, const struct api_backend *backend, struct api **out,
+               struct cairn_err *err);
+void api_destroy(struct api *a);
+
+/* Which error shape a path uses (Anthropic for /v1/messages*, OpenAI otherwise). */
+int api_path_is_anthropic(const char *path);
+/* Builds an error body in the path's shape; caller frees. status: HTTP status (the error type
+ * follows from it); code (OpenAI's `code`, e.g. "invalid_api_key") and param may be NULL. */
+char *api_error_json(const char *path, int status, const char *code, const char *message,
+                     const char *param);
+
+/* Returns 1 if path is an API route (any method); the HTTP room serves the rest (static). */
+int api_route_known(const char *path);
+
+typedef void (*api_notify_fn)(void *user);
+
+/* Starts a request. Never NULL. The body is copied (or parsed) before return. notify may run
+ * on any thread, before api_call_start returns too; it must not call back into the call. */
+struct api_call *api_call_start(struct api *a, const char *method, const char *path,
+                                const char *body, size_t body_len, api_notify_fn notify,
+                                void *notify_user);
+
+/* 1 once the status and headers are known. */
+int api_call_ready(struct api_call *c);
+int api_call_status(struct api_call *c);
+/* 1 for an SSE stream (read with api_call_read), 0 for a whole body (api_call_body). */
+int api_call_streaming(struct api_call *c);
+const char *api_call_content_type(struct api_call *c);
+/* Value for an x-cairn-warning header, or NULL. */
+const char *api_call_warning(struct api_call *c);
+/* Whole body of a ready non-streaming call (valid until release). */
+const char *api_call_body(struct api_call *c, size_t *len);
+/* Copies up to cap stream bytes. Returns bytes copied; 0 with *eof = 0 means nothing yet
+ * (wait for notify), 0 with *eof = 1 means the stream is over. */
+size_t api_call_read(struct api_call *c, char *buf, size_t cap, int *eof);
+/* The HTTP side is done (response sent, or the client went away: client_gone cancels the
+ * engine request). No notify runs after this returns. */
+void api_call_release(struct api_call *c, int client_gone);
+
+/* Shutting down: new calls get 503, running ones are cancelled and streams end with the API's
+ * error event. */
+void api_shutdown_begin(struct api *a);
+/* Calls not yet released by the HTTP side. */
+int api_n_active(struct api *a);
+/* Periodic work (SSE keep-alives); call every ~250 ms from any thread. */
+void api_tick(struct api *a);
+
+#endif

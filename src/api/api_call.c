@@ -1,0 +1,722 @@
+/* Calls: routing, the worker thread (model load, template, tokenize, submit), engine event
+ * handling and the HTTP-facing read/release functions. See api.h for the threading model.
+ *
+ * DESIGN: a call is created by api_call_start on an HTTP thread with refs = 1 (HTTP side). A
+ * generation call is queued to the worker (+1 ref), which submits one engine request per choice
+ * (+1 ref each, dropped at its DONE event). Output produced on the engine thread is encoded into
+ * call->body under call->mu, then notify() wakes the HTTP side. */
+#include "api/api_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/file.h"
+#include "base/log.h"
+
+int api_sbuf_add(struct api_sbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return CAIRN_ERR_NOMEM;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return CAIRN_OK;
+}
+
+int api_sbuf_adds(struct api_sbuf *b, const char *s)
+{
+    return api_sbuf_add(b, s, strlen(s));
+}
+
+void api_sbuf_free(struct api_sbuf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+void api_new_id(struct api *a, const char *prefix, char *out, size_t cap)
+{
+    /* atomic: called under call locks, which come after api->mu in the lock order */
+    uint64_t n = __atomic_add_fetch(&a->id_counter, 1, __ATOMIC_RELAXED);
+    if (a->cfg.deterministic) {
+        snprintf(out, cap, "%s%llu", prefix, (unsigned long long)n);
+        return;
+    }
+    uint64_t x = (n * 0x9E3779B97F4A7C15ull) ^ a->id_salt;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)x,
+             (unsigned long long)(n & 0xffffffffu));
+}
+
+static void api_call_notify(struct api_call *c)
+{
+    if (c->notify) c->notify(c->notify_user);
+}
+
+/* Drops one reference; frees at zero. Called without c->mu held. */
+static void api_call_unref(struct api_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int left = --c->refs;
+    pthread_mutex_unlock(&c->mu);
+    if (left > 0) return;
+    struct api *a = c->api;
+    pthread_mutex_lock(&a->mu);
+    if (c->prev) c->prev->next = c->next;
+    else if (a->active == c) a->active = c->next;
+    if (c->next) c->next->prev = c->prev;
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < c->n_subs; i++) api_sub_free(&c->subs[i]);
+    if (c->have_req) api_req_free(&c->req);
+    api_sbuf_free(&c->body);
+    free(c->path);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* Sets a whole-body answer (under c->mu). */
+static void api_call_answer(struct api_call *c, int status, const char *content_type, char *body)
+{
+    api_sbuf_free(&c->body);
+    c->body.p = body;
+    c->body.len = c->body.cap = body ? strlen(body) : 0;
+    c->status = status;
+    c->content_type = content_type;
+    c->streaming = 0;
+    c->ready = 1;
+    c->done = 1;
+    if (status >= 400) __atomic_add_fetch(&c->api->n_errors, 1, __ATOMIC_RELAXED);
+}
+
+static void api_call_error(struct api_call *c, int status, const char *code, const char *msg,
+                           const char *param)
+{
+    api_call_answer(c, status, "application/json",
+                    api_error_body(c->kind == API_KIND_MESSAGES || c->kind == API_KIND_COUNT_TOKENS,
+                                   status, code, msg, param));
+    c->failed = 1;
+}
+
+int api_path_is_anthropic(const char *path)
+{
+    return strncmp(path, "/v1/messages", 12) == 0;
+}
+
+char *api_error_json(const char *path, int status, const char *code, const char *message,
+                     const char *param)
+{
+    return api_error_body(api_path_is_anthropic(path), status, code, message, param);
+}
+
+static const struct {
+    const char *path;
+    enum api_kind kind;
+} api_gen_routes[] = {
+    {"/v1/chat/completions", API_KIND_CHAT},
+    {"/v1/completions", API_KIND_COMPLETIONS},
+    {"/v1/messages", API_KIND_MESSAGES},
+    {"/v1/messages/count_tokens", API_KIND_COUNT_TOKENS},
+    {"/v1/responses", API_KIND_RESPONSES},
+};
+
+int api_route_known(const char *path)
+{
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(api_gen_routes); i++)
+        if (!strcmp(path, api_gen_routes[i].path)) return 1;
+    return !strcmp(path, "/health") || !strcmp(path, "/v1/models") ||
+           !strncmp(path, "/v1/models/", 11) || !strcmp(path, "/api/status") ||
+           !strcmp(path, "/metrics") || !strcmp(path, "/api/cache/clear") ||
+           !strncmp(path, "/v1/", 4) || !strncmp(path, "/api/", 5);
+}
+
+/* ---- worker ---- */
+
+static const char *api_status_code_name(int st)
+{
+    switch (st) {
+    case CAIRN_ERR_BUSY: return "queue_full";
+    case CAIRN_ERR_NOMEM: return "insufficient_memory";
+    case CAIRN_ERR_LIMIT: return "context_length_exceeded";
+    default: return NULL;
+    }
+}
+
+static int api_http_status_of(int st)
+{
+    switch (st) {
+    case CAIRN_ERR_BUSY: return 429;
+    case CAIRN_ERR_NOMEM: return 507;
+    case CAIRN_ERR_INVALID:
+    case CAIRN_ERR_LIMIT: return 400;
+    case CAIRN_ERR_NOT_FOUND: return 404;
+    case CAIRN_ERR_CANCELLED: return 503;
+    default: return 500;
+    }
+}
+
+static void api_on_engine_event(void *user, const struct engine_event *ev);
+
+static void api_out_cb(void *user, const struct api_out_event *ev)
+{
+    api_emit_event((struct api_sub *)user, ev);
+}
+
+/* The prompt ends inside <think> when its last <think> has no </think> after it. */
+static int api_prompt_in_think(const char *p)
+{
+    const char *open = NULL, *close = NULL, *q = p;
+    while ((q = strstr(q, "<think>"))) open = q++;
+    q = p;
+    while ((q = strstr(q, "</think>"))) close = q++;
+    if (!open) return 0;
+    if (close && close > open) return 0;
+    /* only whitespace after it */
+    for (q = open + 7; *q; q++)
+        if (*q != ' ' && *q != '\n' && *q != '\r' && *q != '\t') return 0;
+    return 1;
+}
+
+static void api_call_prepare(struct api_call *c)
+{
+    struct api *a = c->api;
+    struct api_req *r = &c->req;
+    struct cairn_err err = {0};
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    char msg[1024];
+
+    int rc = a->be.get_model(a->be.ctx, r->model, &c->model_idx, &err);
+    if (rc == CAIRN_ERR_NOT_FOUND) {
+        snprintf(msg, sizeof(msg), "The model '%.250s' does not exist", r->model);
+        pthread_mutex_lock(&c->mu);
+        api_call_error(c, 404, "model_not_found", msg, "model");
+        goto out_locked;
+    }
+    if (rc) {
+        snprintf(msg, sizeof(msg), "loading model '%.200s' failed: %.500s", r->model, err.msg);
+        pthread_mutex_lock(&c->mu);
+        api_call_error(c, 500, NULL, msg, NULL);
+        goto out_locked;
+    }
+    if (r->kind == API_KIND_COMPLETIONS) {
+        if (r->prompt_ids) {
+            ids = malloc((size_t)r->n_prompt_ids * sizeof(int32_t));
+            if (ids) memcpy(ids, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof(int32_t));
+            n_ids = r->n_prompt_ids;
+            rc = ids ? 0 : cairn_err_set(&err, CAIRN_ERR_NOMEM, "out of memory");
+        } else {
+            rc = a->be.tokenize(a->be.ctx, c->model_idx, r->prompt, strlen(r->prompt), 1, &ids,
+                                &n_ids, &err);
+        }
+    } else {
+        json_t *tools = r->tools && json_array_size(r->tools) ? r->tools : NULL;
+        rc = a->be.render_chat(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, &text, &err);
+        if (rc == 0) {
+            c->in_think = api_prompt_in_think(text);
+            rc = a->be.tokenize(a->be.ctx, c->model_idx, text, strlen(text), 0, &ids, &n_ids, &err);
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    if (rc) {
+        int st = rc == CAIRN_ERR_NOMEM ? 507 : (rc == CAIRN_ERR_INVALID || rc == CAIRN_ERR_FORMAT) ? 400 : 500;
+        api_call_error(c, st, NULL, err.msg[0] ? err.msg : cairn_status_str(rc), NULL);
+        goto out_locked;
+    }
+    c->n_prompt = n_ids;
+    if (r->kind == API_KIND_COUNT_TOKENS) {
+        snprintf(msg, sizeof(msg), "{\"input_tokens\":%d}", n_ids);
+        api_call_answer(c, 200, "application/json", strdup(msg));
+        goto out_locked;
+    }
+    int ctx = a->be.context_length(a->be.ctx, c->model_idx);
+    if (ctx > 0 && n_ids >= ctx) {
+        snprintf(msg, sizeof(msg),
+                 "This model's maximum context length is %d tokens. However, your prompt has %d "
+                 "tokens, leaving no room for the completion.", ctx, n_ids);
+        api_call_error(c, 400, "context_length_exceeded", msg,
+                       r->kind == API_KIND_COMPLETIONS ? "prompt" : r->kind == API_KIND_RESPONSES ? "input" : "messages");
+        goto out_locked;
+    }
+    int max_tokens = r->max_tokens > 0 ? r->max_tokens : 0;
+    if (ctx > 0 && (max_tokens == 0 || n_ids + max_tokens > ctx)) max_tokens = ctx - n_ids;
+    if (c->http_gone || c->failed) goto out_locked;
+    if (API_SHUTTING(a)) {
+        api_call_error(c, 503, "shutting_down", "the server is shutting down", NULL);
+        goto out_locked;
+    }
+    if (a->be.sampling_defaults) a->be.sampling_defaults(a->be.ctx, c->model_idx, &r->sampling, r->sampling_given);
+    int parse = r->kind != API_KIND_COMPLETIONS;
+    for (int i = 0; i < c->n_subs; i++) {
+        struct api_sub *s = &c->subs[i];
+        if (parse) api_out_init(&s->parser, c->in_think, r->tools != NULL, api_out_cb, s);
+    }
+    if (c->streaming) api_emit_stream_start(c);
+    for (int i = 0; i < c->n_subs; i++) {
+        struct api_sub *s = &c->subs[i];
+        struct engine_request er = {0};
+        er.prompt = ids;
+        er.n_prompt = n_ids;
+        er.sampling = r->sampling;
+        if (c->n_subs > 1 && r->sampling.has_seed) er.sampling.seed += (uint64_t)i;
+        er.max_tokens = max_tokens;
+        er.ignore_eos = r->ignore_eos;
+        er.stop = (const char *const *)r->stop;
+        er.n_stop = r->n_stop;
+        er.on_event = api_on_engine_event;
+        er.user = s;
+        c->refs++;
+        s->submitted = 1;
+        /* Events can arrive before submit returns: they need c->mu, which we hold, so they
+         * wait; submit itself must not wait for an event. */
+        rc = a->be.submit(a->be.ctx, c->model_idx, &er, &s->engine_id, &err);
+        if (rc) {
+            c->refs--;
+            s->submitted = 0;
+            int st = api_http_status_of(rc);
+            /* A request already streaming to the client can't change status: cancel the rest. */
+            for (int j = 0; j < i; j++) a->be.cancel(a->be.ctx, c->model_idx, c->subs[j].engine_id);
+            api_call_error(c, st, api_status_code_name(rc), err.msg[0] ? err.msg : cairn_status_str(rc), NULL);
+            goto out_locked;
+        }
+    }
+    if (c->streaming) {
+        c->status = 200;
+        c->content_type = "text/event-stream";
+        c->ready = 1;
+        c->last_out = cairn_now();
+    }
+out_locked:
+    api_call_notify(c);
+    pthread_mutex_unlock(&c->mu);
+    free(text);
+    free(ids);
+}
+
+static void *api_worker_main(void *arg)
+{
+    struct api *a = arg;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->qhead && !a->stop_worker) pthread_cond_wait(&a->cv, &a->mu);
+        if (!a->qhead && a->stop_worker) break;
+        struct api_call *c = a->qhead;
+        a->qhead = c->qnext;
+        if (!a->qhead) a->qtail = NULL;
+        int shutting = API_SHUTTING(a) || a->stop_worker;
+        pthread_mutex_unlock(&a->mu);
+        pthread_mutex_lock(&c->mu);
+        int gone = c->http_gone;
+        if (shutting && !gone) {
+            api_call_error(c, 503, "shutting_down", "the server is shutting down", NULL);
+            api_call_notify(c);
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (!gone && !shutting) api_call_prepare(c);
+        api_call_unref(c);
+        pthread_mutex_lock(&a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* ---- engine events (backend thread) ---- */
+
+/* Copies one token (text + logprobs) into the sub's raw queue. Under c->mu. */
+static void api_sub_queue_token(struct api_sub *s, const struct engine_event *ev)
+{
+    if (s->n_toks == s->cap_toks) {
+        int cap = s->cap_toks ? s->cap_toks * 2 : 16;
+        struct api_tok_raw *t = realloc(s->toks, (size_t)cap * sizeof(*t));
+        if (!t) return; /* out of memory: the token's text is lost, the request goes on */
+        s->toks = t;
+        s->cap_toks = cap;
+    }
+    struct api_tok_raw *t = &s->toks[s->n_toks];
+    t->off = s->raw.len;
+    if (api_sbuf_add(&s->raw, ev->text ? ev->text : "", ev->text_len) != CAIRN_OK) return;
+    t->len = ev->text_len;
+    t->id = ev->token;
+    t->logprob = ev->logprob;
+    t->n_top = ev->n_top < API_TOP_MAX ? ev->n_top : API_TOP_MAX;
+    for (int i = 0; i < t->n_top; i++) {
+        t->top_ids[i] = ev->top_ids[i];
+        t->top_logprobs[i] = ev->top_logprobs[i];
+    }
+    s->n_toks++;
+}
+
+/* The engine's callback: copy and signal, nothing more (it runs on the scheduler thread). */
+static void api_on_engine_event(void *user, const struct engine_event *ev)
+{
+    struct api_sub *s = user;
+    struct api_call *c = s->call;
+    pthread_mutex_lock(&c->mu);
+    if (ev->kind == ENGINE_EVENT_TOKEN) {
+        if (!c->failed && !s->done && !c->http_gone) api_sub_queue_token(s, ev);
+        c->last_out = cairn_now(); /* output is coming: no keep-alive needed */
+        api_call_notify(c);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    s->done = 1;
+    c->n_done++;
+    s->finish = ev->finish;
+    s->usage = ev->usage;
+    if (ev->stop_text) s->stop_text = strdup(ev->stop_text);
+    if (ev->finish == ENGINE_FINISH_ERROR) s->error = strdup(ev->error ? ev->error : "generation failed");
+    api_call_notify(c);
+    pthread_mutex_unlock(&c->mu);
+    api_call_unref(c);
+}
+
+/* Encodes what the engine queued: parser, SSE / body, the end of each choice and of the call.
+ * Runs under c->mu on the thread that reads the call. */
+static void api_call_pump(struct api_call *c)
+{
+    if (c->done || !c->have_req) return;
+    for (int i = 0; i < c->n_subs; i++) {
+        struct api_sub *s = &c->subs[i];
+        for (int k = 0; k < s->n_toks && !c->failed; k++) {
+            const struct api_tok_raw *t = &s->toks[k];
+            if (c->req.sampling.logprobs) api_emit_token_logprobs(s, t);
+            if (!t->len) continue;
+            if (c->kind == API_KIND_COMPLETIONS) {
+                struct api_out_event oe = {.kind = API_OUT_TEXT, .text = s->raw.p + t->off, .len = t->len};
+                api_emit_event(s, &oe);
+            } else {
+                api_out_feed(&s->parser, s->raw.p + t->off, t->len);
+            }
+        }
+        s->n_toks = 0;
+        s->raw.len = 0;
+        if (!s->done || s->finished) continue;
+        s->finished = 1;
+        c->n_finished++;
+        if (c->failed) continue;
+        if (c->kind != API_KIND_COMPLETIONS) api_out_finish(&s->parser);
+        int shutdown = s->finish == ENGINE_FINISH_CANCELLED && API_SHUTTING(c->api);
+        if (s->finish == ENGINE_FINISH_ERROR || shutdown) {
+            const char *m = shutdown ? "the server is shutting down" : s->error;
+            if (c->streaming) api_emit_stream_error(c, m);
+            else api_call_error(c, shutdown ? 503 : 500, shutdown ? "shutting_down" : NULL, m, NULL);
+            c->failed = 1;
+            for (int j = 0; j < c->n_subs; j++) /* the other choices */
+                if (!c->subs[j].done && c->subs[j].submitted)
+                    c->api->be.cancel(c->api->be.ctx, c->model_idx, c->subs[j].engine_id);
+        } else if (c->streaming) {
+            api_emit_sub_done(s);
+        }
+    }
+    if (c->n_finished < c->n_subs) return;
+    if (!c->failed) {
+        if (c->streaming) {
+            api_emit_stream_end(c);
+        } else {
+            api_emit_body(c);
+            c->status = 200;
+            c->content_type = "application/json";
+            c->ready = 1;
+        }
+    }
+    c->ready = 1;
+    c->done = 1;
+}
+
+/* ---- HTTP-facing ---- */
+
+static struct api_call *api_call_new(struct api *a, const char *path, int n_subs,
+                                     api_notify_fn notify, void *notify_user)
+{
+    struct api_call *c = calloc(1, sizeof(*c) + (size_t)n_subs * sizeof(struct api_sub));
+    if (!c) return NULL;
+    pthread_mutex_init(&c->mu, NULL);
+    c->api = a;
+    c->refs = 1;
+    c->n_subs = n_subs;
+    c->notify = notify;
+    c->notify_user = notify_user;
+    c->path = strdup(path);
+    c->kind = API_KIND_CHAT;
+    for (int i = 0; i < n_subs; i++) {
+        c->subs[i].call = c;
+        c->subs[i].index = i;
+    }
+    c->created = a->cfg.deterministic ? 0 : (int64_t)time(NULL);
+    pthread_mutex_lock(&a->mu);
+    c->next = a->active;
+    if (a->active) a->active->prev = c;
+    a->active = c;
+    pthread_mutex_unlock(&a->mu);
+    return c;
+}
+
+/* A static "out of memory" call for when even the call can't be allocated: never NULL. */
+struct api_call *api_call_start(struct api *a, const char *method, const char *path,
+                                const char *body, size_t body_len, api_notify_fn notify,
+                                void *notify_user)
+{
+    int is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(api_gen_routes); i++) {
+        if (strcmp(path, api_gen_routes[i].path)) continue;
+        enum api_kind kind = api_gen_routes[i].kind;
+        int anth = kind == API_KIND_MESSAGES || kind == API_KIND_COUNT_TOKENS;
+        if (!is_post) {
+            struct api_call *c = api_call_new(a, path, 1, NULL, NULL);
+            if (!c) return NULL;
+            c->kind = kind;
+            api_call_answer(c, 405, "application/json",
+                            api_error_body(anth, 405, NULL, "method not allowed: use POST", NULL));
+            return c;
+        }
+        struct api_req req;
+        struct api_req_err rerr;
+        int prc = api_req_parse(kind, body, body_len, a->cfg.max_n > 0 ? a->cfg.max_n : 8, &req, &rerr);
+        struct api_call *c = api_call_new(a, path, prc == 0 ? req.n : 1, notify, notify_user);
+        if (!c) {
+            if (prc == 0) api_req_free(&req);
+            return NULL;
+        }
+        c->kind = kind;
+        pthread_mutex_lock(&c->mu);
+        if (prc) {
+            api_call_error(c, rerr.status, NULL, rerr.message, rerr.param[0] ? rerr.param : NULL);
+            pthread_mutex_unlock(&c->mu);
+            return c;
+        }
+        c->req = req;
+        c->have_req = 1;
+        c->streaming = req.stream && kind != API_KIND_COUNT_TOKENS;
+        snprintf(c->warning, sizeof(c->warning), "%s", req.warning);
+        snprintf(c->model, sizeof(c->model), "%s", req.model);
+        const char *prefix = kind == API_KIND_CHAT ? "chatcmpl-" : kind == API_KIND_COMPLETIONS ? "cmpl-"
+                           : kind == API_KIND_RESPONSES ? "resp_" : "msg_";
+        pthread_mutex_unlock(&c->mu);
+        api_new_id(a, prefix, c->id, sizeof(c->id));
+        pthread_mutex_lock(&a->mu);
+        if (API_SHUTTING(a)) {
+            pthread_mutex_unlock(&a->mu);
+            pthread_mutex_lock(&c->mu);
+            api_call_error(c, 503, "shutting_down", "the server is shutting down", NULL);
+            pthread_mutex_unlock(&c->mu);
+            return c;
+        }
+        a->n_requests++;
+        c->refs++; /* the worker's */
+        c->qnext = NULL;
+        if (a->qtail) a->qtail->qnext = c;
+        else a->qhead = c;
+        a->qtail = c;
+        pthread_cond_signal(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        return c;
+    }
+
+    struct api_call *c = api_call_new(a, path, 1, NULL, NULL);
+    if (!c) return NULL;
+    pthread_mutex_lock(&c->mu);
+    int st = 200;
+    char *out = NULL;
+    const char *ct = "application/json";
+    if (!strcmp(path, "/health")) {
+        if (!is_get) st = 405;
+        else out = strdup(API_SHUTTING(a) ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}");
+        if (API_SHUTTING(a) && is_get) st = 503;
+    } else if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) {
+        if (!is_get) st = 405;
+        else out = api_info_models(a, path[10] == '/' ? path + 11 : NULL, &st);
+    } else if (!strcmp(path, "/api/status")) {
+        if (!is_get) st = 405;
+        else out = api_info_status(a, &st);
+    } else if (!strcmp(path, "/metrics")) {
+        if (!is_get) st = 405;
+        else {
+            out = api_info_metrics(a, &st);
+            ct = "text/plain; version=0.0.4; charset=utf-8";
+        }
+    } else if (!strcmp(path, "/api/cache/clear")) {
+        if (!is_post) st = 405;
+        else out = api_info_cache_clear(a, body, body_len, &st);
+    } else {
+        st = 404;
+    }
+    if (st == 405) {
+        api_call_answer(c, 405, ct, api_error_json(path, 405, NULL, "method not allowed", NULL));
+    } else if (st == 404 && !out) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "no route for %s %.200s", method, path);
+        api_call_answer(c, 404, ct, api_error_json(path, 404, NULL, msg, NULL));
+    } else {
+        api_call_answer(c, st, ct, out);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return c;
+}
+
+int api_call_ready(struct api_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->ready) api_call_pump(c);
+    int r = c->ready;
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+int api_call_status(struct api_call *c)
+{
+    return c->status;
+}
+
+int api_call_streaming(struct api_call *c)
+{
+    return c->streaming;
+}
+
+const char *api_call_content_type(struct api_call *c)
+{
+    return c->content_type ? c->content_type : "application/json";
+}
+
+const char *api_call_warning(struct api_call *c)
+{
+    return c->warning[0] ? c->warning : NULL;
+}
+
+const char *api_call_body(struct api_call *c, size_t *len)
+{
+    *len = c->body.len;
+    return c->body.p ? c->body.p : "";
+}
+
+size_t api_call_read(struct api_call *c, char *buf, size_t cap, int *eof)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->out_pos == c->body.len) api_call_pump(c);
+    size_t avail = c->body.len - c->out_pos;
+    size_t n = avail < cap ? avail : cap;
+    if (n) memcpy(buf, c->body.p + c->out_pos, n);
+    c->out_pos += n;
+    if (c->out_pos == c->body.len && c->out_pos > (1u << 16)) {
+        /* everything read: reuse the buffer from the start */
+        c->body.len = 0;
+        c->out_pos = 0;
+    }
+    *eof = c->done && c->out_pos == c->body.len;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+void api_call_release(struct api_call *c, int client_gone)
+{
+    uint64_t ids[64];
+    int n = 0;
+    pthread_mutex_lock(&c->mu);
+    c->notify = NULL;
+    c->notify_user = NULL;
+    c->http_gone = 1;
+    if (!c->done) {
+        for (int i = 0; i < c->n_subs && n < 64; i++)
+            if (c->subs[i].submitted && !c->subs[i].done) ids[n++] = c->subs[i].engine_id;
+        if (client_gone) LOG_DEBUG("api", "client went away: cancelling %s", c->id);
+    }
+    int model = c->model_idx;
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < n; i++) c->api->be.cancel(c->api->be.ctx, model, ids[i]);
+    api_call_unref(c);
+}
+
+void api_shutdown_begin(struct api *a)
+{
+    pthread_mutex_lock(&a->mu);
+    __atomic_store_n(&a->shutting_down, 1, __ATOMIC_RELEASE);
+    /* Cancel everything running; DONE(CANCELLED) then writes the error events. */
+    struct {
+        int model;
+        uint64_t id;
+    } todo[1024];
+    int n = 0;
+    for (struct api_call *c = a->active; c; c = c->next) {
+        pthread_mutex_lock(&c->mu);
+        for (int i = 0; i < c->n_subs && n < 1024; i++)
+            if (c->subs[i].submitted && !c->subs[i].done) {
+                todo[n].model = c->model_idx;
+                todo[n].id = c->subs[i].engine_id;
+                n++;
+            }
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < n; i++) a->be.cancel(a->be.ctx, todo[i].model, todo[i].id);
+}
+
+int api_n_active(struct api *a)
+{
+    pthread_mutex_lock(&a->mu);
+    int n = 0;
+    for (struct api_call *c = a->active; c; c = c->next) n++;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+void api_tick(struct api *a)
+{
+    double now = cairn_now();
+    double ka = (a->cfg.keepalive_ms > 0 ? a->cfg.keepalive_ms : 5000) / 1000.0;
+    pthread_mutex_lock(&a->mu);
+    for (struct api_call *c = a->active; c; c = c->next) {
+        pthread_mutex_lock(&c->mu);
+        if (c->streaming && c->ready && !c->done && !c->http_gone && now - c->last_out >= ka) {
+            api_emit_keepalive(c);
+            c->last_out = now;
+            api_call_notify(c);
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+int api_create(const struct api_config *cfg, const struct api_backend *backend, struct api **out,
+               struct cairn_err *err)
+{
+    struct api *a = calloc(1, sizeof(*a));
+    if (!a) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    if (cfg) a->cfg = *cfg;
+    a->be = *backend;
+    a->id_salt = cairn_now_ns() ^ ((uint64_t)getpid() << 32);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    if (pthread_create(&a->worker, NULL, api_worker_main, a) != 0) {
+        free(a);
+        return cairn_err_set(err, CAIRN_ERR_INTERNAL, "cannot start the API worker thread");
+    }
+    a->worker_started = 1;
+    *out = a;
+    return CAIRN_OK;
+}
+
+void api_destroy(struct api *a)
+{
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    a->stop_worker = 1;
+    __atomic_store_n(&a->shutting_down, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    if (a->worker_started) pthread_join(a->worker, NULL);
+    /* The backend delivers DONE for whatever is left, which drops the calls' references. */
+    if (a->be.destroy) a->be.destroy(a->be.ctx);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    free(a);
+}

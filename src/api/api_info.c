@@ -1,0 +1,343 @@
+/* GET /v1/models, /api/status, /metrics and POST /api/cache/clear: answers built from the
+ * backend's model list and engine stats. Cheap and non-blocking (never loads a model). */
+#include "api/api_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+
+#define API_INFO_MAX_MODELS 256
+
+static json_t *api_info_model_obj(const struct api_model_desc *d)
+{
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", d->id, "object", "model", "created", (json_int_t)d->created,
+                     "owned_by", "cairn");
+}
+
+char *api_info_models(struct api *a, const char *id, int *status)
+{
+    struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
+    if (!d) {
+        *status = 503;
+        return api_error_body(0, 503, NULL, "out of memory", NULL);
+    }
+    int n = a->be.list_models(a->be.ctx, d, API_INFO_MAX_MODELS);
+    if (n > API_INFO_MAX_MODELS) n = API_INFO_MAX_MODELS;
+    json_t *o = NULL;
+    *status = 200;
+    if (id) {
+        for (int i = 0; i < n; i++)
+            if (!strcmp(d[i].id, id)) o = api_info_model_obj(&d[i]);
+        if (!o) {
+            char msg[400];
+            snprintf(msg, sizeof(msg), "The model '%.300s' does not exist", id);
+            free(d);
+            *status = 404;
+            return api_error_body(0, 404, "model_not_found", msg, "model");
+        }
+    } else {
+        json_t *arr = json_array();
+        for (int i = 0; i < n; i++) json_array_append_new(arr, api_info_model_obj(&d[i]));
+        o = json_pack("{s:s,s:o}", "object", "list", "data", arr);
+    }
+    free(d);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+
+static json_t *api_info_tier_json(const struct kv_tier_stats *t)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "enabled", json_boolean(t->enabled));
+    if (!t->enabled) return o;
+    struct {
+        const char *k;
+        uint64_t v;
+    } f[] = {{"blocks", t->n_blocks},       {"bytes", t->n_bytes},
+             {"max_bytes", t->max_bytes},   {"hits", t->n_hits},
+             {"misses", t->n_misses},       {"writes", t->n_writes},
+             {"drops", t->n_drops},         {"evictions", t->n_evictions},
+             {"damaged", t->n_damaged},     {"foreign", t->n_foreign},
+             {"queued", t->n_queued},       {"write_errors", t->n_write_errors},
+             {"read_errors", t->n_read_errors}};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(f); i++)
+        json_object_set_new(o, f[i].k, json_integer((json_int_t)f[i].v));
+    return o;
+}
+
+/* The model's lower KV tiers (hot RAM, SSD): counters from kv_tiers_stats. */
+static json_t *api_info_tiers_json(const struct kv_tiers_stats *ts)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "write_through", json_boolean(ts->write_through));
+    json_object_set_new(o, "hot", api_info_tier_json(&ts->hot));
+    json_object_set_new(o, "ssd", api_info_tier_json(&ts->ssd));
+    return o;
+}
+
+char *api_info_status(struct api *a, int *status)
+{
+    struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
+    if (!d) {
+        *status = 503;
+        return api_error_body(0, 503, NULL, "out of memory", NULL);
+    }
+    int n = a->be.list_models(a->be.ctx, d, API_INFO_MAX_MODELS);
+    if (n > API_INFO_MAX_MODELS) n = API_INFO_MAX_MODELS;
+    json_t *models = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_object();
+        json_object_set_new(m, "id", json_string(d[i].id));
+        struct engine_stats st;
+        memset(&st, 0, sizeof(st));
+        int idx = -1;
+        int loaded = d[i].loaded;
+        if (loaded) {
+            struct cairn_err err;
+            /* already loaded: get_model returns at once */
+            if (a->be.get_model(a->be.ctx, d[i].id, &idx, &err) != 0) loaded = 0;
+        }
+        if (loaded) loaded = a->be.stats(a->be.ctx, idx, &st);
+        json_object_set_new(m, "loaded", json_boolean(loaded));
+        json_object_set_new(m, "context_length", json_integer(d[i].context_length));
+        json_object_set_new(m, "running", json_integer(st.n_running));
+        json_object_set_new(m, "waiting", json_integer(st.n_waiting));
+        json_object_set_new(m, "decode_tokens_per_s", json_real(st.decode_tok_s));
+        json_object_set_new(m, "prefill_tokens_per_s", json_real(st.prefill_tok_s));
+        json_object_set_new(m, "kv_blocks", json_pack("{s:i,s:i,s:i,s:i}", "total", st.n_blocks_total, "used",
+                                                      st.n_blocks_used, "free", st.n_blocks_free, "cached",
+                                                      st.n_blocks_cached));
+        double hit = st.n_prefix_lookups ? (double)st.n_prefix_hits / (double)st.n_prefix_lookups : 0.0;
+        json_object_set_new(m, "prefix_hit_rate", json_real(hit));
+        json_object_set_new(m, "cached_tokens_served", json_integer((json_int_t)st.n_cached_tokens));
+        json_object_set_new(m, "requests_done", json_integer((json_int_t)st.n_requests_done));
+        json_object_set_new(m, "prompt_tokens", json_integer((json_int_t)st.n_prompt_tokens));
+        json_object_set_new(m, "generated_tokens", json_integer((json_int_t)st.n_generated_tokens));
+        json_object_set_new(m, "preemptions", json_integer((json_int_t)st.n_preemptions));
+        struct kv_tiers_stats ts;
+        if (loaded && a->be.tier_stats && a->be.tier_stats(a->be.ctx, idx, &ts))
+            json_object_set_new(m, "tiers", api_info_tiers_json(&ts));
+        json_array_append_new(models, m);
+    }
+    free(d);
+    json_t *mem = json_object();
+    for (int t = 0; t < CAIRN_MEM_N_TAGS; t++)
+        json_object_set_new(mem, cairn_mem_tag_name((enum cairn_mem_tag)t),
+                            json_integer((json_int_t)cairn_mem_used((enum cairn_mem_tag)t)));
+    json_t *o = json_object();
+    json_object_set_new(o, "models", models);
+    json_object_set_new(o, "active_requests", json_integer(api_n_active(a) - 1)); /* minus this one */
+    json_object_set_new(o, "requests_total", json_integer((json_int_t)__atomic_load_n(&a->n_requests, __ATOMIC_RELAXED)));
+    json_object_set_new(o, "errors_total", json_integer((json_int_t)__atomic_load_n(&a->n_errors, __ATOMIC_RELAXED)));
+    json_object_set_new(o, "memory_bytes", mem);
+    json_object_set_new(o, "shutting_down", json_boolean(API_SHUTTING(a)));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    *status = 200;
+    return s;
+}
+
+/* Prometheus label values escape \, " and newline. */
+static void api_info_label(struct api_sbuf *b, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') api_sbuf_add(b, "\\", 1);
+        if (*v == '\n') {
+            api_sbuf_adds(b, "\\n");
+            continue;
+        }
+        api_sbuf_add(b, v, 1);
+    }
+}
+
+struct api_metric {
+    const char *name, *type, *help;
+};
+
+/* Lower-tier counters, one series per model and tier. */
+static void api_info_tier_metrics(struct api *a, struct api_sbuf *b, const struct api_model_desc *d,
+                                  const int *loaded, int n)
+{
+    static const struct api_metric tm[] = {
+        {"cairn_kv_tier_blocks", "gauge", "blocks held by a lower KV tier"},
+        {"cairn_kv_tier_bytes", "gauge", "bytes held by a lower KV tier"},
+        {"cairn_kv_tier_hits_total", "counter", "lower KV tier lookup hits"},
+        {"cairn_kv_tier_misses_total", "counter", "lower KV tier lookup misses"},
+        {"cairn_kv_tier_writes_total", "counter", "blocks written to a lower KV tier"},
+        {"cairn_kv_tier_drops_total", "counter", "blocks dropped (queue full, write error)"},
+        {"cairn_kv_tier_damaged_total", "counter", "damaged blocks found and removed"},
+        {"cairn_kv_tier_foreign_files", "gauge", "files of other models left alone in the SSD folder"},
+    };
+    if (!a->be.tier_stats) return;
+    struct kv_tiers_stats *ts = calloc((size_t)(n > 0 ? n : 1), sizeof(*ts));
+    int *has = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+    if (!ts || !has) {
+        free(ts);
+        free(has);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        int idx;
+        struct cairn_err err;
+        if (loaded[i] && a->be.get_model(a->be.ctx, d[i].id, &idx, &err) == 0)
+            has[i] = a->be.tier_stats(a->be.ctx, idx, &ts[i]);
+    }
+    char line[200];
+    for (size_t k = 0; k < CAIRN_ARRAY_LEN(tm); k++) {
+        snprintf(line, sizeof(line), "# HELP %s %s\n# TYPE %s %s\n", tm[k].name, tm[k].help,
+                 tm[k].name, tm[k].type);
+        api_sbuf_adds(b, line);
+        for (int i = 0; i < n; i++) {
+            if (!has[i]) continue;
+            for (int t = 0; t < 2; t++) {
+                const struct kv_tier_stats *s = t ? &ts[i].ssd : &ts[i].hot;
+                if (!s->enabled) continue;
+                uint64_t v = k == 0 ? s->n_blocks : k == 1 ? s->n_bytes : k == 2 ? s->n_hits
+                           : k == 3 ? s->n_misses : k == 4 ? s->n_writes : k == 5 ? s->n_drops
+                           : k == 6 ? s->n_damaged : s->n_foreign;
+                api_sbuf_adds(b, tm[k].name);
+                api_sbuf_adds(b, "{model=\"");
+                api_info_label(b, d[i].id);
+                snprintf(line, sizeof(line), "\",tier=\"%s\"} %llu\n", t ? "ssd" : "hot",
+                         (unsigned long long)v);
+                api_sbuf_adds(b, line);
+            }
+        }
+    }
+    free(ts);
+    free(has);
+}
+
+char *api_info_metrics(struct api *a, int *status)
+{
+    static const struct api_metric mets[] = {
+        {"cairn_model_loaded", "gauge", "1 if the model is loaded"},
+        {"cairn_requests_running", "gauge", "sequences being generated"},
+        {"cairn_requests_waiting", "gauge", "requests queued in the engine"},
+        {"cairn_kv_blocks_used", "gauge", "device KV blocks referenced by running sequences"},
+        {"cairn_kv_blocks_cached", "gauge", "device KV blocks holding an evictable cached prefix"},
+        {"cairn_kv_blocks_free", "gauge", "free device KV blocks"},
+        {"cairn_decode_tokens_per_second", "gauge", "recent decode throughput"},
+        {"cairn_prefill_tokens_per_second", "gauge", "recent prefill throughput"},
+        {"cairn_prompt_tokens_total", "counter", "prompt tokens processed"},
+        {"cairn_cached_tokens_total", "counter", "prompt tokens served from the prefix cache"},
+        {"cairn_generated_tokens_total", "counter", "tokens generated"},
+        {"cairn_requests_done_total", "counter", "requests finished"},
+        {"cairn_prefix_lookups_total", "counter", "prefix cache lookups"},
+        {"cairn_prefix_hits_total", "counter", "prefix cache hits"},
+    };
+    struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
+    struct engine_stats *st = calloc(API_INFO_MAX_MODELS, sizeof(*st));
+    int *loaded = calloc(API_INFO_MAX_MODELS, sizeof(int));
+    struct api_sbuf b = {0};
+    if (!d || !st || !loaded) {
+        free(d);
+        free(st);
+        free(loaded);
+        *status = 503;
+        return strdup("# out of memory\n");
+    }
+    int n = a->be.list_models(a->be.ctx, d, API_INFO_MAX_MODELS);
+    if (n > API_INFO_MAX_MODELS) n = API_INFO_MAX_MODELS;
+    for (int i = 0; i < n; i++) {
+        int idx;
+        struct cairn_err err;
+        if (d[i].loaded && a->be.get_model(a->be.ctx, d[i].id, &idx, &err) == 0)
+            loaded[i] = a->be.stats(a->be.ctx, idx, &st[i]);
+    }
+    char line[160];
+    for (size_t k = 0; k < CAIRN_ARRAY_LEN(mets); k++) {
+        snprintf(line, sizeof(line), "# HELP %s %s\n# TYPE %s %s\n", mets[k].name, mets[k].help, mets[k].name, mets[k].type);
+        api_sbuf_adds(&b, line);
+        for (int i = 0; i < n; i++) {
+            double v = 0;
+            const struct engine_stats *s = &st[i];
+            switch (k) {
+            case 0: v = loaded[i]; break;
+            case 1: v = s->n_running; break;
+            case 2: v = s->n_waiting; break;
+            case 3: v = s->n_blocks_used; break;
+            case 4: v = s->n_blocks_cached; break;
+            case 5: v = s->n_blocks_free; break;
+            case 6: v = s->decode_tok_s; break;
+            case 7: v = s->prefill_tok_s; break;
+            case 8: v = (double)s->n_prompt_tokens; break;
+            case 9: v = (double)s->n_cached_tokens; break;
+            case 10: v = (double)s->n_generated_tokens; break;
+            case 11: v = (double)s->n_requests_done; break;
+            case 12: v = (double)s->n_prefix_lookups; break;
+            case 13: v = (double)s->n_prefix_hits; break;
+            }
+            api_sbuf_adds(&b, mets[k].name);
+            api_sbuf_adds(&b, "{model=\"");
+            api_info_label(&b, d[i].id);
+            snprintf(line, sizeof(line), "\"} %.17g\n", v);
+            api_sbuf_adds(&b, line);
+        }
+    }
+    api_info_tier_metrics(a, &b, d, loaded, n);
+    snprintf(line, sizeof(line),
+             "# HELP cairn_http_requests_total generation requests received\n# TYPE cairn_http_requests_total counter\ncairn_http_requests_total %llu\n",
+             (unsigned long long)__atomic_load_n(&a->n_requests, __ATOMIC_RELAXED));
+    api_sbuf_adds(&b, line);
+    snprintf(line, sizeof(line),
+             "# HELP cairn_http_errors_total answers with status >= 400\n# TYPE cairn_http_errors_total counter\ncairn_http_errors_total %llu\n",
+             (unsigned long long)__atomic_load_n(&a->n_errors, __ATOMIC_RELAXED));
+    api_sbuf_adds(&b, line);
+    api_sbuf_adds(&b, "# HELP cairn_memory_bytes bytes allocated per tag\n# TYPE cairn_memory_bytes gauge\n");
+    for (int t = 0; t < CAIRN_MEM_N_TAGS; t++) {
+        snprintf(line, sizeof(line), "cairn_memory_bytes{tag=\"%s\"} %llu\n", cairn_mem_tag_name((enum cairn_mem_tag)t),
+                 (unsigned long long)cairn_mem_used((enum cairn_mem_tag)t));
+        api_sbuf_adds(&b, line);
+    }
+    free(d);
+    free(st);
+    free(loaded);
+    *status = 200;
+    return b.p;
+}
+
+char *api_info_cache_clear(struct api *a, const char *body, size_t len, int *status)
+{
+    const char *tier = "all";
+    json_t *o = NULL;
+    if (len) {
+        json_error_t je;
+        o = json_loadb(body, len, 0, &je);
+        if (!o || !json_is_object(o)) {
+            json_decref(o);
+            *status = 400;
+            return api_error_body(0, 400, NULL, "the request body must be a JSON object", NULL);
+        }
+        json_t *t = json_object_get(o, "tier");
+        if (t && !json_is_string(t)) {
+            json_decref(o);
+            *status = 400;
+            return api_error_body(0, 400, NULL, "'tier' must be a string", "tier");
+        }
+        if (t) tier = json_string_value(t);
+    }
+    char *out;
+    if (strcmp(tier, "device") && strcmp(tier, "hot") && strcmp(tier, "ssd") && strcmp(tier, "all")) {
+        *status = 400;
+        out = api_error_body(0, 400, NULL, "'tier' must be device, hot, ssd or all", "tier");
+    } else {
+        struct cairn_err err = {0};
+        int rc = a->be.cache_clear(a->be.ctx, tier, &err);
+        if (rc < 0) {
+            *status = rc == CAIRN_ERR_UNSUPPORTED ? 400 : 500;
+            out = api_error_body(0, *status, NULL, err.msg[0] ? err.msg : cairn_status_str(rc), "tier");
+        } else {
+            json_t *r = json_pack("{s:s,s:s,s:i}", "status", "ok", "tier", tier, "tiers_cleared", rc);
+            out = json_dumps(r, JSON_COMPACT);
+            json_decref(r);
+            *status = 200;
+        }
+    }
+    json_decref(o);
+    return out;
+}

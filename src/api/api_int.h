@@ -1,0 +1,154 @@
+/* Internals of the API room shared by api_call.c (lifecycle, worker), api_emit.c (JSON and SSE
+ * encoders) and api_info.c (models, status, metrics, cache). Not for other rooms. */
+#ifndef CAIRN_API_API_INT_H
+#define CAIRN_API_API_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "api/api.h"
+#include "api/api_out.h"
+#include "api/api_req.h"
+
+/* Growable byte buffer. */
+struct api_sbuf {
+    char *p;
+    size_t len, cap;
+};
+int api_sbuf_add(struct api_sbuf *b, const char *s, size_t n);
+int api_sbuf_adds(struct api_sbuf *b, const char *s);
+void api_sbuf_free(struct api_sbuf *b);
+
+enum api_seg_kind { API_SEG_TEXT = 0, API_SEG_REASONING, API_SEG_TOOL };
+
+/* A piece of output in order: a run of text or reasoning, or one tool call. */
+struct api_seg {
+    enum api_seg_kind kind;
+    struct api_sbuf text;
+    char *name;              /* TOOL */
+    char *args;              /* TOOL: JSON text */
+    char id[48];             /* TOOL: call id; Responses: item id */
+    int out_index;           /* Anthropic block index / Responses output_index */
+};
+
+#define API_TOP_MAX 20
+
+/* One generated token as the engine reported it, waiting to be encoded on an HTTP thread. */
+struct api_tok_raw {
+    size_t off, len;         /* its text in api_sub.raw */
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_ids[API_TOP_MAX];
+    float top_logprobs[API_TOP_MAX];
+};
+
+/* One choice of a call (OpenAI n > 1 gives several). Guarded by call->mu.
+ * The engine thread only copies into raw/toks and sets done (+ finish, usage ...); the parsing
+ * and encoding happen in api_call_pump, on the HTTP thread that reads the call. */
+struct api_sub {
+    struct api_call *call;
+    int index;
+    uint64_t engine_id;
+    int submitted, done;     /* done: the engine sent DONE */
+    int finished;            /* DONE has been encoded (api_call_pump) */
+    struct api_sbuf raw;     /* text of the tokens not encoded yet */
+    struct api_tok_raw *toks;
+    int n_toks, cap_toks;
+    struct api_out parser;
+    struct api_seg *segs;
+    int n_segs, cap_segs;
+    int seg_open;            /* streaming: last seg's block/item is open (Anthropic, Responses) */
+    int n_tool_calls;
+    json_t *logprobs;        /* pending (stream) or all (whole) logprob entries, or NULL */
+    enum engine_finish finish;
+    char *stop_text;
+    char *error;
+    struct engine_usage usage;
+};
+
+enum api_route {
+    API_ROUTE_NONE = 0,
+    API_ROUTE_GEN,           /* one of the generation kinds (call->kind) */
+};
+
+struct api_call {
+    struct api *api;
+    pthread_mutex_t mu;
+    int refs;                /* HTTP side + worker + submitted subs; freed at 0 */
+    enum api_kind kind;
+    struct api_req req;
+    int have_req;
+    int model_idx;
+    int n_prompt;
+    int in_think;
+    int status;
+    int ready;
+    int streaming;
+    int done;                /* all subs done and the final bytes/body written */
+    int failed;              /* an error was reported; later events are ignored */
+    int http_gone;
+    struct api_sbuf body;    /* whole body, or the stream buffer */
+    size_t out_pos;          /* stream bytes already read */
+    double last_out;         /* time of the last stream bytes (keep-alives) */
+    char warning[256];
+    const char *content_type;
+    api_notify_fn notify;
+    void *notify_user;
+    char id[64];
+    char model[256];
+    int64_t created;
+    int seq;                 /* Responses: sequence_number */
+    char resp_item_prefix[24];
+    int n_out_items;         /* Anthropic blocks / Responses output items so far */
+    char *path;
+    struct api_call *next, *prev; /* api->active, under api->mu */
+    struct api_call *qnext;       /* worker queue, under api->mu */
+    int n_subs, n_done, n_finished;
+    struct api_sub subs[];
+};
+
+struct api {
+    struct api_config cfg;
+    struct api_backend be;
+    pthread_mutex_t mu;      /* guards active, queue, shutting_down, counters */
+    pthread_cond_t cv;
+    pthread_t worker;
+    int worker_started;
+    int stop_worker;
+    int shutting_down;       /* atomic: API_SHUTTING() */
+    struct api_call *active;
+    struct api_call *qhead, *qtail;
+    uint64_t id_counter;
+    uint64_t id_salt;
+    uint64_t n_requests;     /* generation requests started */
+    uint64_t n_errors;       /* answered with status >= 400 */
+};
+
+/* Read without api->mu (set once, never cleared). */
+#define API_SHUTTING(a) __atomic_load_n(&(a)->shutting_down, __ATOMIC_ACQUIRE)
+
+/* Fresh id "prefix<hex>" (deterministic in tests). */
+void api_new_id(struct api *a, const char *prefix, char *out, size_t cap);
+
+/* api_emit.c: encoders. All run under call->mu. */
+char *api_error_body(int anthropic, int status, const char *code, const char *message,
+                     const char *param);
+void api_emit_stream_start(struct api_call *c);
+void api_emit_event(struct api_sub *s, const struct api_out_event *ev);
+void api_emit_token_logprobs(struct api_sub *s, const struct api_tok_raw *t);
+void api_emit_sub_done(struct api_sub *s);
+void api_emit_stream_end(struct api_call *c);
+void api_emit_stream_error(struct api_call *c, const char *message);
+void api_emit_keepalive(struct api_call *c);
+/* Builds the whole (non-streaming) body into c->body. */
+void api_emit_body(struct api_call *c);
+void api_sub_free(struct api_sub *s);
+
+/* api_info.c: GET routes and cache clear. Return the body (malloc'd), set *status. */
+char *api_info_models(struct api *a, const char *id, int *status);
+char *api_info_status(struct api *a, int *status);
+char *api_info_metrics(struct api *a, int *status);
+char *api_info_cache_clear(struct api *a, const char *body, size_t len, int *status);
+
+#endif

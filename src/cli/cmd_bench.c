@@ -1,0 +1,383 @@
+/* cairn bench: CPU throughput figures.
+ *
+ *   cairn bench --matmul OUTxIN --dtype bf16|f16|f32|q4|q8|qB [-n N] [--group G] [-t T] [--reps R]
+ *       synthetic matmul (no model): time per call, weight GB/s, GFLOP/s, and how they compare
+ *       with the machine probes (decode roofline = weight bytes/s ÷ read bandwidth).
+ *   cairn bench --model DIR [-p 512] [-n 128] [-t T] [--batch B] [--reps R]
+ *       prefill and decode tokens/s on a model (median of reps), decode roofline, prefill
+ *       GFLOP/s vs the FMA peak.
+ * Both print the probes: read-only sum and STREAM triad bandwidth, FMA peak. --json prints one
+ * JSON object instead of text. The ISA is the best available or CAIRN_CPU_ISA. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "base/mem.h"
+#include "cli/cli.h"
+#include "cpu/cpu.h"
+#include "kv/kv_pool.h"
+#include "model/model.h"
+
+struct bench_opts {
+    const char *model;
+    const char *matmul;
+    const char *dtype;
+    int n_prompt, n_gen, n_threads, batch, reps, group, n_cols, json;
+    int probe_mb;
+};
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t bench_rng = 0x2545f4914f6cdd1dull;
+static uint32_t bench_rand(void)
+{
+    bench_rng ^= bench_rng << 13;
+    bench_rng ^= bench_rng >> 7;
+    bench_rng ^= bench_rng << 17;
+    return (uint32_t)(bench_rng >> 16);
+}
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cairn bench --matmul OUTxIN --dtype bf16|f16|f32|q4|q8|qB [-n N] [--group G]\n"
+            "                   [-t THREADS] [--reps R] [--json]\n"
+            "       cairn bench --model DIR [-p 512] [-n 128] [-t THREADS] [--batch B] [--reps R] [--json]\n"
+            "options: --probe-mb MB  size of the bandwidth probe buffer (default 512)\n"
+            "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels\n");
+}
+
+static void bench_print_probe(const struct cpu_probe *p, int json)
+{
+    if (json)
+        printf("\"isa\": \"%s\", \"threads\": %d, \"read_gbs\": %.2f, \"triad_gbs\": %.2f, "
+               "\"fma_peak_gflops\": %.1f",
+               cpu_isa_name(cpu_isa_get()), p->n_threads, p->read_gbs, p->triad_gbs, p->fma_gflops);
+    else
+        printf("isa %s, %d threads\nprobe: read %.2f GB/s, triad %.2f GB/s, FMA peak %.1f GFLOP/s\n",
+               cpu_isa_name(cpu_isa_get()), p->n_threads, p->read_gbs, p->triad_gbs, p->fma_gflops);
+}
+
+/* Synthetic matmul: a random weight, n activation rows. */
+static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *probe)
+{
+    long long out = 0, in = 0;
+    if (sscanf(o->matmul, "%lldx%lld", &out, &in) != 2 || out <= 0 || in <= 0) {
+        fprintf(stderr, "cairn bench: --matmul wants OUTxIN, got '%s'\n", o->matmul);
+        return 2;
+    }
+    struct tensor w = {.n_dims = 2, .shape = {out, in}};
+    size_t wbytes = 0;
+    void *data = NULL;
+    uint16_t *sc = NULL, *bi = NULL;
+    if (strcmp(o->dtype, "bf16") == 0 || strcmp(o->dtype, "f16") == 0 || strcmp(o->dtype, "f32") == 0) {
+        w.dtype = o->dtype[0] == 'b' ? DTYPE_BF16 : strcmp(o->dtype, "f16") == 0 ? DTYPE_F16 : DTYPE_F32;
+        size_t es = dtype_size(w.dtype);
+        wbytes = (size_t)out * (size_t)in * es;
+        data = cairn_xmalloc(wbytes);
+        for (size_t i = 0; i < (size_t)out * (size_t)in; i++) {
+            float f = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
+            if (es == 4) memcpy((char *)data + i * 4, &f, 4);
+            else {
+                uint16_t h = w.dtype == DTYPE_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+                memcpy((char *)data + i * 2, &h, 2);
+            }
+        }
+    } else if (o->dtype[0] == 'q' && atoi(o->dtype + 1) >= 2 && atoi(o->dtype + 1) <= 8) {
+        w.dtype = DTYPE_Q;
+        w.bits = atoi(o->dtype + 1);
+        w.group_size = o->group;
+        if (in % o->group || (in * w.bits) % 32) {
+            fprintf(stderr, "cairn bench: IN must be a multiple of the group size (%d)\n", o->group);
+            return 2;
+        }
+        size_t words = (size_t)out * (size_t)in * (size_t)w.bits / 32, groups = (size_t)out * (size_t)in / (size_t)o->group;
+        data = cairn_xmalloc(words * 4);
+        for (size_t i = 0; i < words; i++) ((uint32_t *)data)[i] = bench_rand() ^ (bench_rand() << 16);
+        sc = cairn_xmalloc(groups * 2);
+        bi = cairn_xmalloc(groups * 2);
+        for (size_t i = 0; i < groups; i++) {
+            sc[i] = f32_to_bf16(0.01f);
+            bi[i] = f32_to_bf16(-0.05f);
+        }
+        w.scales = sc;
+        w.biases = bi;
+        wbytes = words * 4 + groups * 4;
+    } else {
+        fprintf(stderr, "cairn bench: unknown --dtype '%s'\n", o->dtype);
+        return 2;
+    }
+    w.data = data;
+    int n = o->n_cols;
+    float *x = cairn_xmalloc((size_t)n * (size_t)in * 4), *y = cairn_xmalloc((size_t)n * (size_t)out * 4);
+    for (size_t i = 0; i < (size_t)n * (size_t)in; i++) x[i] = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
+    int reps = o->reps > 0 ? o->reps : (n == 1 ? 50 : 10);
+    double *times = cairn_xmalloc((size_t)reps * sizeof(double));
+    double *ratios = cairn_xmalloc((size_t)reps * sizeof(double));
+    cpu_matmul(&w, x, y, n); /* warm-up: pages in, pool awake */
+    double best = 1e30;
+    /* The machine may be shared: each group of 5 calls is bracketed by read probes and its
+     * weight bandwidth compared with theirs (adjacent roofline ratio). */
+    for (int r = 0; r < reps; r++) {
+        double bw0 = r % 5 == 0 ? cpu_probe_read_now((size_t)o->probe_mb << 20) : 0;
+        double t0 = cairn_now();
+        cpu_matmul(&w, x, y, n);
+        times[r] = cairn_now() - t0;
+        if (times[r] < best) best = times[r];
+        static double bw_last;
+        if (bw0 > 0) bw_last = bw0;
+        ratios[r] = bw_last > 0 ? wbytes / times[r] / 1e9 / bw_last : 0;
+    }
+    double med = bench_median(times, reps);
+    double adj_med = bench_median(ratios, reps), adj_best = 0;
+    for (int r = 0; r < reps; r++) adj_best = ratios[r] > adj_best ? ratios[r] : adj_best;
+    double flops = 2.0 * (double)out * (double)in * n;
+    double gbs_med = wbytes / med / 1e9, gbs_best = wbytes / best / 1e9;
+    double gf_med = flops / med / 1e9, gf_best = flops / best / 1e9;
+    if (o->json) {
+        printf("{\"mode\": \"matmul\", \"out\": %lld, \"in\": %lld, \"n\": %d, \"dtype\": \"%s\", "
+               "\"weight_bytes\": %zu, \"reps\": %d, \"ms_median\": %.4f, \"ms_best\": %.4f, "
+               "\"weight_gbs_median\": %.2f, \"weight_gbs_best\": %.2f, \"gflops_median\": %.2f, "
+               "\"gflops_best\": %.2f, \"roofline_pct_best\": %.1f, \"fma_peak_pct_best\": %.1f, "
+               "\"roofline_adjacent_pct_median\": %.1f, \"roofline_adjacent_pct_best\": %.1f, ",
+               out, in, n, o->dtype, wbytes, reps, med * 1e3, best * 1e3, gbs_med, gbs_best, gf_med,
+               gf_best, 100.0 * gbs_best / probe->read_gbs, 100.0 * gf_best / probe->fma_gflops,
+               100.0 * adj_med, 100.0 * adj_best);
+        bench_print_probe(probe, 1);
+        printf("}\n");
+    } else {
+        bench_print_probe(probe, 0);
+        printf("matmul %lldx%lld %s n=%d (%zu weight bytes), %d reps:\n", out, in, o->dtype, n, wbytes, reps);
+        printf("  time     median %.3f ms, best %.3f ms\n", med * 1e3, best * 1e3);
+        printf("  weights  median %.2f GB/s, best %.2f GB/s = %.1f%% of read bandwidth\n", gbs_med,
+               gbs_best, 100.0 * gbs_best / probe->read_gbs);
+        printf("  compute  median %.2f GFLOP/s, best %.2f GFLOP/s = %.1f%% of FMA peak\n", gf_med,
+               gf_best, 100.0 * gf_best / probe->fma_gflops);
+        printf("  vs adjacent read probe: median %.1f%%, best %.1f%%\n", 100.0 * adj_med, 100.0 * adj_best);
+    }
+    free(ratios);
+    free(times);
+    free(x);
+    free(y);
+    free(data);
+    free(sc);
+    free(bi);
+    return 0;
+}
+
+
+static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe);
+
+int cmd_bench(int argc, char **argv)
+{
+    struct bench_opts o = {.n_prompt = 512, .n_gen = 128, .batch = 1, .group = 64, .n_cols = 1,
+                           .dtype = "bf16", .probe_mb = 512};
+    int n_set = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            bench_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            o.json = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "cairn bench: %s needs a value\n", a);
+            return 2;
+        }
+        if (strcmp(a, "--model") == 0) o.model = v;
+        else if (strcmp(a, "--matmul") == 0) o.matmul = v;
+        else if (strcmp(a, "--dtype") == 0) o.dtype = v;
+        else if (strcmp(a, "-p") == 0) o.n_prompt = atoi(v);
+        else if (strcmp(a, "-n") == 0) {
+            o.n_gen = atoi(v);
+            o.n_cols = atoi(v);
+            n_set = 1;
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) o.n_threads = atoi(v);
+        else if (strcmp(a, "--batch") == 0) o.batch = atoi(v);
+        else if (strcmp(a, "--reps") == 0) o.reps = atoi(v);
+        else if (strcmp(a, "--group") == 0) o.group = atoi(v);
+        else if (strcmp(a, "--probe-mb") == 0) o.probe_mb = atoi(v);
+        else {
+            fprintf(stderr, "cairn bench: unknown option '%s'\n", a);
+            bench_usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (!o.model && !o.matmul) {
+        bench_usage(stderr);
+        return 2;
+    }
+    if (o.matmul && !n_set) o.n_cols = 1;
+    if (o.n_cols < 1 || o.n_gen < 1 || o.n_prompt < 1 || o.batch < 1 || o.group < 1 || o.probe_mb < 1) {
+        fprintf(stderr, "cairn bench: counts must be positive\n");
+        return 2;
+    }
+    struct cairn_err err = {0};
+    if (cpu_init(o.n_threads, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn bench: %s\n", err.msg);
+        return 1;
+    }
+    struct cpu_probe probe;
+    if (cpu_probe_run((size_t)o.probe_mb << 20, 5, &probe, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn bench: %s\n", err.msg);
+        cpu_shutdown();
+        return 1;
+    }
+    int rc = o.matmul ? bench_matmul(&o, &probe) : bench_model(&o, &probe);
+    cpu_probe_release();
+    cpu_shutdown();
+    return rc;
+}
+
+/* Model mode: prefill of -p tokens on one sequence, then -n decode steps of --batch sequences
+ * (one token each, one logit row each), repeated --reps times; medians and bests reported. */
+static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe)
+{
+    struct cairn_err err = {0};
+    struct model *m = NULL;
+    struct kv_pool kv;
+    int kv_ok = 0, rc = 1;
+    int32_t *tables = NULL, *tokens = NULL;
+    float *logits = NULL;
+    double *pt = NULL, *dt = NULL, *bw = NULL;
+    struct model_seq *seqs = NULL;
+    if (model_load(o->model, &m, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn bench: %s\n", err.msg);
+        return 1;
+    }
+    const struct model_info *info = model_get_info(m);
+    const int bs = 16, B = o->batch, P = o->n_prompt, N = o->n_gen;
+    const int reps = o->reps > 0 ? o->reps : 3;
+    const int blocks_per_seq = (P + N + bs - 1) / bs;
+    if (kv_pool_init(&kv, info->n_kv_layers, blocks_per_seq * B, bs, info->n_kv_heads, info->head_dim,
+                     DTYPE_BF16, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn bench: %s\n", err.msg);
+        goto cleanup;
+    }
+    kv_ok = 1;
+    if (model_reserve(m, P > B ? P : B, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn bench: %s\n", err.msg);
+        goto cleanup;
+    }
+    tables = cairn_xmalloc((size_t)blocks_per_seq * (size_t)B * sizeof(int32_t));
+    for (int i = 0; i < blocks_per_seq * B; i++) tables[i] = i;
+    tokens = cairn_xmalloc((size_t)(P + B) * sizeof(int32_t));
+    for (int i = 0; i < P + B; i++) tokens[i] = (int32_t)(bench_rand() % (uint32_t)info->vocab_size);
+    logits = cairn_xmalloc((size_t)B * (size_t)info->vocab_size * sizeof(float));
+    seqs = cairn_xcalloc((size_t)B, sizeof(*seqs));
+    pt = cairn_xmalloc((size_t)reps * sizeof(double));
+    dt = cairn_xmalloc((size_t)reps * sizeof(double));
+    bw = cairn_xmalloc((size_t)reps * sizeof(double));
+    for (int r = 0; r < reps; r++) {
+        /* Prefill every sequence (timed: the first one only, P tokens). */
+        for (int b = 0; b < B; b++) {
+            struct model_seq s = {.tokens = tokens, .n_tokens = P, .pos0 = 0,
+                                  .block_table = tables + (size_t)b * blocks_per_seq, .n_logits = 1,
+                                  .logits = logits};
+            double t0 = cairn_now();
+            if (model_forward(m, &kv, &s, 1, &err) != CAIRN_OK) {
+                fprintf(stderr, "cairn bench: prefill: %s\n", err.msg);
+                goto cleanup;
+            }
+            if (b == 0) pt[r] = cairn_now() - t0;
+        }
+        /* Shared machine: a read probe right before and after each decode run. */
+        double bw0 = cpu_probe_read_now((size_t)o->probe_mb << 20);
+        double t0 = cairn_now();
+        for (int step = 0; step < N; step++) {
+            for (int b = 0; b < B; b++)
+                seqs[b] = (struct model_seq){.tokens = tokens + P + b, .n_tokens = 1, .pos0 = P + step,
+                                             .block_table = tables + (size_t)b * blocks_per_seq,
+                                             .n_logits = 1, .logits = logits + (size_t)b * info->vocab_size};
+            if (model_forward(m, &kv, seqs, B, &err) != CAIRN_OK) {
+                fprintf(stderr, "cairn bench: decode: %s\n", err.msg);
+                goto cleanup;
+            }
+        }
+        dt[r] = cairn_now() - t0;
+        bw[r] = 0.5 * (bw0 + cpu_probe_read_now((size_t)o->probe_mb << 20));
+    }
+    double p_best = 1e30, d_best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        if (pt[r] < p_best) p_best = pt[r];
+        if (dt[r] < d_best) d_best = dt[r];
+    }
+    double p_med = bench_median(pt, reps), d_med = bench_median(dt, reps);
+    double pp_med = P / p_med, pp_best = P / p_best;
+    double tg_med = (double)B * N / d_med, tg_best = (double)B * N / d_best;
+    /* Bytes one decode step reads: every weight once (tied embeddings are read whole by the
+     * LM head; for untied models this counts the embedding table too: an upper bound) plus each
+     * sequence's KV up to its position (mean position P + N/2). */
+    double kv_per_tok = (double)info->n_kv_layers * info->n_kv_heads * info->head_dim * 2.0 * 2.0;
+    double step_bytes = (double)info->weight_bytes + B * kv_per_tok * (P + N / 2.0);
+    double steps_best = N / d_best, steps_med = N / d_med;
+    double roof_best = 100.0 * step_bytes * steps_best / 1e9 / probe->read_gbs;
+    double roof_med = 100.0 * step_bytes * steps_med / 1e9 / probe->read_gbs;
+    /* Prefill FLOPs: 2 per parameter per token except the LM head (one row of logits), plus
+     * attention (QK and PV: 4 · heads · head_dim per (query, key) pair, causal). */
+    double lm = (double)info->vocab_size * info->hidden_size;
+    double body = (double)info->n_params - lm > 0 ? (double)info->n_params - lm : (double)info->n_params;
+    double attn = 4.0 * info->n_kv_layers * info->n_heads * info->head_dim * ((double)P * (P + 1) / 2);
+    double p_flops = 2.0 * body * P + 2.0 * lm + attn;
+    double gf_best = p_flops / p_best / 1e9, gf_med = p_flops / p_med / 1e9;
+    double adj_best = 0;
+    for (int r = 0; r < reps; r++) {
+        double ratio = bw[r] > 0 ? step_bytes * (N / dt[r]) / 1e9 / bw[r] : 0;
+        if (ratio > adj_best) adj_best = ratio;
+        bw[r] = ratio;
+    }
+    double adj_med = bench_median(bw, reps);
+    if (o->json) {
+        printf("{\"mode\": \"model\", \"model\": \"%s\", \"model_type\": \"%s\", \"weight_bytes\": %llu, "
+               "\"n_params\": %llu, \"prompt\": %d, \"gen\": %d, \"batch\": %d, \"reps\": %d, "
+               "\"pp_tps_median\": %.2f, \"pp_tps_best\": %.2f, \"tg_tps_median\": %.2f, "
+               "\"tg_tps_best\": %.2f, \"decode_roofline_pct_median\": %.1f, "
+               "\"decode_roofline_pct_best\": %.1f, \"prefill_gflops_median\": %.2f, "
+               "\"prefill_gflops_best\": %.2f, \"prefill_fma_peak_pct_best\": %.1f, "
+               "\"decode_roofline_adjacent_pct_median\": %.1f, \"decode_roofline_adjacent_pct_best\": %.1f, ",
+               o->model, info->model_type, (unsigned long long)info->weight_bytes,
+               (unsigned long long)info->n_params, P, N, B, reps, pp_med, pp_best, tg_med, tg_best,
+               roof_med, roof_best, gf_med, gf_best, 100.0 * gf_best / probe->fma_gflops,
+               100.0 * adj_med, 100.0 * adj_best);
+        bench_print_probe(probe, 1);
+        printf("}\n");
+    } else {
+        bench_print_probe(probe, 0);
+        printf("model %s (%s, %.1f M params, %.1f MB weights), %d reps\n", o->model, info->model_type,
+               info->n_params / 1e6, info->weight_bytes / 1e6, reps);
+        printf("  prefill pp%d:       median %.2f tok/s, best %.2f tok/s; %.1f GFLOP/s best = %.1f%% of FMA peak\n",
+               P, pp_med, pp_best, gf_best, 100.0 * gf_best / probe->fma_gflops);
+        printf("  decode  tg%d x%d:   median %.2f tok/s, best %.2f tok/s\n", N, B, tg_med, tg_best);
+        printf("  decode roofline:   %.1f MB/step; best %.1f%%, median %.1f%% of read bandwidth\n",
+               step_bytes / 1e6, roof_best, roof_med);
+        printf("  vs adjacent probes: best %.1f%%, median %.1f%% (read probe just before/after each run)\n",
+               100.0 * adj_best, 100.0 * adj_med);
+    }
+    rc = 0;
+cleanup:
+    free(seqs);
+    free(pt);
+    free(dt);
+    free(bw);
+    free(tables);
+    free(tokens);
+    free(logits);
+    if (kv_ok) kv_pool_free(&kv);
+    model_free(m);
+    return rc;
+}

@@ -1,0 +1,313 @@
+/* cairn bench-engine: engine throughput on a model folder (real or `cairn synth-model`).
+ *
+ *   cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N] [--gen N]
+ *                      [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]
+ *                      [--sweep-prompt N]
+ *   cairn bench-engine --attn-sweep CTX[,CTX...] [--block-sizes 16,32,64,128,256]
+ *
+ * Reports (1) aggregate decode tok/s with each concurrency (decode-only steps: forward +
+ * sampling, from engine_get_stats), (2) prefill time of a cold prompt vs the same prompt with
+ * its last 10% changed (90% served from the prefix cache), (3) with --block-sizes, decode tok/s
+ * at a long context per block size; --attn-sweep times the decode attention kernel alone over
+ * paged bf16 KV (Qwen3-0.6B attention shape: 16 query heads, 8 KV heads, head_dim 128, shuffled
+ * block table) per block size, the best of interleaved rounds, without a model: the measurement
+ * behind ENGINE_DEFAULT_BLOCK_SIZE. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cpu/cpu.h"
+#include "engine/engine.h"
+#include "kv/kv_pool.h"
+#include "model/model.h"
+
+struct bench_req {
+    int done;
+    struct engine_usage usage;
+    int n_tokens;
+};
+
+static pthread_mutex_t bench_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bench_cv = PTHREAD_COND_INITIALIZER;
+
+static void bench_event(void *user, const struct engine_event *ev)
+{
+    struct bench_req *r = user;
+    pthread_mutex_lock(&bench_mu);
+    if (ev->kind == ENGINE_EVENT_TOKEN) {
+        r->n_tokens++;
+    } else {
+        r->usage = ev->usage;
+        r->done = 1;
+        pthread_cond_broadcast(&bench_cv);
+    }
+    pthread_mutex_unlock(&bench_mu);
+}
+
+static void bench_wait(struct bench_req *r, int n)
+{
+    pthread_mutex_lock(&bench_mu);
+    for (int i = 0; i < n; i++)
+        while (!r[i].done) pthread_cond_wait(&bench_cv, &bench_mu);
+    pthread_mutex_unlock(&bench_mu);
+}
+
+static void bench_tokens(int32_t *t, int n, int vocab, uint64_t seed)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = (int32_t)((x >> 33) % (uint64_t)vocab);
+    }
+}
+
+static int bench_submit(struct engine *e, const int32_t *prompt, int n, int gen, struct bench_req *r)
+{
+    struct engine_request q;
+    memset(&q, 0, sizeof(q));
+    memset(r, 0, sizeof(*r));
+    q.prompt = prompt;
+    q.n_prompt = n;
+    engine_sampling_default(&q.sampling);
+    q.sampling.temperature = 0;
+    q.max_tokens = gen;
+    q.ignore_eos = 1;
+    q.on_event = bench_event;
+    q.user = r;
+    struct cairn_err err = {0};
+    int rc = engine_submit(e, &q, NULL, &err);
+    if (rc) fprintf(stderr, "bench-engine: submit: %s\n", err.msg);
+    return rc;
+}
+
+/* Aggregate decode tok/s of `conc` sequences of `prompt` + `gen` tokens. */
+static double bench_decode(struct engine *e, int vocab, int conc, int prompt, int gen, uint64_t seed)
+{
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)prompt * (size_t)conc);
+    struct bench_req *r = calloc((size_t)conc, sizeof(*r));
+    struct engine_stats a, b;
+    engine_cache_clear(e);
+    engine_get_stats(e, &a);
+    for (int i = 0; i < conc; i++) {
+        bench_tokens(p + (size_t)i * (size_t)prompt, prompt, vocab, seed + (uint64_t)i);
+        if (bench_submit(e, p + (size_t)i * (size_t)prompt, prompt, gen, &r[i])) conc = i;
+    }
+    bench_wait(r, conc);
+    /* the last DONE is emitted before that step's stats are published: wait for them */
+    do {
+        engine_get_stats(e, &b);
+    } while (b.n_requests_done < a.n_requests_done + (uint64_t)conc);
+    double s = b.decode_step_s - a.decode_step_s;
+    double tok = (double)(b.n_decode_step_tokens - a.n_decode_step_tokens);
+    free(p);
+    free(r);
+    return s > 0 ? tok / s : 0;
+}
+
+static struct engine *bench_engine(struct model *m, enum dtype kv, int bs, int running, uint64_t kv_bytes)
+{
+    struct engine_opts o;
+    memset(&o, 0, sizeof(o));
+    engine_opts_default(&o);
+    o.kv_dtype = kv;
+    o.block_size = bs;
+    o.max_running = running;
+    o.kv_bytes = kv_bytes;
+    struct engine *e = NULL;
+    struct cairn_err err = {0};
+    if (engine_create(m, &o, &e, &err)) {
+        fprintf(stderr, "bench-engine: %s\n", err.msg);
+        return NULL;
+    }
+    return e;
+}
+
+
+static double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Decode attention (one query token, one layer) per block size; best of interleaved rounds so a
+ * noisy machine affects every size alike. */
+static int bench_attn_sweep(const int *ctxs, int n_ctx, const int *sizes, int n_sizes)
+{
+    enum { H = 16, KVH = 8, HD = 128, ROUNDS = 15 };
+    struct cairn_err err = {0};
+    if (cpu_init(0, &err)) {
+        fprintf(stderr, "bench-engine: %s\n", err.msg);
+        return 1;
+    }
+    static float q[H * HD], out[H * HD];
+    for (int i = 0; i < H * HD; i++) q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    for (int c = 0; c < n_ctx; c++) {
+        int ctx = ctxs[c];
+        struct kv_pool pools[8];
+        int32_t *tables[8];
+        double best[8];
+        for (int s = 0; s < n_sizes; s++) {
+            int bs = sizes[s], nb = (ctx + bs - 1) / bs;
+            if (kv_pool_init(&pools[s], 1, nb, bs, KVH, HD, DTYPE_BF16, &err)) {
+                fprintf(stderr, "bench-engine: %s\n", err.msg);
+                return 1;
+            }
+            uint16_t *k = (uint16_t *)pools[s].k, *v = (uint16_t *)pools[s].v;
+            size_t n = pools[s].block_bytes * (size_t)nb / 2;
+            for (size_t i = 0; i < n; i++) {
+                k[i] = f32_to_bf16((float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f);
+                v[i] = f32_to_bf16((float)((i * 40503u) % 1000) / 1000.0f - 0.5f);
+            }
+            tables[s] = malloc(sizeof(int32_t) * (size_t)nb);
+            for (int i = 0; i < nb; i++) tables[s][i] = i;
+            for (int i = nb - 1; i > 0; i--) { /* a scattered table, as after hours of serving */
+                int j = (int)((unsigned)(i * 7919 + 13) % (unsigned)(i + 1));
+                int32_t t = tables[s][i];
+                tables[s][i] = tables[s][j];
+                tables[s][j] = t;
+            }
+            best[s] = 1e30;
+        }
+        int reps = ctx > 2048 ? 10 : 30;
+        for (int r = 0; r < ROUNDS; r++) {
+            for (int s = 0; s < n_sizes; s++) {
+                int32_t pos = ctx - 1;
+                struct cpu_attn a = {q, out, 1, H, &pos, &pools[s], 0, tables[s], 0.0883883f};
+                double t0 = bench_now();
+                for (int i = 0; i < reps; i++) cpu_attention(&a);
+                double dt = (bench_now() - t0) / reps;
+                if (dt < best[s]) best[s] = dt;
+            }
+        }
+        for (int s = 0; s < n_sizes; s++) {
+            printf("attention: context %5d, block %4d: %8.1f us per decode step and layer\n", ctx, sizes[s],
+                   best[s] * 1e6);
+            kv_pool_free(&pools[s]);
+            free(tables[s]);
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int bench_parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    while (*s && n < max) {
+        out[n++] = atoi(s);
+        const char *c = strchr(s, ',');
+        if (!c) break;
+        s = c + 1;
+    }
+    return n;
+}
+
+int cmd_bench_engine(int argc, char **argv)
+{
+    const char *dir = NULL;
+    enum dtype kv = DTYPE_BF16;
+    int bs = ENGINE_DEFAULT_BLOCK_SIZE, prompt = 128, gen = 64, prefix_len = 1024, sweep_prompt = 1024;
+    int conc[8] = {1, 4, 16}, n_conc = 3, sizes[8], n_sizes = 0, attn_ctx[8], n_attn = 0;
+    uint64_t kv_bytes = 2ull << 30;
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N]\n"
+                   "       [--gen N] [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]\n"
+                   "       [--sweep-prompt N]\n"
+                   "       cairn bench-engine --attn-sweep CTX[,CTX] [--block-sizes 16,32,64,128,256]\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "bench-engine: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--model")) dir = v;
+        else if (!strcmp(a, "--kv")) kv = !strcmp(v, "f32") ? DTYPE_F32 : DTYPE_BF16;
+        else if (!strcmp(a, "--block-size")) bs = atoi(v);
+        else if (!strcmp(a, "--prompt")) prompt = atoi(v);
+        else if (!strcmp(a, "--gen")) gen = atoi(v);
+        else if (!strcmp(a, "--concurrency")) n_conc = bench_parse_list(v, conc, 8);
+        else if (!strcmp(a, "--prefix-len")) prefix_len = atoi(v);
+        else if (!strcmp(a, "--block-sizes")) n_sizes = bench_parse_list(v, sizes, 8);
+        else if (!strcmp(a, "--sweep-prompt")) sweep_prompt = atoi(v);
+        else if (!strcmp(a, "--attn-sweep")) n_attn = bench_parse_list(v, attn_ctx, 8);
+        else {
+            fprintf(stderr, "bench-engine: unknown option %s\n", a);
+            return 2;
+        }
+    }
+    if (n_attn > 0) {
+        static const int def[5] = {16, 32, 64, 128, 256};
+        return bench_attn_sweep(attn_ctx, n_attn, n_sizes ? sizes : def, n_sizes ? n_sizes : 5);
+    }
+    if (!dir) {
+        fprintf(stderr, "bench-engine: --model DIR is required\n");
+        return 2;
+    }
+    struct model *m = NULL;
+    struct cairn_err err = {0};
+    if (cpu_init(0, &err) || model_load(dir, &m, &err)) {
+        fprintf(stderr, "bench-engine: %s\n", err.msg);
+        return 1;
+    }
+    const struct model_info *info = model_get_info(m);
+    int vocab = info->vocab_size;
+    printf("model %s: %d layers, hidden %d, vocab %d, %.2f GB weights; kv %s, block %d; cpu %s x %d threads\n",
+           dir, info->n_layers, info->hidden_size, vocab, (double)info->weight_bytes / 1e9, dtype_name(kv), bs,
+           cpu_isa_name(cpu_isa_get()), cpu_n_threads());
+    int rc = 0;
+    struct engine *e = bench_engine(m, kv, bs, 16, kv_bytes);
+    if (!e) {
+        rc = 1;
+        goto out;
+    }
+    for (int i = 0; i < n_conc; i++) {
+        double t = bench_decode(e, vocab, conc[i], prompt, gen, 100 + (uint64_t)i);
+        printf("decode: %2d concurrent x (prompt %d, gen %d): %8.1f tok/s aggregate\n", conc[i], prompt, gen, t);
+        fflush(stdout);
+    }
+    if (prefix_len > 0) {
+        int32_t *a = malloc(sizeof(int32_t) * (size_t)prefix_len), *b = malloc(sizeof(int32_t) * (size_t)prefix_len);
+        bench_tokens(a, prefix_len, vocab, 7);
+        memcpy(b, a, sizeof(int32_t) * (size_t)prefix_len);
+        int keep = prefix_len * 9 / 10;
+        bench_tokens(b + keep, prefix_len - keep, vocab, 8);
+        struct bench_req r1, r2;
+        engine_cache_clear(e);
+        bench_submit(e, a, prefix_len, 1, &r1);
+        bench_wait(&r1, 1);
+        bench_submit(e, b, prefix_len, 1, &r2);
+        bench_wait(&r2, 1);
+        printf("prefix: cold prompt %d tokens: prefill %.3f s; 90%%-shared prompt: %d cached, prefill %.3f s "
+               "(%.1fx faster, %.0f%% saved)\n",
+               prefix_len, r1.usage.prefill_s, r2.usage.cached_tokens, r2.usage.prefill_s,
+               r2.usage.prefill_s > 0 ? r1.usage.prefill_s / r2.usage.prefill_s : 0,
+               r1.usage.prefill_s > 0 ? 100.0 * (1 - r2.usage.prefill_s / r1.usage.prefill_s) : 0);
+        free(a);
+        free(b);
+    }
+    engine_destroy(e);
+    e = NULL;
+    for (int i = 0; i < n_sizes; i++) {
+        e = bench_engine(m, kv, sizes[i], 16, kv_bytes);
+        if (!e) {
+            rc = 1;
+            break;
+        }
+        double t1 = bench_decode(e, vocab, 1, sweep_prompt, 32, 300);
+        double t4 = bench_decode(e, vocab, 4, sweep_prompt, 32, 400);
+        printf("block size %4d: decode at context %d: %8.1f tok/s (1 seq), %8.1f tok/s (4 seqs)\n", sizes[i],
+               sweep_prompt, t1, t4);
+        fflush(stdout);
+        engine_destroy(e);
+        e = NULL;
+    }
+out:
+    model_free(m);
+    return rc;
+}

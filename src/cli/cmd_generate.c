@@ -1,0 +1,247 @@
+/* cairn generate --model DIR (--tokens 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S]
+ *                [--kv f32|bf16] [--tokenizer DIR]
+ * Prefills the prompt, then decodes N tokens (greedy when temp is 0, else softmax sampling
+ * with a seeded generator), stopping at an eos id. With --tokens prints the generated ids,
+ * comma-separated; with --prompt (tokenized by DIR/tokenizer.json with its post-processor)
+ * streams the generated text. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "cli/cli.h"
+#include "cpu/cpu.h"
+#include "kv/kv_pool.h"
+#include "model/model.h"
+#include "tok/tok.h"
+
+static void generate_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cairn generate --model DIR (--tokens 1,2,3 | --prompt TEXT) [-n N] [--temp T]\n"
+            "                      [--seed S] [--kv f32|bf16] [--tokenizer DIR]\n");
+}
+
+static int generate_parse_ids(const char *s, int32_t **out, int *n)
+{
+    int cap = 16, k = 0;
+    int32_t *v = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!v) return -1;
+    while (*s) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 0 || x > INT32_MAX) {
+            free(v);
+            return -1;
+        }
+        if (k == cap) {
+            cap *= 2;
+            int32_t *nv = realloc(v, sizeof(int32_t) * (size_t)cap);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s) {
+            free(v);
+            return -1;
+        }
+    }
+    *out = v;
+    *n = k;
+    return k > 0 ? 0 : -1;
+}
+
+static uint64_t generate_rng(uint64_t *s)
+{
+    /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int generate_pick(const float *logits, int V, double temp, uint64_t *rng)
+{
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temp <= 0) return best;
+    double sum = 0;
+    for (int i = 0; i < V; i++)
+        sum += exp((logits[i] - logits[best]) / temp);
+    double u = (double)(generate_rng(rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((logits[i] - logits[best]) / temp);
+        if (acc >= u) return i;
+    }
+    return best;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    const char *dir = NULL, *ids = NULL, *text = NULL, *tok_dir = NULL;
+    int n_new = 16;
+    double temp = 0;
+    uint64_t seed = 0;
+    enum dtype kv_dtype = DTYPE_BF16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            generate_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--model") == 0 && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (strcmp(a, "--tokens") == 0 && i + 1 < argc) {
+            ids = argv[++i];
+        } else if ((strcmp(a, "-n") == 0 || strcmp(a, "--max-tokens") == 0) && i + 1 < argc) {
+            n_new = atoi(argv[++i]);
+        } else if (strcmp(a, "--temp") == 0 && i + 1 < argc) {
+            temp = atof(argv[++i]);
+        } else if (strcmp(a, "--seed") == 0 && i + 1 < argc) {
+            seed = strtoull(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--kv") == 0 && i + 1 < argc) {
+            kv_dtype = strcmp(argv[++i], "f32") == 0 ? DTYPE_F32 : DTYPE_BF16;
+        } else if (strcmp(a, "--prompt") == 0 && i + 1 < argc) {
+            text = argv[++i];
+        } else if (strcmp(a, "--tokenizer") == 0 && i + 1 < argc) {
+            tok_dir = argv[++i];
+        } else {
+            fprintf(stderr, "generate: unknown option %s\n", a);
+            generate_usage(stderr);
+            return 2;
+        }
+    }
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    struct cairn_err err = {0};
+    struct tok *tk = NULL;
+    struct tok_stream *ts = NULL;
+    if (!dir || (!ids == !text) || n_new < 0) {
+        generate_usage(stderr);
+        return 2;
+    }
+    if (ids && generate_parse_ids(ids, &prompt, &n_prompt) != 0) {
+        fprintf(stderr, "generate: --tokens must be comma-separated non-negative ids\n");
+        return 2;
+    }
+    if (text) {
+        size_t n = 0;
+        if (tok_load(tok_dir ? tok_dir : dir, &tk, &err) != CAIRN_OK) {
+            fprintf(stderr, "generate: --prompt needs a tokenizer: %s\n", err.msg);
+            return 2;
+        }
+        if (tok_encode(tk, text, strlen(text), 1, &prompt, &n, &err) != CAIRN_OK || n == 0 ||
+            n > INT32_MAX) {
+            fprintf(stderr, "generate: cannot tokenize the prompt: %s\n",
+                    err.msg[0] ? err.msg : "empty");
+            tok_free(tk);
+            free(prompt);
+            return 2;
+        }
+        n_prompt = (int)n;
+        ts = tok_stream_new(tk, 1);
+    }
+    struct model *m = NULL;
+    struct kv_pool kv = {0};
+    float *logits = NULL;
+    int32_t *table = NULL;
+    void *state = NULL; /* recurrent state of hybrid models */
+    int rc = 2;
+    if (text && !ts) goto done;
+    if (cpu_init(0, &err) != CAIRN_OK || model_load(dir, &m, &err) != CAIRN_OK) goto done;
+    const struct model_info *info = model_get_info(m);
+    const int bs = 16;
+    int total = n_prompt + n_new, nb = (total + bs - 1) / bs;
+    if (total > info->max_position) {
+        cairn_err_set(&err, CAIRN_ERR_LIMIT, "%d tokens > max_position %d", total,
+                      info->max_position);
+        goto done;
+    }
+    if (kv_pool_init(&kv, info->n_kv_layers, nb, bs, info->n_kv_heads, info->head_dim, kv_dtype,
+                     &err) != CAIRN_OK)
+        goto done;
+    table = malloc(sizeof(int32_t) * (size_t)nb);
+    logits = malloc(sizeof(float) * (size_t)info->vocab_size);
+    if (!table || !logits) goto done;
+    for (int i = 0; i < nb; i++)
+        table[i] = i;
+    int chunk = CAIRN_MIN(n_prompt, 256);
+    if (model_reserve(m, chunk, &err) != CAIRN_OK) goto done;
+    if (info->state_bytes) {
+        state = calloc(1, info->state_bytes);
+        if (!state) goto done;
+        model_state_init(m, state);
+    }
+    double t0 = cairn_now();
+    int pos = 0;
+    while (pos < n_prompt) {
+        int n = CAIRN_MIN(chunk, n_prompt - pos);
+        struct model_seq s = {.tokens = prompt + pos,
+                              .n_tokens = n,
+                              .pos0 = pos,
+                              .block_table = table,
+                              .state = state,
+                              .n_logits = pos + n == n_prompt ? 1 : 0,
+                              .logits = logits};
+        if (model_forward(m, &kv, &s, 1, &err) != CAIRN_OK) goto done;
+        pos += n;
+    }
+    double t1 = cairn_now();
+    int n_gen = 0;
+    for (; n_gen < n_new; n_gen++) {
+        int32_t tok = generate_pick(logits, info->vocab_size, temp, &seed);
+        if (ts) {
+            const char *piece;
+            size_t plen;
+            if (tok_stream_feed(ts, tok, &piece, &plen) == CAIRN_OK) fwrite(piece, 1, plen, stdout);
+        } else {
+            printf("%s%d", n_gen ? "," : "", tok);
+        }
+        fflush(stdout);
+        int stop = 0;
+        for (int e = 0; e < info->n_eos; e++)
+            stop |= tok == info->eos_ids[e];
+        if (stop || n_gen + 1 == n_new) {
+            n_gen++;
+            break;
+        }
+        struct model_seq s = {.tokens = &tok,
+                              .n_tokens = 1,
+                              .pos0 = pos,
+                              .block_table = table,
+                              .state = state,
+                              .n_logits = 1,
+                              .logits = logits};
+        if (model_forward(m, &kv, &s, 1, &err) != CAIRN_OK) goto done;
+        pos++;
+    }
+    double t2 = cairn_now();
+    if (ts) {
+        const char *piece;
+        size_t plen;
+        if (tok_stream_flush(ts, &piece, &plen) == CAIRN_OK) fwrite(piece, 1, plen, stdout);
+    }
+    printf("\n");
+    fprintf(stderr, "generate: prefill %d tokens in %.3f s, %d generated in %.3f s\n", n_prompt,
+            t1 - t0, n_gen, t2 - t1);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "generate: %s\n", err.msg[0] ? err.msg : "out of memory");
+    free(prompt);
+    free(table);
+    free(logits);
+    free(state);
+    if (kv.k) kv_pool_free(&kv);
+    model_free(m);
+    tok_stream_free(ts);
+    tok_free(tk);
+    return rc;
+}

@@ -1,0 +1,260 @@
+/* cairn serve: the HTTP server over a model folder (or explicit model folders).
+ *
+ *   cairn serve --model-dir DIR | --model PATH [--model PATH ...] [options]
+ *
+ * The main thread parses options, starts the API and the HTTP server, then waits for SIGINT or
+ * SIGTERM (blocked in every thread, taken with sigwait) and shuts down cleanly: new requests get
+ * 503, in-flight streams end with an error event. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "cli/cli.h"
+#include "cpu/cpu.h"
+#include "http/http.h"
+#include "kv/tiers.h"
+
+#define SERVE_MAX_MODELS 64
+
+static void serve_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cairn serve (--model-dir DIR | --model PATH ...) [options]\n"
+            "  --model-dir DIR              every subfolder (or org/name) with config.json is a model\n"
+            "  --model PATH                 a model folder (repeatable); id = folder name\n"
+            "  --host ADDR                  listen address (default 127.0.0.1)\n"
+            "  --port N                     port (default 8000; 0 = any free port)\n"
+            "  --api-key KEY                require Authorization: Bearer KEY or x-api-key: KEY\n"
+            "  --max-concurrent-requests N  API requests in flight before 429 (default 1024)\n"
+            "  --max-body-size SIZE         largest request body (default 32M)\n"
+            "  --log-level LEVEL            debug|info|warn|error|off (default info)\n"
+            "  --threads N                  compute threads (default: one per core)\n"
+            "  --http-threads N             HTTP threads (default 4)\n"
+            "  --kv-cache-size SIZE         device KV cache budget per model (e.g. 2G, 10%%)\n"
+            "  --max-batch-tokens N         token budget per engine step\n"
+            "  --preload                    load every model at start (default: on first use)\n"
+            "  --hot-cache-max-size SIZE    hot RAM KV tier per model (e.g. 8G, 20%%; default off)\n"
+            "  --hot-cache-write-through    also write every new full block to the SSD at once\n"
+            "                               (or env CAIRN_HOT_CACHE_WRITE_THROUGH=1)\n"
+            "  --ssd-cache-dir DIR          SSD KV tier folder (kept across restarts; default off)\n"
+            "  --ssd-cache-max-size SIZE    SSD tier budget per model (e.g. 50G, 10%% of the disk;\n"
+            "                               default min(10%% of free space, 50G))\n");
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    enum {
+        O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
+        O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
+        O_CHECK, O_HELP, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX,
+    };
+    static const struct option opts[] = {
+        {"model-dir", required_argument, 0, O_MODEL_DIR},
+        {"model", required_argument, 0, O_MODEL},
+        {"host", required_argument, 0, O_HOST},
+        {"port", required_argument, 0, O_PORT},
+        {"api-key", required_argument, 0, O_API_KEY},
+        {"max-concurrent-requests", required_argument, 0, O_MAX_CONC},
+        {"max-body-size", required_argument, 0, O_MAX_BODY},
+        {"log-level", required_argument, 0, O_LOG},
+        {"threads", required_argument, 0, O_THREADS},
+        {"http-threads", required_argument, 0, O_HTTP_THREADS},
+        {"kv-cache-size", required_argument, 0, O_KV},
+        {"hot-cache-max-size", required_argument, 0, O_HOT_MAX},
+        {"hot-cache-write-through", no_argument, 0, O_HOT_WT},
+        {"ssd-cache-dir", required_argument, 0, O_SSD_DIR},
+        {"ssd-cache-max-size", required_argument, 0, O_SSD_MAX},
+        {"max-batch-tokens", required_argument, 0, O_MAX_BATCH},
+        {"preload", no_argument, 0, O_PRELOAD},
+        /* hidden, for tests */
+        {"fake-backend", required_argument, 0, O_FAKE},
+        {"port-file", required_argument, 0, O_PORT_FILE},
+        {"keepalive-ms", required_argument, 0, O_KEEPALIVE},
+        {"check-backend", no_argument, 0, O_CHECK}, /* create the backend, then exit */
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    const char *model_dir = NULL, *fake = NULL, *port_file = NULL;
+    const char *models[SERVE_MAX_MODELS];
+    int n_models = 0, preload = 0, n_threads = 0, keepalive_ms = 5000, check_only = 0;
+    struct http_config hc = {.host = "127.0.0.1", .port = 8000, .n_threads = 4,
+                             .max_body_bytes = 32u << 20, .max_concurrent = 1024};
+    struct api_real_opts ro = {0};
+    struct kv_tiers_opts tiers_opts = {0}; /* per model; the signature is filled at load */
+    const char *ssd_max = NULL;
+    uint64_t v;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL_DIR: model_dir = optarg; break;
+        case O_MODEL:
+            if (n_models == SERVE_MAX_MODELS) {
+                fprintf(stderr, "cairn serve: at most %d --model\n", SERVE_MAX_MODELS);
+                return 2;
+            }
+            models[n_models++] = optarg;
+            break;
+        case O_HOST: hc.host = optarg; break;
+        case O_PORT: hc.port = atoi(optarg); break;
+        case O_API_KEY: hc.api_key = optarg; break;
+        case O_MAX_CONC: hc.max_concurrent = atoi(optarg); break;
+        case O_MAX_BODY:
+            if (!cairn_parse_size(optarg, &v) || v == 0) {
+                fprintf(stderr, "cairn serve: bad --max-body-size '%s'\n", optarg);
+                return 2;
+            }
+            hc.max_body_bytes = v;
+            break;
+        case O_LOG: {
+            int l = cairn_log_parse_level(optarg);
+            if (l < 0) {
+                fprintf(stderr, "cairn serve: bad --log-level '%s'\n", optarg);
+                return 2;
+            }
+            cairn_log_set_level((enum cairn_log_level)l);
+            break;
+        }
+        case O_THREADS: n_threads = atoi(optarg); break;
+        case O_HTTP_THREADS: hc.n_threads = atoi(optarg); break;
+        case O_KV:
+            if (!cairn_parse_size(optarg, &v)) {
+                fprintf(stderr, "cairn serve: bad --kv-cache-size '%s'\n", optarg);
+                return 2;
+            }
+            ro.kv_bytes = v;
+            break;
+        case O_MAX_BATCH: ro.max_batch_tokens = atoi(optarg); break;
+        case O_HOT_MAX:
+            if (!cairn_parse_size(optarg, &v)) {
+                fprintf(stderr, "cairn serve: bad --hot-cache-max-size '%s'\n", optarg);
+                return 2;
+            }
+            tiers_opts.hot_max_bytes = v;
+            break;
+        case O_HOT_WT: tiers_opts.hot_write_through = 1; break;
+        case O_SSD_DIR: tiers_opts.ssd_dir = optarg; break;
+        case O_SSD_MAX: ssd_max = optarg; break;
+        case O_PRELOAD: preload = 1; break;
+        case O_FAKE: fake = optarg; break;
+        case O_PORT_FILE: port_file = optarg; break;
+        case O_KEEPALIVE: keepalive_ms = atoi(optarg); break;
+        case O_CHECK: check_only = 1; break;
+        case O_HELP:
+        case 'h': serve_usage(stdout); return 0;
+        default: serve_usage(stderr); return 2;
+        }
+    }
+    if (ssd_max) {
+        if (!tiers_opts.ssd_dir) {
+            fprintf(stderr, "cairn serve: --ssd-cache-max-size needs --ssd-cache-dir\n");
+            return 2;
+        }
+        uint64_t b = 0;
+        if (!kv_tiers_parse_ssd_size(ssd_max, tiers_opts.ssd_dir, &b) || b == 0) {
+            fprintf(stderr, "cairn serve: bad --ssd-cache-max-size '%s'\n", ssd_max);
+            return 2;
+        }
+        tiers_opts.ssd_max_bytes = b;
+    }
+    if (tiers_opts.hot_max_bytes || (tiers_opts.ssd_dir && *tiers_opts.ssd_dir))
+        ro.tiers_opts = &tiers_opts;
+    if (!fake && !model_dir && n_models == 0) {
+        fprintf(stderr, "cairn serve: give --model-dir DIR or --model PATH\n\n");
+        serve_usage(stderr);
+        return 2;
+    }
+    if (hc.port < 0 || hc.port > 65535) {
+        fprintf(stderr, "cairn serve: bad --port\n");
+        return 2;
+    }
+
+    /* Block the signals in every thread we start; the main thread takes them with sigwait. */
+    /* A shell starts background jobs with SIGINT ignored; an ignored signal never reaches
+     * sigwait, so restore the default first. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct cairn_err err = {0};
+    int rc = 0;
+    struct api *api = NULL;
+    struct http_server *srv = NULL;
+    if (cpu_init(n_threads, &err) != 0) {
+        fprintf(stderr, "cairn serve: %s\n", err.msg);
+        return 1;
+    }
+    struct api_backend be;
+    if (fake) {
+        rc = api_backend_fake_create(fake, &be, &err);
+    } else {
+        ro.model_dir = model_dir;
+        ro.models = models;
+        ro.n_models = n_models;
+        rc = api_backend_real_create(&ro, &be, &err);
+    }
+    if (rc) {
+        fprintf(stderr, "cairn serve: %s\n", err.msg);
+        cpu_shutdown();
+        return 1;
+    }
+    if (check_only) {
+        be.destroy(be.ctx);
+        cpu_shutdown();
+        return 0;
+    }
+    if (preload) {
+        struct api_model_desc d[SERVE_MAX_MODELS];
+        int n = be.list_models(be.ctx, d, SERVE_MAX_MODELS);
+        for (int i = 0; i < n && i < SERVE_MAX_MODELS; i++) {
+            int idx;
+            LOG_INFO("serve", "loading %s", d[i].id);
+            if (be.get_model(be.ctx, d[i].id, &idx, &err) != 0) {
+                fprintf(stderr, "cairn serve: loading %s: %s\n", d[i].id, err.msg);
+                be.destroy(be.ctx);
+                cpu_shutdown();
+                return 1;
+            }
+        }
+    }
+    struct api_config ac = {.keepalive_ms = keepalive_ms, .max_n = 8};
+    if (api_create(&ac, &be, &api, &err) != 0) {
+        fprintf(stderr, "cairn serve: %s\n", err.msg);
+        be.destroy(be.ctx);
+        cpu_shutdown();
+        return 1;
+    }
+    if (http_server_start(&hc, api, &srv, &err) != 0) {
+        fprintf(stderr, "cairn serve: %s\n", err.msg);
+        api_destroy(api);
+        cpu_shutdown();
+        return 1;
+    }
+    int port = http_server_port(srv);
+    LOG_INFO("serve", "listening on http://%s:%d", hc.host, port);
+    if (port_file) {
+        FILE *f = fopen(port_file, "w");
+        if (f) {
+            fprintf(f, "%d\n", port);
+            fclose(f);
+        }
+    }
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    LOG_INFO("serve", "signal %d: shutting down", sig);
+    http_server_stop(srv, 5000);
+    api_destroy(api);
+    cpu_shutdown();
+    LOG_INFO("serve", "stopped");
+    return 0;
+}

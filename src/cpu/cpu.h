@@ -1,0 +1,109 @@
+/* CPU backend: the ops the forward pass calls, on f32 activations.
+ *
+ * Every op here has a readable scalar reference (cpu/ref_*.c). SIMD variants (x86_avx2_*.c,
+ * x86_avx512_*.c) are picked at start by cpuid/xgetbv (CAIRN_CPU_ISA=scalar|avx2|avx512 forces
+ * one) and the work is split over a persistent thread pool. Callers see only these functions.
+ *
+ * Threading: ops are called from one thread at a time per process (the scheduler thread of the
+ * model being run); they fan out to the pool internally. cpu_init must be called once first
+ * (ops work without it, single-threaded with the scalar reference).
+ *
+ * Environment: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_VNNI=0|1 turns
+ * the AVX-512 VNNI q4/q8 path off / on for every q4/q8 matmul (default: q4 with n <= 2, where
+ * it measured faster; as accurate as the f32 path);
+ * CAIRN_CPU_SPIN=N sets how many pause iterations pool threads spin before sleeping on a futex
+ * (default 1000; lower it when the machine is oversubscribed).
+ *
+ * Numerics: every variant widens weights to f32 exactly and accumulates in f32 (the VNNI path
+ * splits each activation into two int16 digits, ~2e-10 of the group max), so all ISAs agree
+ * with the double-precision reference to ~1e-5 relative; tests/unit/test_cpu_ops.c states the
+ * tolerances. Weights are used in place (mmap'd, MLX layout): no repacking step is needed. */
+#ifndef CAIRN_CPU_CPU_H
+#define CAIRN_CPU_CPU_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "kv/kv_pool.h"
+#include "tensor/tensor.h"
+
+enum cpu_isa {
+    CPU_ISA_SCALAR = 0,
+    CPU_ISA_AVX2,   /* AVX2 + FMA + F16C */
+    CPU_ISA_AVX512, /* AVX-512 F/BW/VL/DQ (+BF16/VNNI where present) */
+    CPU_ISA_N,
+};
+
+/* Starts the pool (n_threads <= 0: one per core) and picks the ISA (best supported, or
+ * CAIRN_CPU_ISA). Calling it again resizes the pool. */
+int cpu_init(int n_threads, struct cairn_err *err);
+void cpu_shutdown(void);
+int cpu_n_threads(void);
+enum cpu_isa cpu_isa_get(void);
+/* Forces an ISA (tests, bench). Fails with CAIRN_ERR_UNSUPPORTED if the CPU lacks it. */
+int cpu_isa_set(enum cpu_isa isa);
+int cpu_isa_supported(enum cpu_isa isa);
+const char *cpu_isa_name(enum cpu_isa isa);
+/* Parses "scalar|avx2|avx512"; -1 if unknown. */
+int cpu_isa_parse(const char *s);
+
+/* y[n, out] = x[n, in] · W[out, in]^T for W of any dtype (F32, F16, BF16, Q). */
+void cpu_matmul(const struct tensor *w, const float *x, float *y, int n);
+/* out[n, dim] = rows ids[i] of W[vocab, dim] (any dtype). */
+void cpu_embed(const struct tensor *w, const int32_t *ids, int n, float *out);
+/* y[r] = x[r] / rms(x[r]) * (w + w_offset) over n_rows rows of dim; y may alias x.
+ * w_offset is 1 for zero-centred norms (qwen3_next/qwen3_5), else 0. w NULL: no weight. */
+void cpu_rmsnorm(float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+                 float w_offset);
+/* Rotary embedding, rotate-half (GPT-NeoX / HF) style, in place on the first rot_dim dims of
+ * each head: x: [n_tokens, n_heads, head_dim]; inv_freq: [rot_dim/2]; pos: [n_tokens]. */
+void cpu_rope(float *x, int n_tokens, int n_heads, int head_dim, int rot_dim,
+              const int32_t *pos, const float *inv_freq);
+/* out[i] = silu(gate[i]) * up[i]; out may alias gate or up. */
+void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
+/* y[i] += x[i] */
+void cpu_add(float *y, const float *x, int64_t n);
+/* y[r, i] += b[i] over n_rows rows (bias add) */
+void cpu_add_bias(float *y, const float *b, int n_rows, int dim);
+
+/* Stores k, v: [n_tokens, n_kv_heads, head_dim] at positions pos[] through block_table. */
+void cpu_kv_store(struct kv_pool *kv, int layer, const int32_t *block_table, const int32_t *pos,
+                  int n_tokens, const float *k, const float *v);
+
+/* Causal attention of one sequence over paged KV. Query token i at absolute position pos[i]
+ * attends to KV positions [0, pos[i]] (already stored with cpu_kv_store). GQA: query head h
+ * uses KV head h / (n_heads / n_kv_heads). Online softmax in f32. */
+struct cpu_attn {
+    const float *q;              /* [n_tokens, n_heads, head_dim] */
+    float *out;                  /* [n_tokens, n_heads, head_dim] */
+    int n_tokens;
+    int n_heads;
+    const int32_t *pos;          /* [n_tokens] */
+    const struct kv_pool *kv;
+    int layer;
+    const int32_t *block_table;
+    float scale;                 /* usually 1/sqrt(head_dim) */
+};
+void cpu_attention(const struct cpu_attn *a);
+
+/* Machine probes for `cairn bench`, run on the pool with the active ISA; best of `reps`.
+ * read: every thread sums its slice of a `bytes` buffer (bytes/s read); triad: a = b + s*c over
+ * three arrays of bytes/3 each (STREAM counting: 3 arrays moved, write-allocate not counted);
+ * fma: every thread runs independent vector FMA chains (2 flops per lane per FMA). */
+struct cpu_probe {
+    double read_gbs;
+    double triad_gbs;
+    double fma_gflops;
+    int n_threads;
+};
+int cpu_probe_run(size_t bytes, int reps, struct cpu_probe *out, struct cairn_err *err);
+/* Read bandwidth right now (GB/s, best of 3 passes over a `bytes` buffer kept between calls),
+ * for benchmarks on a shared machine: measure next to each timed run. 0 if out of memory.
+ * cpu_probe_release frees the buffer. */
+double cpu_probe_read_now(size_t bytes);
+void cpu_probe_release(void);
+
+/* Runs fn(ctx, ith, nth) for ith in [0, nth) on the pool and waits (nth = cpu_n_threads()). */
+void cpu_parallel(void (*fn)(void *ctx, int ith, int nth), void *ctx);
+
+#endif

@@ -1,0 +1,92 @@
+/* Internal to cpu/: the per-ISA kernel table, the thread pool and per-thread scratch.
+ *
+ * DESIGN: cpu.c owns the public ops. Each op picks the active kernel table (scalar reference,
+ * AVX2, AVX-512), sizes the per-thread scratch on the calling thread (grow-only, so steady-state
+ * calls allocate nothing) and fans the work out with cpu_pool_run: matmuls split by output rows,
+ * attention by (token, KV head), element-wise ops by contiguous chunks. Kernels only see index
+ * ranges and the scratch they were handed. */
+#ifndef CAIRN_CPU_CPU_INT_H
+#define CAIRN_CPU_CPU_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/cpu.h"
+
+/* One matmul call as the kernels see it: y[n, out] = x[n, in] · W[out, in]^T. */
+struct cpu_mm {
+    const struct tensor *w;
+    const float *x;  /* [n, in] */
+    const float *xp; /* DTYPE_Q bits 4: x with each 32-chunk de-interleaved (16 even, 16 odd
+                        inputs) so the low/high nibbles of 16 packed bytes meet their inputs in
+                        order; NULL otherwise */
+    float *y;        /* [n, out] */
+    int n;
+    int64_t in, out;
+    /* AVX-512 VNNI path for MLX q4/q8 (see x86_avx512_ops.c), else NULL: x as two int16 digits
+     * per (token, group) with scale xd = max|x|/32767, in the order the codes unpack (q4: each
+     * 64-chunk as 32 even then 32 odd inputs), and the f32 sum of each group of x. */
+    const int16_t *xq; /* [2][n, in]: high digits, then low digits */
+    const float *xd;   /* [n, in / group_size] */
+    const float *xsum; /* [n, in / group_size] */
+};
+
+struct cpu_kernels {
+    /* Rows [r0, r1) of mm->y for all n tokens. row_buf: mm->in floats of per-thread scratch. */
+    void (*matmul)(const struct cpu_mm *mm, int64_t r0, int64_t r1, float *row_buf);
+    void (*rmsnorm)(float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+                    float w_offset);
+    void (*rope)(float *x, int n_tokens, int n_heads, int head_dim, int rot_dim,
+                 const int32_t *pos, const float *inv_freq);
+    void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
+    void (*add)(float *y, const float *x, int64_t n);
+    /* Query token t, the query heads that share KV head kvh. scratch: cpu_attn_scratch_floats. */
+    void (*attn)(const struct cpu_attn *a, int t, int kvh, float *scratch);
+    /* Probes for `cairn bench`: sum of n floats (read bandwidth); a = b + s*c (triad);
+     * iters rounds of CPU_PROBE_FMA_CHAINS independent vector FMAs (returns a value so the
+     * work is kept; *lanes gets the vector width). */
+    float (*probe_sum)(const float *x, int64_t n);
+    void (*probe_triad)(float *a, const float *b, const float *c, float s, int64_t n);
+    float (*probe_fma)(int64_t iters, int *lanes);
+};
+
+/* AVX-512 VNNI (vpdpwssd) q4/q8 matmul: usable when cpu_avx512_q16_ok(w). prep fills
+ * xq/xd/xsum of mm for tokens [t0, t1) (mm->x, w, in set). */
+int cpu_avx512_q16_ok(const struct tensor *w);
+void cpu_avx512_q16_prep(struct cpu_mm *mm, int t0, int t1);
+void cpu_avx512_q16_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
+
+#define CPU_PROBE_FMA_CHAINS 12
+
+/* Floats of scratch one attention work item needs. */
+static inline size_t cpu_attn_scratch_floats(const struct cpu_attn *a)
+{
+    int group = a->n_heads / a->kv->n_kv_heads;
+    return (size_t)group * ((size_t)a->kv->head_dim + (size_t)a->kv->block_size + 2) + 64;
+}
+
+extern const struct cpu_kernels cpu_kernels_ref;
+extern const struct cpu_kernels cpu_avx2_kernels;
+extern const struct cpu_kernels cpu_avx512_kernels;
+
+/* The pool (cpu_pool.c). Workers sleep on a futex between rounds after a short spin. The caller
+ * runs ith = 0 itself. Not reentrant: a call from inside a round runs fn(ctx, 0, 1) inline. */
+int cpu_pool_start(int n_threads);
+void cpu_pool_stop(void);
+int cpu_pool_size(void);
+void cpu_pool_run(void (*fn)(void *ctx, int ith, int nth), void *ctx, int nth);
+
+/* Per-thread scratch of at least `floats` floats for thread ith, 64-byte aligned. Call
+ * cpu_scratch_reserve on the calling thread (outside a round) before a round uses it. */
+void cpu_scratch_reserve(size_t floats);
+float *cpu_scratch(int ith);
+/* Shared scratch (prepared activations), grow-only. */
+float *cpu_shared_scratch(size_t floats);
+
+/* x86 feature bits (cpu.c). */
+struct cpu_features {
+    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, avx512vnni;
+};
+const struct cpu_features *cpu_features_get(void);
+
+#endif

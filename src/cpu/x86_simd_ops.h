@@ -1,0 +1,487 @@
+/* The SIMD kernels, written once over a vector abstraction and compiled twice: included by
+ * x86_avx2_ops.c (8 lanes) and x86_avx512_ops.c (16 lanes), which define the V_* macros, VW,
+ * the tile sizes and K(name) (the symbol prefix) before including this file.
+ *
+ * Numerics: weights are widened to f32 exactly (bf16: shift; f16: vcvtph2ps; MLX affine:
+ * scale * code + bias in f32) and multiplied with f32 activations in f32 FMA, so results match
+ * the scalar reference up to summation order (tests: relative error ~1e-5 of the row norm).
+ *
+ * matmul: y[n, out] = x[n, in] · W^T, register-tiled MM_RT rows × MM_TT tokens (n = 1: MM_RT × 1),
+ * tokens blocked by MM_TB so the x block stays in L2 while a thread walks its rows. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu/cpu_int.h"
+
+#define CPU_AI static inline __attribute__((always_inline))
+
+/* ---- vector helpers ---- */
+
+/* e^x for x in [-87, 88] (clamped): 2^n · p(r), r = x - n ln2, degree-6 Taylor on |r| <= ln2/2
+ * (relative error < 2e-7). */
+CPU_AI VF K(vexp)(VF x)
+{
+    x = V_MIN(V_MAX(x, V_SET1(-87.0f)), V_SET1(88.0f));
+    VF n = V_ROUND(V_MUL(x, V_SET1(1.44269504088896341f)));
+    VF r = V_FNMADD(n, V_SET1(0.693145751953125f), x);
+    r = V_FNMADD(n, V_SET1(1.428606765330187e-06f), r);
+    VF p = V_SET1(1.0f / 720);
+    p = V_FMA(p, r, V_SET1(1.0f / 120));
+    p = V_FMA(p, r, V_SET1(1.0f / 24));
+    p = V_FMA(p, r, V_SET1(1.0f / 6));
+    p = V_FMA(p, r, V_SET1(0.5f));
+    p = V_FMA(p, r, V_SET1(1.0f));
+    p = V_FMA(p, r, V_SET1(1.0f));
+    return V_MUL(p, V_POW2I(n));
+}
+
+CPU_AI VF K(kvload)(const void *p, int64_t i, int is_f32)
+{
+    return is_f32 ? V_LOAD((const float *)p + i) : V_LOAD_BF16((const uint16_t *)p + i);
+}
+
+CPU_AI float K(kvload1)(const void *p, int64_t i, int is_f32)
+{
+    return is_f32 ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static float K(dot_f32)(const float *a, const float *b, int64_t n)
+{
+    VF acc0 = V_ZERO(), acc1 = V_ZERO();
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        acc0 = V_FMA(V_LOAD(a + i), V_LOAD(b + i), acc0);
+        acc1 = V_FMA(V_LOAD(a + i + VW), V_LOAD(b + i + VW), acc1);
+    }
+    for (; i + VW <= n; i += VW) acc0 = V_FMA(V_LOAD(a + i), V_LOAD(b + i), acc0);
+    float s = V_HSUM(V_ADD(acc0, acc1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ---- matmul ---- */
+
+CPU_AI VF K(wload)(const void *row, int64_t k, const int dt)
+{
+    if (dt == DTYPE_F32) return V_LOAD((const float *)row + k);
+    if (dt == DTYPE_BF16) return V_LOAD_BF16((const uint16_t *)row + k);
+    return V_LOAD_F16((const uint16_t *)row + k);
+}
+
+CPU_AI float K(wload1)(const void *row, int64_t k, const int dt)
+{
+    if (dt == DTYPE_F32) return ((const float *)row)[k];
+    if (dt == DTYPE_BF16) return bf16_to_f32(((const uint16_t *)row)[k]);
+    return f16_to_f32(((const uint16_t *)row)[k]);
+}
+
+/* Rows [r, r+nr) (nr <= MM_RT; missing rows repeat the last one and are not stored) × tokens
+ * [t, t+TT) of a dense (f32/bf16/f16) weight. */
+CPU_AI void K(dense_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, const int dt,
+                          const int TT)
+{
+    const int64_t in = mm->in;
+    const size_t esz = dt == DTYPE_F32 ? 4 : 2;
+    const size_t pf_ahead = (size_t)MM_RT * (size_t)in * esz;
+    const char *wrow[MM_RT];
+    const float *xr[MM_TT];
+    VF acc[MM_RT][MM_TT];
+#pragma GCC unroll 8
+    for (int i = 0; i < MM_RT; i++)
+        wrow[i] = (const char *)mm->w->data + (size_t)(r + (i < nr ? i : nr - 1)) * (size_t)in * esz;
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; j++) xr[j] = mm->x + (int64_t)(t + j) * in;
+#pragma GCC unroll 8
+    for (int i = 0; i < MM_RT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TT; j++) acc[i][j] = V_ZERO();
+    int64_t k = 0;
+    for (; k + VW <= in; k += VW) {
+        VF xv[MM_TT];
+#pragma GCC unroll 8
+        for (int j = 0; j < TT; j++) xv[j] = V_LOAD(xr[j] + k);
+#pragma GCC unroll 8
+        for (int i = 0; i < MM_RT; i++) {
+            /* Weights usually sit in 4 KiB pages of an mmap'd file, where the hardware
+             * prefetcher stops at every page: fetch the next tile's rows ahead. */
+            _mm_prefetch(wrow[i] + (size_t)k * esz + pf_ahead, _MM_HINT_T0);
+            VF wv = K(wload)(wrow[i], k, dt);
+#pragma GCC unroll 8
+            for (int j = 0; j < TT; j++) acc[i][j] = V_FMA(wv, xv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < TT; j++) {
+            float s = V_HSUM(acc[i][j]);
+            for (int64_t kk = k; kk < in; kk++) s += K(wload1)(wrow[i], kk, dt) * xr[j][kk];
+            mm->y[(int64_t)(t + j) * mm->out + r + i] = s;
+        }
+}
+
+/* Same for MLX affine q4/q8 with in % 32 == 0 and group_size % 32 == 0: each weight is
+ * dequantized in-register (scale * code + bias) and FMA'd with the activations. bits 4 reads
+ * the de-interleaved activations mm->xp (see struct cpu_mm). */
+CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, const int bits,
+                      const int TT)
+{
+    const struct tensor *w = mm->w;
+    const int64_t in = mm->in, gs = w->group_size, groups = in / gs;
+    const int64_t row_bytes = in * bits / 8, gbytes = gs * bits / 8;
+    const int64_t pf_ahead = MM_RT * row_bytes;
+    const uint8_t *wrow[MM_RT];
+    const uint16_t *sc[MM_RT], *bi[MM_RT];
+    const float *xr[MM_TT];
+    VF acc[MM_RT][MM_TT];
+#pragma GCC unroll 8
+    for (int i = 0; i < MM_RT; i++) {
+        int64_t ri = r + (i < nr ? i : nr - 1);
+        wrow[i] = (const uint8_t *)w->data + ri * row_bytes;
+        sc[i] = w->scales + ri * groups;
+        bi[i] = w->biases + ri * groups;
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < TT; j++) xr[j] = (bits == 4 ? mm->xp : mm->x) + (int64_t)(t + j) * in;
+#pragma GCC unroll 8
+    for (int i = 0; i < MM_RT; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < TT; j++) acc[i][j] = V_ZERO();
+    for (int64_t g = 0; g < groups; g++) {
+        VF s[MM_RT], b[MM_RT];
+#pragma GCC unroll 8
+        for (int i = 0; i < MM_RT; i++) {
+            s[i] = V_SET1(bf16_to_f32(sc[i][g]));
+            b[i] = V_SET1(bf16_to_f32(bi[i][g]));
+            /* Next tile's codes (see dense_tile: 4 KiB pages stop the hardware prefetcher). */
+            for (int64_t off = 0; off < gbytes; off += 64)
+                _mm_prefetch((const char *)wrow[i] + g * gbytes + off + pf_ahead, _MM_HINT_T0);
+            if ((g & 31) == 0) {
+                _mm_prefetch((const char *)(sc[i] + g + MM_RT * groups), _MM_HINT_T0);
+                _mm_prefetch((const char *)(bi[i] + g + MM_RT * groups), _MM_HINT_T0);
+            }
+        }
+        for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
+            if (bits == 8) {
+#pragma GCC unroll 4
+                for (int64_t u = 0; u < 32; u += VW) {
+                    VF xv[MM_TT];
+#pragma GCC unroll 8
+                    for (int j = 0; j < TT; j++) xv[j] = V_LOAD(xr[j] + k + u);
+#pragma GCC unroll 8
+                    for (int i = 0; i < MM_RT; i++) {
+                        VF wv = V_FMA(V_I2F(V_LOAD_U8I(wrow[i] + k + u)), s[i], b[i]);
+#pragma GCC unroll 8
+                        for (int j = 0; j < TT; j++) acc[i][j] = V_FMA(wv, xv[j], acc[i][j]);
+                    }
+                }
+            } else {
+#pragma GCC unroll 4
+                for (int64_t u = 0; u < 16; u += VW) {
+                    VF xlo[MM_TT], xhi[MM_TT];
+#pragma GCC unroll 8
+                    for (int j = 0; j < TT; j++) {
+                        xlo[j] = V_LOAD(xr[j] + k + u);
+                        xhi[j] = V_LOAD(xr[j] + k + 16 + u);
+                    }
+#pragma GCC unroll 8
+                    for (int i = 0; i < MM_RT; i++) {
+                        VI c = V_LOAD_U8I(wrow[i] + k / 2 + u);
+                        VF wlo = V_FMA(V_I2F(VI_AND15(c)), s[i], b[i]);
+                        VF whi = V_FMA(V_I2F(VI_SRL4(c)), s[i], b[i]);
+#pragma GCC unroll 8
+                        for (int j = 0; j < TT; j++) {
+                            acc[i][j] = V_FMA(wlo, xlo[j], acc[i][j]);
+                            acc[i][j] = V_FMA(whi, xhi[j], acc[i][j]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < TT; j++) mm->y[(int64_t)(t + j) * mm->out + r + i] = V_HSUM(acc[i][j]);
+}
+
+#define MM_TB 64
+
+#define K_MM_LOOP(TILE, ARG)                                                                      \
+    for (int tb = 0; tb < mm->n; tb += MM_TB) {                                                   \
+        int te = tb + MM_TB < mm->n ? tb + MM_TB : mm->n;                                         \
+        for (int64_t r = r0; r < r1; r += MM_RT) {                                                \
+            int64_t nr = r1 - r < MM_RT ? r1 - r : MM_RT;                                         \
+            int t = tb;                                                                           \
+            for (; t + MM_TT <= te; t += MM_TT) TILE(mm, r, nr, t, ARG, MM_TT);                   \
+            for (; t < te; t++) TILE(mm, r, nr, t, ARG, 1);                                       \
+        }                                                                                         \
+    }
+
+static void K(matmul_bf16)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
+{
+    K_MM_LOOP(K(dense_tile), DTYPE_BF16)
+}
+static void K(matmul_f16)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
+{
+    K_MM_LOOP(K(dense_tile), DTYPE_F16)
+}
+static void K(matmul_f32)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
+{
+    K_MM_LOOP(K(dense_tile), DTYPE_F32)
+}
+static void K(matmul_q4)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
+{
+    K_MM_LOOP(K(q_tile), 4)
+}
+static void K(matmul_q8)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
+{
+    K_MM_LOOP(K(q_tile), 8)
+}
+
+/* Any other layout (quant bits 2..8 other than the fast cases): dequantize one row with the
+ * shared scalar dequantizer, then SIMD dots with every token. */
+static void K(matmul_generic)(const struct cpu_mm *mm, int64_t r0, int64_t r1, float *row_buf)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        tensor_row_to_f32(mm->w, r, row_buf);
+        for (int t = 0; t < mm->n; t++)
+            mm->y[(int64_t)t * mm->out + r] = K(dot_f32)(row_buf, mm->x + (int64_t)t * mm->in, mm->in);
+    }
+}
+
+static void K(matmul)(const struct cpu_mm *mm, int64_t r0, int64_t r1, float *row_buf)
+{
+    const struct tensor *w = mm->w;
+    switch (w->dtype) {
+    case DTYPE_BF16: K(matmul_bf16)(mm, r0, r1); return;
+    case DTYPE_F16: K(matmul_f16)(mm, r0, r1); return;
+    case DTYPE_F32: K(matmul_f32)(mm, r0, r1); return;
+    case DTYPE_Q:
+        if (mm->in % 32 == 0 && w->group_size % 32 == 0) {
+            if (w->bits == 8) {
+                K(matmul_q8)(mm, r0, r1);
+                return;
+            }
+            if (w->bits == 4 && mm->xp) {
+                K(matmul_q4)(mm, r0, r1);
+                return;
+            }
+        }
+        K(matmul_generic)(mm, r0, r1, row_buf);
+        return;
+    default: K(matmul_generic)(mm, r0, r1, row_buf); return;
+    }
+}
+
+/* ---- row and element-wise ops ---- */
+
+static void K(rmsnorm)(float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+                       float w_offset)
+{
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (int64_t)r * dim;
+        float *yr = y + (int64_t)r * dim;
+        float ss = K(dot_f32)(xr, xr, dim);
+        float inv = (float)(1.0 / sqrt((double)ss / dim + eps));
+        VF vinv = V_SET1(inv), voff = V_SET1(w_offset);
+        int i = 0;
+        if (w) {
+            for (; i + VW <= dim; i += VW)
+                V_STORE(yr + i, V_MUL(V_MUL(V_LOAD(xr + i), vinv), V_ADD(V_LOAD(w + i), voff)));
+            for (; i < dim; i++) yr[i] = xr[i] * inv * (w[i] + w_offset);
+        } else {
+            for (; i + VW <= dim; i += VW) V_STORE(yr + i, V_MUL(V_LOAD(xr + i), vinv));
+            for (; i < dim; i++) yr[i] = xr[i] * inv;
+        }
+    }
+}
+
+static void K(rope)(float *x, int n_tokens, int n_heads, int head_dim, int rot_dim,
+                    const int32_t *pos, const float *inv_freq)
+{
+    int half = rot_dim / 2;
+    float cs[512], sn[512];
+    CAIRN_ASSERT(half <= 512);
+    for (int t = 0; t < n_tokens; t++) {
+        for (int i = 0; i < half; i++) {
+            double ang = (double)pos[t] * inv_freq[i];
+            cs[i] = (float)cos(ang);
+            sn[i] = (float)sin(ang);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((int64_t)t * n_heads + h) * head_dim;
+            int i = 0;
+            for (; i + VW <= half; i += VW) {
+                VF a = V_LOAD(v + i), b = V_LOAD(v + i + half), c = V_LOAD(cs + i), s = V_LOAD(sn + i);
+                V_STORE(v + i, V_SUB(V_MUL(a, c), V_MUL(b, s)));
+                V_STORE(v + i + half, V_ADD(V_MUL(b, c), V_MUL(a, s)));
+            }
+            for (; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+static void K(silu_mul)(float *out, const float *gate, const float *up, int64_t n)
+{
+    int64_t i = 0;
+    VF one = V_SET1(1.0f);
+    for (; i + VW <= n; i += VW) {
+        VF g = V_LOAD(gate + i);
+        VF e = K(vexp)(V_SUB(V_ZERO(), g));
+        V_STORE(out + i, V_MUL(V_DIV(g, V_ADD(one, e)), V_LOAD(up + i)));
+    }
+    for (; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static void K(add)(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(y + i, V_ADD(V_LOAD(y + i), V_LOAD(x + i)));
+    for (; i < n; i++) y[i] += x[i];
+}
+
+/* ---- attention ---- */
+
+/* Query token t, the `group` query heads sharing KV head kvh. KV is read one block at a time:
+ * scores of the block for every head of the group (one K read), an online-softmax rescale per
+ * block (not per position), then the V rows accumulated into every head (one V read).
+ * scratch: acc [group][hd], sc [group][block_size], m [group], l [group]. */
+static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
+{
+    const struct kv_pool *kv = a->kv;
+    const int hd = kv->head_dim, group = a->n_heads / kv->n_kv_heads, bs = kv->block_size;
+    const int is_f32 = kv->dtype == DTYPE_F32;
+    const size_t esz = is_f32 ? 4 : 2;
+    const int64_t row = (int64_t)kv->n_kv_heads * hd;
+    float *acc = scratch, *sc = acc + (size_t)group * hd, *m = sc + (size_t)group * bs, *l = m + group;
+    const float *q0 = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh * group) * hd;
+    for (int i = 0; i < group * hd; i++) acc[i] = 0;
+    for (int g = 0; g < group; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0;
+    }
+    const int n_pos = a->pos[t] + 1;
+    for (int p0 = 0; p0 < n_pos; p0 += bs) {
+        const int np = n_pos - p0 < bs ? n_pos - p0 : bs;
+        const int blk = a->block_table[p0 / bs];
+        const char *kb = (const char *)kv_pool_k(kv, blk, a->layer) + (size_t)kvh * hd * esz;
+        const char *vb = (const char *)kv_pool_v(kv, blk, a->layer) + (size_t)kvh * hd * esz;
+        for (int pp = 0; pp < np; pp++) {
+            const char *krow = kb + (size_t)pp * row * esz;
+            for (int g = 0; g < group; g++) {
+                const float *q = q0 + (int64_t)g * hd;
+                VF s0 = V_ZERO();
+                int i = 0;
+                for (; i + VW <= hd; i += VW) s0 = V_FMA(V_LOAD(q + i), K(kvload)(krow, i, is_f32), s0);
+                float s = V_HSUM(s0);
+                for (; i < hd; i++) s += q[i] * K(kvload1)(krow, i, is_f32);
+                sc[g * bs + pp] = s * a->scale;
+            }
+        }
+        for (int g = 0; g < group; g++) {
+            float *sg = sc + g * bs;
+            float mx = m[g];
+            for (int pp = 0; pp < np; pp++) mx = sg[pp] > mx ? sg[pp] : mx;
+            float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - mx);
+            VF vmx = V_SET1(mx), vsum = V_ZERO();
+            int pp = 0;
+            for (; pp + VW <= np; pp += VW) {
+                VF e = K(vexp)(V_SUB(V_LOAD(sg + pp), vmx));
+                V_STORE(sg + pp, e);
+                vsum = V_ADD(vsum, e);
+            }
+            float sum = V_HSUM(vsum);
+            for (; pp < np; pp++) {
+                sg[pp] = expf(sg[pp] - mx);
+                sum += sg[pp];
+            }
+            l[g] = l[g] * corr + sum;
+            m[g] = mx;
+            if (corr != 1.0f) {
+                float *ag = acc + (size_t)g * hd;
+                VF vc = V_SET1(corr);
+                int i = 0;
+                for (; i + VW <= hd; i += VW) V_STORE(ag + i, V_MUL(V_LOAD(ag + i), vc));
+                for (; i < hd; i++) ag[i] *= corr;
+            }
+        }
+        for (int pp = 0; pp < np; pp++) {
+            const char *vrow = vb + (size_t)pp * row * esz;
+            int i = 0;
+            for (; i + VW <= hd; i += VW) {
+                VF vv = K(kvload)(vrow, i, is_f32);
+                for (int g = 0; g < group; g++) {
+                    float *ag = acc + (size_t)g * hd + i;
+                    V_STORE(ag, V_FMA(V_SET1(sc[g * bs + pp]), vv, V_LOAD(ag)));
+                }
+            }
+            for (; i < hd; i++) {
+                float vv = K(kvload1)(vrow, i, is_f32);
+                for (int g = 0; g < group; g++) acc[(size_t)g * hd + i] += sc[g * bs + pp] * vv;
+            }
+        }
+    }
+    for (int g = 0; g < group; g++) {
+        float *o = a->out + ((int64_t)t * a->n_heads + (int64_t)kvh * group + g) * hd;
+        float inv = 1.0f / l[g];
+        for (int i = 0; i < hd; i++) o[i] = acc[(size_t)g * hd + i] * inv;
+    }
+}
+
+/* ---- probes ---- */
+
+static float K(probe_sum)(const float *x, int64_t n)
+{
+    VF a0 = V_ZERO(), a1 = V_ZERO(), a2 = V_ZERO(), a3 = V_ZERO();
+    int64_t i = 0;
+    for (; i + 4 * VW <= n; i += 4 * VW) {
+        a0 = V_ADD(a0, V_LOAD(x + i));
+        a1 = V_ADD(a1, V_LOAD(x + i + VW));
+        a2 = V_ADD(a2, V_LOAD(x + i + 2 * VW));
+        a3 = V_ADD(a3, V_LOAD(x + i + 3 * VW));
+    }
+    float s = V_HSUM(V_ADD(V_ADD(a0, a1), V_ADD(a2, a3)));
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+static void K(probe_triad)(float *a, const float *b, const float *c, float s, int64_t n)
+{
+    VF vs = V_SET1(s);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(a + i, V_FMA(vs, V_LOAD(c + i), V_LOAD(b + i)));
+    for (; i < n; i++) a[i] = b[i] + s * c[i];
+}
+
+static float K(probe_fma)(int64_t iters, int *lanes)
+{
+    VF acc[CPU_PROBE_FMA_CHAINS];
+    VF m = V_SET1(0.999999f), add = V_SET1(1e-7f);
+#pragma GCC unroll 16
+    for (int c = 0; c < CPU_PROBE_FMA_CHAINS; c++) acc[c] = V_SET1((float)c);
+    for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 16
+        for (int c = 0; c < CPU_PROBE_FMA_CHAINS; c++) acc[c] = V_FMA(acc[c], m, add);
+    }
+    VF s = V_ZERO();
+    for (int c = 0; c < CPU_PROBE_FMA_CHAINS; c++) s = V_ADD(s, acc[c]);
+    *lanes = VW;
+    return V_HSUM(s);
+}
+
+const struct cpu_kernels K(kernels) = {
+    .probe_sum = K(probe_sum),
+    .probe_triad = K(probe_triad),
+    .probe_fma = K(probe_fma), /* declared in cpu_int.h */
+    .matmul = K(matmul),
+    .rmsnorm = K(rmsnorm),
+    .rope = K(rope),
+    .silu_mul = K(silu_mul),
+    .add = K(add),
+    .attn = K(attn),
+};

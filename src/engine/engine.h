@@ -1,0 +1,220 @@
+/* The engine: continuous batching of generation requests for one model.
+ *
+ * One scheduler thread per engine owns the model, the KV pool and the prefix cache. Other
+ * threads (the HTTP layer) talk to it only through engine_submit / engine_cancel (a locked
+ * queue) and receive results through the request's event callback.
+ *
+ * Events: for every generated token an ENGINE_EVENT_TOKEN (with the text it released, after
+ * stop-string hold-back), then exactly one ENGINE_EVENT_DONE, after which the engine never
+ * touches `user` again. Callbacks run on the scheduler thread: they must not block (copy and
+ * signal); they may call engine_cancel (but not engine_cache_clear or engine_destroy, which wait
+ * for the scheduler thread).
+ *
+ * The token that ends generation (EOS or a stop id) also gets a TOKEN event, with no text of its
+ * own (text held back for a possible stop string is released with it), and counts in
+ * completion_tokens. When a stop string matches, that token's event carries the text before the
+ * match and nothing after. The detokenizer stream of a request is created in engine_submit (on
+ * the caller's thread) and then fed only on the scheduler thread. */
+#ifndef CAIRN_ENGINE_ENGINE_H
+#define CAIRN_ENGINE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "kv/kv_tier.h"
+#include "model/model.h"
+#include "tensor/tensor.h"
+
+struct engine;
+
+/* Detokenizer the engine uses to turn tokens into text (for stop strings and events). The
+ * server plugs in the tok room's streaming detokenizer; tests can plug in anything. */
+struct engine_detok {
+    void *ctx;
+    void *(*stream_new)(void *ctx);
+    /* Feeds one id; sets *text and *len to the newly complete text (valid until the next call). */
+    int (*stream_feed)(void *stream, int32_t id, const char **text, size_t *len);
+    /* Flushes what is pending at the end. */
+    int (*stream_flush)(void *stream, const char **text, size_t *len);
+    void (*stream_free)(void *stream);
+};
+
+struct engine_opts {
+    int max_batch_tokens;   /* token budget per step (decodes + prefill chunks); default 512 */
+    int max_running;        /* concurrent sequences; default 16 (at most max_batch_tokens) */
+    int max_waiting;        /* queued requests before engine_submit says BUSY; default 256 */
+    int block_size;         /* tokens per KV block; default ENGINE_DEFAULT_BLOCK_SIZE */
+    uint64_t kv_bytes;      /* device-tier KV budget in bytes (K+V); default 1 GiB */
+    enum dtype kv_dtype;    /* DTYPE_BF16 (default) or DTYPE_F32 */
+    int context_length;     /* max prompt + completion; default model max_position */
+    struct engine_detok detok;
+    struct kv_tier_ops tiers; /* lower tiers (hot RAM, SSD); all NULL = none */
+    uint64_t snapshot_bytes;  /* hybrid models: budget for recurrent-state snapshots kept with
+                               * cached blocks (least recently used dropped first); default
+                               * kv_bytes / 2, never fewer than 2 * max_running snapshots */
+};
+/* Block size, by measurement (`cairn bench-engine --attn-sweep 1024,4096`, Qwen3-0.6B attention
+ * shape, bf16 KV, AVX-512, 2 threads): the decode attention kernel reads one block at a time with
+ * one online-softmax rescale per block, and its time did not depend on the block size from 16 to
+ * 256 beyond the run-to-run noise of the shared test machine (about +-20%, no consistent order;
+ * e.g. context 4096: 7.5 / 7.1 / 7.8 / 8.1 / 6.3 ms per layer for 16 / 32 / 64 / 128 / 256). So
+ * the choice is set by the cache side: reuse is rounded down to a block (at most bs - 1 tokens
+ * recomputed per hit: 64 costs < 1% of a 10k-token agent prompt), and every block costs a SHA-256,
+ * an index entry, a lower-tier lookup and, in the SSD tier, one file (write + fsync + rename): 64
+ * has 4x fewer of those than 16. 128+ gains nothing measurable and doubles the rounding loss and
+ * the partial-block slack of every running sequence. */
+#define ENGINE_DEFAULT_BLOCK_SIZE 64
+
+/* Fills defaults for every zero field. kv_dtype: DTYPE_F32 is 0, so this turns it into
+ * DTYPE_BF16; set DTYPE_F32 after calling it if you want f32 KV. engine_create applies the other
+ * defaults itself but keeps kv_dtype as given. */
+void engine_opts_default(struct engine_opts *o);
+
+struct engine_logit_bias {
+    int32_t id;
+    float bias;
+};
+
+struct engine_sampling {
+    float temperature;            /* 0 = greedy */
+    int top_k;                    /* 0 = off */
+    float top_p;                  /* 1 = off */
+    float min_p;                  /* 0 = off */
+    uint64_t seed;
+    int has_seed;                 /* reproducible per request, independent of batching */
+    float repetition_penalty;     /* 1 (or 0) = off */
+    int repetition_context_size;  /* tokens looked back; 0 = 20 when the penalty is set */
+    float presence_penalty;
+    float frequency_penalty;
+    const struct engine_logit_bias *logit_bias; /* copied by engine_submit */
+    int n_logit_bias;
+    int logprobs;                 /* report the sampled token's logprob */
+    int top_logprobs;             /* 0..20 alternatives per token */
+};
+
+/* Sampling defaults: temperature 1, top_p 1, everything else off. */
+void engine_sampling_default(struct engine_sampling *s);
+
+enum engine_event_kind {
+    ENGINE_EVENT_TOKEN = 0,
+    ENGINE_EVENT_DONE,
+};
+
+enum engine_finish {
+    ENGINE_FINISH_STOP = 0,   /* EOS, stop id or stop string */
+    ENGINE_FINISH_LENGTH,     /* max_tokens or context length */
+    ENGINE_FINISH_CANCELLED,
+    ENGINE_FINISH_ERROR,
+};
+
+struct engine_usage {
+    int prompt_tokens;
+    int cached_tokens;        /* prompt tokens served from the prefix cache (any tier) */
+    int completion_tokens;
+    double queue_s;           /* submit -> first scheduled */
+    double prefill_s;         /* first scheduled -> first token */
+    double decode_s;          /* first token -> done */
+};
+
+struct engine_event {
+    enum engine_event_kind kind;
+    uint64_t request_id;
+    /* ENGINE_EVENT_TOKEN */
+    int32_t token;
+    const char *text;         /* text released with this token (may be empty) */
+    size_t text_len;
+    float logprob;            /* when sampling.logprobs */
+    int n_top;
+    const int32_t *top_ids;   /* [n_top], by decreasing logprob */
+    const float *top_logprobs;
+    /* ENGINE_EVENT_DONE */
+    enum engine_finish finish;
+    const char *stop_text;    /* matched stop string, or NULL */
+    int32_t stop_token;       /* EOS/stop id that ended it, or -1 */
+    const char *error;        /* ENGINE_FINISH_ERROR: message */
+    struct engine_usage usage;
+};
+
+typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);
+
+struct engine_request {
+    const int32_t *prompt;    /* copied by engine_submit */
+    int n_prompt;
+    struct engine_sampling sampling;
+    int max_tokens;           /* 0 = until the context is full */
+    const int32_t *stop_ids;  /* besides the model's EOS ids; copied */
+    int n_stop_ids;
+    int ignore_eos;
+    const char *const *stop;  /* stop strings, excluded from the output; copied */
+    int n_stop;
+    uint8_t cache_salt[32];   /* mixed into block hashes (zeroes = none) */
+    engine_event_fn on_event;
+    void *user;
+};
+
+/* Creates the engine and starts its scheduler thread. The engine does not own the model. */
+int engine_create(struct model *m, const struct engine_opts *opts, struct engine **out,
+                  struct cairn_err *err);
+
+/* What the engine needs from a model, as functions (engine_create fills them from model.h).
+ * Lets tests and benchmarks drive the scheduler with a synthetic forward, and leaves room for
+ * other executors (draft models, remote devices). All called on the scheduler thread except
+ * info, which is also called by engine_create / engine_submit. */
+struct engine_model_ops {
+    void *ctx;
+    const struct model_info *(*info)(void *ctx);
+    int (*reserve)(void *ctx, int max_tokens, struct cairn_err *err);  /* may be NULL */
+    int (*forward)(void *ctx, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
+                   struct cairn_err *err);
+    void (*state_init)(void *ctx, void *state);                       /* may be NULL: zeroes */
+};
+int engine_create_ops(const struct engine_model_ops *ops, const struct engine_opts *opts,
+                      struct engine **out, struct cairn_err *err);
+/* Cancels everything in flight (each gets its DONE event), stops the thread, frees. */
+void engine_destroy(struct engine *e);
+
+/* Queues a request. Errors: CAIRN_ERR_INVALID (bad parameter, names it), CAIRN_ERR_LIMIT (prompt
+ * longer than the context), CAIRN_ERR_NOMEM (could never fit in the KV budget: HTTP 507),
+ * CAIRN_ERR_BUSY (queue full: HTTP 429). On success *id identifies it; no event has run yet. */
+int engine_submit(struct engine *e, const struct engine_request *req, uint64_t *id,
+                  struct cairn_err *err);
+/* Cancels a request; its blocks are released at the next step and it gets DONE (CANCELLED).
+ * Unknown or finished ids are ignored. Thread-safe. */
+void engine_cancel(struct engine *e, uint64_t id);
+
+struct engine_stats {
+    int n_running;
+    int n_waiting;
+    int n_blocks_total;
+    int n_blocks_used;        /* referenced by running sequences */
+    int n_blocks_cached;      /* unreferenced but holding a cached prefix (evictable) */
+    int n_blocks_free;
+    uint64_t n_requests_done;
+    uint64_t n_prompt_tokens;
+    uint64_t n_cached_tokens; /* prompt tokens served from cache */
+    uint64_t n_generated_tokens;
+    uint64_t n_preemptions;
+    uint64_t n_prefix_lookups;
+    uint64_t n_prefix_hits;
+    double decode_tok_s;      /* recent decode throughput */
+    double prefill_tok_s;     /* recent prefill throughput */
+    /* additions (engine helper) */
+    int block_size;
+    uint64_t n_steps;
+    uint64_t n_evictions;     /* cached blocks evicted from the device tier */
+    uint64_t n_promotions;    /* blocks brought back from lower tiers */
+    uint64_t n_shared_blocks; /* full blocks switched to an identical published twin */
+    int n_snapshots;          /* recurrent-state snapshots held (hybrid models) */
+    double decode_step_s;     /* total time of decode-only steps (forward + sampling) */
+    uint64_t n_decode_step_tokens; /* tokens produced by those steps: their ratio is the
+                                    * aggregate decode throughput */
+};
+void engine_get_stats(struct engine *e, struct engine_stats *st);
+
+/* Drops every cached (unreferenced) block of the device tier, passing them to tiers.on_evict. */
+void engine_cache_clear(struct engine *e);
+
+const struct model_info *engine_model_info(const struct engine *e);
+
+#endif

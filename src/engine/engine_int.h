@@ -1,0 +1,95 @@
+/* Engine internals shared by engine.c (API side: create, submit, cancel, stats) and sched.c (the
+ * scheduler thread).
+ *
+ * Locking: `mu` guards the inbox (incoming, cancel ids, stop flag), n_pending and `stats`. Everything
+ * else (waiting, running, the pool, the cache, every struct engine_seq once taken from the inbox)
+ * belongs to the scheduler thread alone. Callbacks run without `mu` held. */
+#ifndef CAIRN_ENGINE_ENGINE_INT_H
+#define CAIRN_ENGINE_ENGINE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/stop.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
+
+struct engine_seq {
+    struct engine_seq *next;   /* inbox / waiting list link */
+    uint64_t id;
+    engine_event_fn on_event;
+    void *user;
+    int32_t *tokens;           /* [cap_tokens] prompt then generated */
+    int n_prompt;
+    int n_tokens;              /* prompt + generated so far */
+    int cap_tokens;            /* min(n_prompt + max_tokens, context_length) */
+    int max_tokens;            /* 0 = until the context is full */
+    int n_computed;            /* positions whose KV is in the blocks */
+    int32_t *blocks;           /* block table [cap_blocks] */
+    int n_blocks;
+    int cap_blocks;
+    int n_published;           /* leading blocks already published / matched */
+    uint8_t parent[32];        /* hash of block n_published-1 (zeroes when none) */
+    uint8_t salt[32];
+    void *state;               /* state_bytes (hybrid) or NULL */
+    struct sampler sampler;
+    struct stop_state stop;
+    int admitted_once;         /* cached_tokens counted */
+    int cancelled;
+    uint64_t order;            /* admission order, for preemption (newest first) */
+    struct engine_usage usage;
+    double t_submit, t_first_sched, t_first_token;
+    int slot;                  /* index of its logits row this step */
+};
+
+struct engine {
+    struct engine_model_ops ops;
+    struct model_info info;    /* copy */
+    struct engine_opts opts;
+    struct kv_pool pool;
+    struct kv_cache cache;
+    float *logits;             /* [max_running][vocab] */
+    struct model_seq *batch;   /* [max_running] */
+    struct engine_seq **sched; /* [max_running] sequences in this step */
+    int *chunk;                /* [max_running] tokens each processes this step */
+
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* guarded by mu */
+    struct engine_seq *inbox_head, *inbox_tail;
+    pthread_cond_t cv_done;    /* signalled when a cache clear request completes */
+    uint64_t *cancel_ids;
+    int n_cancel, cap_cancel;
+    int stopping;
+    int n_inbox;
+    int n_waiting_seen;        /* scheduler's waiting count, published at each step */
+    uint64_t clear_req, clear_done;
+    uint64_t next_id;
+    struct engine_stats stats;
+
+    /* scheduler thread only */
+    uint64_t *cancel_local;    /* swapped with cancel_ids under mu */
+    int cap_cancel_local;
+    int n_waiting;
+    struct engine_seq *wait_head, *wait_tail;
+    struct engine_seq **running; /* [max_running], in admission order */
+    int n_running;
+    uint64_t next_order;
+    uint64_t n_preemptions;
+    uint64_t n_shared_blocks;
+    uint64_t n_requests_done, n_prompt_tokens, n_cached_tokens, n_generated_tokens;
+    uint64_t n_prefix_lookups, n_prefix_hits, n_steps;
+    double decode_tok_s, prefill_tok_s;
+    double decode_step_s;
+    uint64_t n_decode_step_tokens;
+};
+
+double engine_now(void);
+void *engine_sched_main(void *arg);
+void engine_seq_free(struct engine *e, struct engine_seq *s);
+
+#endif

@@ -1,0 +1,70 @@
+/* Token sampler: one per request, buffers sized at admission so sampling allocates nothing.
+ *
+ * Pipeline over the raw logits of one position (the order matters and is fixed):
+ *   1. repetition_penalty over the distinct tokens among the last repetition_context_size tokens
+ *      of prompt + generated (logit > 0: divided by the penalty, else multiplied; as mlx-lm and
+ *      Hugging Face do); context size 20 when the penalty is set and the size is 0;
+ *   2. presence / frequency penalties over the GENERATED tokens (OpenAI:
+ *      logit -= count * frequency + (count > 0) * presence);
+ *   3. logit_bias added;
+ *   -> logprobs: log-softmax of these processed logits (before temperature, top-k/p, min-p), i.e.
+ *      the model's distribution as adjusted by the request's penalties and bias;
+ *   4. temperature == 0: greedy argmax (ties -> lowest id);
+ *      else divide by temperature, keep top_k, then the top_p nucleus, then min_p (relative to the
+ *      top probability), renormalize and draw with the request's PRNG.
+ * The PRNG (xoshiro256**) is seeded from the request seed (has_seed) so results are the same
+ * whatever else is batched; without a seed it is seeded from a global counter and the clock. One
+ * draw per sampled token. */
+#ifndef CAIRN_ENGINE_SAMPLER_H
+#define CAIRN_ENGINE_SAMPLER_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/engine.h"
+
+#define SAMPLER_MAX_TOP_LOGPROBS 20
+#define SAMPLER_N_BUCKETS 1024
+
+struct sampler {
+    struct engine_sampling p;         /* copy; p.logit_bias points to `bias` below */
+    int vocab_size;
+    int rep_ctx;                      /* effective repetition context size */
+    uint64_t rng[4];
+    struct engine_logit_bias *bias;   /* [p.n_logit_bias], owned */
+    float *work;                      /* [vocab] processed logits (only written when a penalty or
+                                       * a bias applies; else the input logits are used as is) */
+    float *probs;                     /* [vocab] */
+    int32_t *idx;                     /* [vocab] candidate ids / heap */
+    int32_t *counts;                  /* [vocab] generated-token counts, or NULL if unused */
+    uint8_t *mark;                    /* [vocab] repetition-penalty dedupe, or NULL */
+    double *bucket_mass;              /* [SAMPLER_N_BUCKETS] top-p histogram */
+    int32_t *bucket_count;            /* [SAMPLER_N_BUCKETS] */
+    /* outputs of the last sampler_sample */
+    float logprob;
+    int n_top;
+    int32_t top_ids[SAMPLER_MAX_TOP_LOGPROBS];
+    float top_logprobs[SAMPLER_MAX_TOP_LOGPROBS];
+};
+
+/* Validates parameters (error names the bad one) and allocates the buffers. */
+int sampler_init(struct sampler *s, const struct engine_sampling *p, int vocab_size,
+                 struct cairn_err *err);
+void sampler_free(struct sampler *s);
+
+/* Checks sampling parameters without allocating. */
+int sampler_validate(const struct engine_sampling *p, int vocab_size, struct cairn_err *err);
+
+/* Samples one token from logits[vocab]. `history` holds prompt + generated tokens so far
+ * (n_history), of which the last n_generated are generated. Fills logprob/top_* when requested.
+ * Does not record the token: call sampler_accept with it. */
+int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history,
+                       int n_history, int n_generated);
+/* Records a generated token (presence/frequency counts). */
+void sampler_accept(struct sampler *s, int32_t token);
+
+/* Helpers shared with tests: indices of the k largest values (ties -> lower index first), sorted
+ * by decreasing value, written to out[k]. heap is scratch of k ints (may alias nothing else). */
+void sampler_top_k_indices(const float *v, int n, int k, int32_t *out);
+
+#endif

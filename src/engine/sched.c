@@ -1,0 +1,568 @@
+/* The scheduler thread: continuous batching with chunked prefill, prefix reuse and preemption.
+ *
+ * DESIGN
+ * - A sequence holds tokens[0, n_tokens) (prompt, then generated) and KV for positions
+ *   [0, n_computed). Each step processes tokens[n_computed, n_computed + chunk); when that reaches
+ *   n_tokens the model returns logits for the last position and a token is sampled. Prefill,
+ *   decode (chunk 1) and recomputation after preemption are the same operation.
+ * - A step packs, within max_batch_tokens: (A) the decodes of running sequences, oldest first;
+ *   (B) the next prefill chunk of running sequences still prefilling; (C) new sequences from the
+ *   head of the waiting queue (strict FCFS: the head is never skipped, so nobody starves), up to
+ *   max_running. Admission first takes the longest cached prefix (kv_cache_match, at most
+ *   n_tokens - 1 tokens so the last position is computed for its logits).
+ * - Blocks are allocated for the tokens a step processes. When none is left (every block is held
+ *   by running sequences), the newest running sequence (highest id) not yet in this step is
+ *   preempted: its blocks are released (full ones stay cached, so it usually comes back cheaply)
+ *   and it goes back to the FRONT of the waiting queue with its tokens, to be recomputed.
+ * - After the forward, newly full blocks are published to the prefix index (switching to an
+ *   identical published twin when there is one); hybrid models snapshot the recurrent state when a
+ *   prefill chunk ends on a block boundary (chunks are cut at the prompt's last full block
+ *   boundary so that one always exists).
+ * - Finished, cancelled and failed sequences release their blocks and get exactly one DONE.
+ * Callbacks run here, with e->mu NOT held (they may call engine_cancel). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "engine/engine_int.h"
+
+/* ---- events ---- */
+
+static void sched_emit_done(struct engine *e, struct engine_seq *s, enum engine_finish fin,
+                            const char *error)
+{
+    double now = engine_now();
+    struct engine_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = ENGINE_EVENT_DONE;
+    ev.request_id = s->id;
+    ev.finish = fin;
+    ev.stop_text = fin == ENGINE_FINISH_STOP ? stop_matched(&s->stop) : NULL;
+    ev.stop_token = fin == ENGINE_FINISH_STOP && !ev.stop_text ? s->stop.stop_token : -1;
+    ev.error = error;
+    ev.usage = s->usage;
+    if (s->t_first_sched > 0) ev.usage.queue_s = s->t_first_sched - s->t_submit;
+    else ev.usage.queue_s = now - s->t_submit;
+    if (s->t_first_token > 0) {
+        ev.usage.prefill_s = s->t_first_token - s->t_first_sched;
+        ev.usage.decode_s = now - s->t_first_token;
+    } else if (s->t_first_sched > 0) {
+        ev.usage.prefill_s = now - s->t_first_sched;
+    }
+    e->n_requests_done++;
+    s->on_event(s->user, &ev);
+}
+
+static void sched_release_blocks(struct engine *e, struct engine_seq *s)
+{
+    for (int i = 0; i < s->n_blocks; i++) kv_cache_release(&e->cache, s->blocks[i]);
+    s->n_blocks = 0;
+    s->n_published = 0;
+    s->n_computed = 0;
+    memset(s->parent, 0, sizeof(s->parent));
+}
+
+/* Finishes a sequence that is in no list any more. */
+static void sched_finish(struct engine *e, struct engine_seq *s, enum engine_finish fin, const char *error)
+{
+    sched_release_blocks(e, s);
+    sched_emit_done(e, s, fin, error);
+    engine_seq_free(e, s);
+}
+
+/* ---- lists ---- */
+
+static void sched_running_remove(struct engine *e, struct engine_seq *s)
+{
+    for (int i = 0; i < e->n_running; i++) {
+        if (e->running[i] == s) {
+            memmove(&e->running[i], &e->running[i + 1], (size_t)(e->n_running - i - 1) * sizeof(s));
+            e->n_running--;
+            return;
+        }
+    }
+    CAIRN_ASSERT(!"sequence not running");
+}
+
+static int sched_index_of(const struct engine *e, const struct engine_seq *s)
+{
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i] == s) return i;
+    CAIRN_ASSERT(!"sequence not running");
+    return -1;
+}
+
+static void sched_waiting_push_front(struct engine *e, struct engine_seq *s)
+{
+    s->next = e->wait_head;
+    e->wait_head = s;
+    if (!e->wait_tail) e->wait_tail = s;
+    e->n_waiting++;
+}
+
+static struct engine_seq *sched_waiting_pop_front(struct engine *e)
+{
+    struct engine_seq *s = e->wait_head;
+    if (!s) return NULL;
+    e->wait_head = s->next;
+    if (!e->wait_head) e->wait_tail = NULL;
+    s->next = NULL;
+    e->n_waiting--;
+    return s;
+}
+
+/* ---- inbox: new requests, cancellations, stop ---- */
+
+static void sched_cancel_id(struct engine *e, uint64_t id)
+{
+    for (int i = 0; i < e->n_running; i++) {
+        struct engine_seq *s = e->running[i];
+        if (s->id == id) {
+            sched_running_remove(e, s);
+            sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+            return;
+        }
+    }
+    struct engine_seq **pp = &e->wait_head, *prev = NULL;
+    while (*pp) {
+        struct engine_seq *s = *pp;
+        if (s->id == id) {
+            *pp = s->next;
+            if (e->wait_tail == s) e->wait_tail = prev;
+            e->n_waiting--;
+            s->next = NULL;
+            sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+            return;
+        }
+        prev = s;
+        pp = &s->next;
+    }
+    LOG_DEBUG("engine", "cancel: request %llu not found", (unsigned long long)id);
+}
+
+static void sched_cancel_all(struct engine *e)
+{
+    while (e->n_running > 0) {
+        struct engine_seq *s = e->running[e->n_running - 1];
+        e->n_running--;
+        sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+    }
+    struct engine_seq *s;
+    while ((s = sched_waiting_pop_front(e))) sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+}
+
+/* ---- block allocation and preemption ---- */
+
+/* Newest (highest id) running sequence that is not in this step's batch, or NULL. */
+static struct engine_seq *sched_pick_victim(struct engine *e)
+{
+    struct engine_seq *v = NULL;
+    for (int i = 0; i < e->n_running; i++) {
+        struct engine_seq *s = e->running[i];
+        if (s->slot < 0 && (!v || s->id > v->id)) v = s;
+    }
+    return v;
+}
+
+static void sched_preempt(struct engine *e, struct engine_seq *s)
+{
+    sched_running_remove(e, s);
+    sched_release_blocks(e, s);
+    sched_waiting_push_front(e, s);
+    e->n_preemptions++;
+    LOG_DEBUG("engine", "preempted request %llu (%d tokens)", (unsigned long long)s->id, s->n_tokens);
+}
+
+enum { SCHED_ALLOC_OK = 0, SCHED_ALLOC_SELF_PREEMPTED, SCHED_ALLOC_IMPOSSIBLE };
+
+/* Makes s hold blocks for positions [0, upto). May preempt newer unscheduled sequences; if s is
+ * itself the newest candidate it is preempted (SELF_PREEMPTED). When s is the only holder and
+ * still cannot fit, IMPOSSIBLE. `may_preempt` = 0 (new admissions) never preempts: it fails
+ * with SELF_PREEMPTED after undoing nothing (the caller releases). */
+static int sched_alloc_upto(struct engine *e, struct engine_seq *s, int upto, int may_preempt)
+{
+    int bs = e->opts.block_size;
+    while (s->n_blocks * bs < upto) {
+        CAIRN_ASSERT(s->n_blocks < s->cap_blocks);
+        int b = kv_cache_alloc(&e->cache);
+        if (b >= 0) {
+            s->blocks[s->n_blocks++] = b;
+            continue;
+        }
+        if (!may_preempt) return SCHED_ALLOC_SELF_PREEMPTED;
+        struct engine_seq *v = sched_pick_victim(e);
+        /* s is running and unscheduled (slot < 0) here, so v != NULL */
+        if (v == s || !v) {
+            /* s is the newest candidate; if nothing else holds blocks, it can never fit */
+            int others = 0;
+            for (int i = 0; i < e->n_running; i++)
+                if (e->running[i] != s && e->running[i]->n_blocks > 0) others = 1;
+            if (!others) return SCHED_ALLOC_IMPOSSIBLE;
+            sched_preempt(e, s);
+            return SCHED_ALLOC_SELF_PREEMPTED;
+        }
+        sched_preempt(e, v);
+    }
+    return SCHED_ALLOC_OK;
+}
+
+/* ---- admission ---- */
+
+/* Prefix lookup for a sequence that holds no blocks; sets n_computed to what was reused. */
+static void sched_match_prefix(struct engine *e, struct engine_seq *s)
+{
+    int bs = e->opts.block_size;
+    int max_blocks = (s->n_tokens - 1) / bs;
+    int n = 0;
+    if (max_blocks > 0) n = kv_cache_match(&e->cache, s->tokens, s->n_tokens, s->salt, max_blocks, s->blocks);
+    s->n_blocks = s->n_published = n;
+    s->n_computed = n * bs;
+    memset(s->parent, 0, 32);
+    if (n > 0) memcpy(s->parent, kv_cache_block_hash(&e->cache, s->blocks[n - 1]), 32);
+    if (e->info.state_bytes) {
+        const void *snap = n > 0 ? kv_cache_snapshot(&e->cache, s->blocks[n - 1]) : NULL;
+        if (snap) memcpy(s->state, snap, e->info.state_bytes);
+        else if (e->ops.state_init) e->ops.state_init(e->ops.ctx, s->state);
+        else memset(s->state, 0, e->info.state_bytes);
+    }
+}
+
+/* Counts a successful admission: the prefix lookup, and the first admission's cached tokens
+ * (a sequence coming back after preemption reuses its own blocks: not counted again). */
+static void sched_count_admission(struct engine *e, struct engine_seq *s)
+{
+    e->n_prefix_lookups++;
+    if (s->n_published > 0) e->n_prefix_hits++;
+    if (!s->admitted_once) {
+        s->usage.cached_tokens = s->n_computed;
+        e->n_cached_tokens += (uint64_t)s->n_computed;
+        e->n_prompt_tokens += (uint64_t)s->n_prompt;
+        s->admitted_once = 1;
+    }
+}
+
+/* Prefill chunk for s given the remaining budget. Hybrid models can only reuse a prefix that ends
+ * on a block with a state snapshot, and snapshots are taken where a chunk ends on a block
+ * boundary, so chunks are cut at: the last full block boundary of the known tokens (what a longer
+ * follow-up prompt can reuse), the last boundary before the final token (what the same prompt sent
+ * again can reuse: at most n_tokens - 1 tokens are ever reused), and otherwise at the last
+ * boundary inside the budget. */
+static int sched_chunk(const struct engine *e, const struct engine_seq *s, int budget)
+{
+    int want = s->n_tokens - s->n_computed;
+    int c = want < budget ? want : budget;
+    if (e->info.state_bytes && c > 1) {
+        int bs = e->opts.block_size;
+        int end = s->n_computed + c;
+        int cuts[2] = {(s->n_tokens - 1) / bs * bs, s->n_tokens / bs * bs};
+        for (int i = 0; i < 2; i++) {
+            if (cuts[i] > s->n_computed && cuts[i] < end) {
+                end = cuts[i];
+                break;
+            }
+        }
+        if (end == s->n_computed + c && c < want && end / bs * bs > s->n_computed) end = end / bs * bs;
+        c = end - s->n_computed;
+    }
+    return c;
+}
+
+static void sched_add(struct engine *e, struct engine_seq *s, int chunk, int *n_sched)
+{
+    int i = (*n_sched)++;
+    s->slot = i;
+    e->sched[i] = s;
+    e->chunk[i] = chunk;
+    if (s->t_first_sched == 0) s->t_first_sched = engine_now();
+}
+
+/* ---- after the forward ---- */
+
+static void sched_publish(struct engine *e, struct engine_seq *s)
+{
+    int bs = e->opts.block_size;
+    while ((s->n_published + 1) * bs <= s->n_computed) {
+        int j = s->n_published;
+        int b = s->blocks[j];
+        int got = kv_cache_publish(&e->cache, b, s->parent, s->tokens + (size_t)j * (size_t)bs, s->salt, s->parent);
+        if (got != b) {
+            kv_cache_release(&e->cache, b);
+            s->blocks[j] = got;
+            e->n_shared_blocks++;
+        }
+        s->n_published++;
+    }
+}
+
+/* Samples, emits the token, and returns 1 if the sequence finished (finish filled). */
+static int sched_sample(struct engine *e, struct engine_seq *s, const float *logits, enum engine_finish *fin)
+{
+    int n_gen = s->n_tokens - s->n_prompt;
+    int32_t tok = sampler_sample(&s->sampler, logits, s->tokens, s->n_tokens, n_gen);
+    sampler_accept(&s->sampler, tok);
+    CAIRN_ASSERT(s->n_tokens < s->cap_tokens);
+    s->tokens[s->n_tokens++] = tok;
+    s->usage.completion_tokens++;
+    e->n_generated_tokens++;
+    if (s->t_first_token == 0) s->t_first_token = engine_now();
+
+    int at_limit = s->n_tokens >= s->cap_tokens;
+    const char *text;
+    size_t len;
+    int rc = at_limit ? stop_feed_final(&s->stop, tok, &text, &len) : stop_feed(&s->stop, tok, &text, &len);
+    int done = 0;
+    if (rc < 0) {
+        text = "";
+        len = 0;
+        *fin = ENGINE_FINISH_ERROR;
+        done = 1;
+    } else if (rc == STOP_TOKEN || rc == STOP_STRING) {
+        *fin = ENGINE_FINISH_STOP;
+        done = 1;
+    } else if (at_limit) {
+        *fin = ENGINE_FINISH_LENGTH;
+        done = 1;
+    }
+    struct engine_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = ENGINE_EVENT_TOKEN;
+    ev.request_id = s->id;
+    ev.token = tok;
+    ev.text = text;
+    ev.text_len = len;
+    ev.stop_token = -1;
+    if (s->sampler.p.logprobs || s->sampler.p.top_logprobs) {
+        ev.logprob = s->sampler.logprob;
+        ev.n_top = s->sampler.n_top;
+        ev.top_ids = s->sampler.top_ids;
+        ev.top_logprobs = s->sampler.top_logprobs;
+    }
+    s->on_event(s->user, &ev);
+    return done;
+}
+
+/* ---- one step ---- */
+
+static void sched_step(struct engine *e)
+{
+    int budget = e->opts.max_batch_tokens;
+    int n_sched = 0;
+    int n_decode = 0, n_prefill = 0;
+    for (int i = 0; i < e->n_running; i++) e->running[i]->slot = -1;
+
+    /* (A) decodes, oldest first */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        struct engine_seq *s = e->running[i];
+        if (s->n_tokens - s->n_computed != 1) continue;
+        int r = sched_alloc_upto(e, s, s->n_computed + 1, 1);
+        if (r == SCHED_ALLOC_IMPOSSIBLE) {
+            sched_running_remove(e, s);
+            sched_finish(e, s, ENGINE_FINISH_LENGTH, NULL);
+            i--;
+            continue;
+        }
+        if (r == SCHED_ALLOC_SELF_PREEMPTED) break; /* memory is short: stop packing */
+        i = sched_index_of(e, s); /* preempting others may have shifted it */
+        sched_add(e, s, 1, &n_sched);
+        budget--;
+    }
+    /* (B) prefill chunks of running sequences */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        struct engine_seq *s = e->running[i];
+        if (s->slot >= 0 || s->n_tokens - s->n_computed <= 1) continue;
+        int c = sched_chunk(e, s, budget);
+        int r = sched_alloc_upto(e, s, s->n_computed + c, 1);
+        if (r == SCHED_ALLOC_IMPOSSIBLE) {
+            sched_running_remove(e, s);
+            sched_finish(e, s, ENGINE_FINISH_LENGTH, NULL);
+            i--;
+            continue;
+        }
+        if (r == SCHED_ALLOC_SELF_PREEMPTED) break;
+        i = sched_index_of(e, s);
+        sched_add(e, s, c, &n_sched);
+        budget -= c;
+    }
+    /* (C) admissions, strict FCFS */
+    while (budget > 0 && e->n_running < e->opts.max_running && e->wait_head) {
+        struct engine_seq *s = e->wait_head;
+        sched_match_prefix(e, s);
+        int c = sched_chunk(e, s, budget);
+        int r = sched_alloc_upto(e, s, s->n_computed + c, 0);
+        if (r != SCHED_ALLOC_OK) {
+            /* keep waiting; drop what it holds so cached blocks stay evictable */
+            sched_release_blocks(e, s);
+            break;
+        }
+        sched_count_admission(e, s);
+        sched_waiting_pop_front(e);
+        e->running[e->n_running++] = s;
+        s->slot = -1;
+        sched_add(e, s, c, &n_sched);
+        budget -= c;
+    }
+    if (n_sched == 0) return;
+
+    /* build the batch (a preempted sequence may have left a hole: none can, since only
+     * unscheduled sequences are preempted) */
+    size_t V = (size_t)e->info.vocab_size;
+    for (int i = 0; i < n_sched; i++) {
+        struct engine_seq *s = e->sched[i];
+        struct model_seq *m = &e->batch[i];
+        int c = e->chunk[i];
+        m->tokens = s->tokens + s->n_computed;
+        m->n_tokens = c;
+        m->pos0 = s->n_computed;
+        m->block_table = s->blocks;
+        m->state = s->state;
+        m->n_logits = s->n_computed + c == s->n_tokens ? 1 : 0;
+        m->logits = e->logits + (size_t)i * V;
+        if (c == 1 && m->n_logits) n_decode++;
+        else n_prefill += c;
+    }
+    /* let engine_submit see the queue as it is now, not as it was before admissions */
+    pthread_mutex_lock(&e->mu);
+    e->n_waiting_seen = e->n_waiting;
+    pthread_mutex_unlock(&e->mu);
+    double t0 = engine_now();
+    struct cairn_err err = {0};
+    int rc = e->ops.forward(e->ops.ctx, &e->pool, e->batch, n_sched, &err);
+    double dt = engine_now() - t0;
+    e->n_steps++;
+    if (rc) {
+        LOG_ERROR("engine", "forward failed: %s", err.msg);
+        for (int i = 0; i < n_sched; i++) {
+            struct engine_seq *s = e->sched[i];
+            sched_running_remove(e, s);
+            sched_finish(e, s, ENGINE_FINISH_ERROR, err.msg[0] ? err.msg : cairn_status_str(rc));
+        }
+        return;
+    }
+    if (dt > 0) {
+        /* rates over steps of each kind (mixed steps count for both) */
+        if (n_decode) e->decode_tok_s = 0.8 * e->decode_tok_s + 0.2 * (n_decode / dt);
+        if (n_prefill) e->prefill_tok_s = 0.8 * e->prefill_tok_s + 0.2 * (n_prefill / dt);
+    }
+
+    int bs = e->opts.block_size;
+    for (int i = 0; i < n_sched; i++) {
+        struct engine_seq *s = e->sched[i];
+        int c = e->chunk[i];
+        int had_logits = e->batch[i].n_logits;
+        s->n_computed += c;
+        if (e->info.state_bytes && s->n_computed % bs == 0 && !(c == 1 && had_logits)) {
+            int b = s->blocks[s->n_computed / bs - 1];
+            if (!kv_cache_snapshot(&e->cache, b)) kv_cache_snapshot_attach(&e->cache, b, s->state);
+        }
+        sched_publish(e, s);
+        if (!had_logits) continue;
+        enum engine_finish fin = ENGINE_FINISH_STOP;
+        if (sched_sample(e, s, e->logits + (size_t)i * V, &fin)) {
+            sched_running_remove(e, s);
+            sched_finish(e, s, fin, fin == ENGINE_FINISH_ERROR ? "detokenizer failed" : NULL);
+        }
+    }
+    if (n_prefill == 0) {
+        e->decode_step_s += engine_now() - t0;
+        e->n_decode_step_tokens += (uint64_t)n_decode;
+    }
+}
+
+/* ---- thread ---- */
+
+static void sched_publish_stats(struct engine *e)
+{
+    struct engine_stats *st = &e->stats;
+    st->n_running = e->n_running;
+    st->n_waiting = e->n_waiting;
+    st->n_blocks_total = e->pool.n_blocks;
+    st->n_blocks_used = kv_cache_n_used(&e->cache);
+    st->n_blocks_cached = kv_cache_n_cached(&e->cache);
+    st->n_blocks_free = kv_cache_n_free(&e->cache);
+    st->n_requests_done = e->n_requests_done;
+    st->n_prompt_tokens = e->n_prompt_tokens;
+    st->n_cached_tokens = e->n_cached_tokens;
+    st->n_generated_tokens = e->n_generated_tokens;
+    st->n_preemptions = e->n_preemptions;
+    st->n_prefix_lookups = e->n_prefix_lookups;
+    st->n_prefix_hits = e->n_prefix_hits;
+    st->decode_tok_s = e->decode_tok_s;
+    st->prefill_tok_s = e->prefill_tok_s;
+    st->block_size = e->opts.block_size;
+    st->n_steps = e->n_steps;
+    st->n_evictions = e->cache.n_evictions;
+    st->n_promotions = e->cache.n_promotions;
+    st->n_shared_blocks = e->n_shared_blocks;
+    st->n_snapshots = e->cache.n_snapshots;
+    st->decode_step_s = e->decode_step_s;
+    st->n_decode_step_tokens = e->n_decode_step_tokens;
+    e->n_waiting_seen = e->n_waiting;
+}
+
+void *engine_sched_main(void *arg)
+{
+    struct engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    sched_publish_stats(e);
+    for (;;) {
+        while (!e->stopping && !e->inbox_head && !e->n_cancel && e->clear_req == e->clear_done &&
+               e->n_running == 0 && !e->wait_head)
+            pthread_cond_wait(&e->cv, &e->mu);
+        /* take the inbox */
+        struct engine_seq *in = e->inbox_head;
+        int n_in = e->n_inbox;
+        e->inbox_head = e->inbox_tail = NULL;
+        e->n_inbox = 0;
+        e->n_waiting_seen += n_in; /* keep BUSY accounting continuous until the next publish */
+        uint64_t *ids = e->cancel_ids;
+        int n_ids = e->n_cancel, cap = e->cap_cancel;
+        e->cancel_ids = e->cancel_local;
+        e->cap_cancel = e->cap_cancel_local;
+        e->n_cancel = 0;
+        e->cancel_local = ids;
+        e->cap_cancel_local = cap;
+        int stopping = e->stopping;
+        int clear = e->clear_req != e->clear_done;
+        uint64_t clear_to = e->clear_req;
+        pthread_mutex_unlock(&e->mu);
+
+        while (in) {
+            struct engine_seq *s = in;
+            in = in->next;
+            s->next = NULL;
+            if (e->wait_tail) e->wait_tail->next = s;
+            else e->wait_head = s;
+            e->wait_tail = s;
+            e->n_waiting++;
+        }
+        for (int i = 0; i < n_ids; i++) sched_cancel_id(e, ids[i]);
+        if (stopping) {
+            sched_cancel_all(e);
+            pthread_mutex_lock(&e->mu);
+            /* late submissions raced with stopping: cancel them too */
+            while (e->inbox_head) {
+                struct engine_seq *s = e->inbox_head;
+                e->inbox_head = s->next;
+                pthread_mutex_unlock(&e->mu);
+                sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+                pthread_mutex_lock(&e->mu);
+            }
+            e->inbox_tail = NULL;
+            e->n_inbox = 0;
+            sched_publish_stats(e);
+            pthread_cond_broadcast(&e->cv_done);
+            pthread_mutex_unlock(&e->mu);
+            return NULL;
+        }
+        if (clear) kv_cache_clear(&e->cache);
+        sched_step(e);
+
+        pthread_mutex_lock(&e->mu);
+        sched_publish_stats(e);
+        if (clear) {
+            e->clear_done = clear_to;
+            pthread_cond_broadcast(&e->cv_done);
+        }
+    }
+}

@@ -1,0 +1,379 @@
+/* Device-tier block cache: refcounts, free list, LRU of cached blocks, hash-chain prefix index,
+ * snapshots and tier hooks. See kv_cache.h for the design. */
+#include "kv/kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/hash.h"
+#include "base/mem.h"
+
+enum kv_block_state {
+    KV_BLOCK_FREE = 0,
+    KV_BLOCK_USED,
+    KV_BLOCK_CACHED,
+};
+
+struct kv_cache_block {
+    int refcnt;
+    uint8_t state;       /* enum kv_block_state */
+    uint8_t published;   /* in the hash index (tokens, hash, parent valid) */
+    int32_t lru_prev, lru_next; /* CACHED only */
+    int32_t hnext;       /* next block in the same hash bucket */
+    uint8_t hash[32];
+    uint8_t parent[32];
+    void *snapshot;      /* state_bytes or NULL */
+};
+
+static const uint8_t kv_zero32[32];
+
+static int kv_cache_bucket(const struct kv_cache *c, const uint8_t hash[32])
+{
+    uint32_t h;
+    memcpy(&h, hash, 4);
+    return (int)(h & (uint32_t)(c->n_buckets - 1));
+}
+
+int kv_cache_init(struct kv_cache *c, struct kv_pool *pool, const uint8_t identity[32],
+                  size_t state_bytes, const struct kv_tier_ops *tiers, struct cairn_err *err)
+{
+    memset(c, 0, sizeof(*c));
+    c->pool = pool;
+    memcpy(c->identity, identity, 32);
+    c->state_bytes = state_bytes;
+    if (tiers) c->tiers = *tiers;
+    int n = pool->n_blocks;
+    c->n_buckets = 16;
+    while (c->n_buckets < 2 * n) c->n_buckets *= 2;
+    c->blocks = calloc((size_t)n, sizeof(*c->blocks));
+    c->tokens = calloc((size_t)n * (size_t)pool->block_size, sizeof(int32_t));
+    c->free_stack = calloc((size_t)n, sizeof(int32_t));
+    c->buckets = malloc((size_t)c->n_buckets * sizeof(int32_t));
+    if (state_bytes) c->scratch_state = cairn_mem_alloc(state_bytes, CAIRN_MEM_STATE);
+    if (!c->blocks || !c->tokens || !c->free_stack || !c->buckets ||
+        (state_bytes && !c->scratch_state)) {
+        kv_cache_free(c);
+        return cairn_err_set(err, CAIRN_ERR_NOMEM, "kv cache: cannot allocate metadata for %d blocks", n);
+    }
+    for (int i = 0; i < c->n_buckets; i++) c->buckets[i] = -1;
+    /* Pop order 0, 1, 2 ... (cosmetic: tests read block ids more easily). */
+    for (int i = 0; i < n; i++) {
+        c->free_stack[i] = n - 1 - i;
+        c->blocks[i].lru_prev = c->blocks[i].lru_next = c->blocks[i].hnext = -1;
+    }
+    c->n_free = n;
+    c->lru_head = c->lru_tail = -1;
+    return CAIRN_OK;
+}
+
+void kv_cache_free(struct kv_cache *c)
+{
+    if (c->blocks && c->pool) {
+        for (int i = 0; i < c->pool->n_blocks; i++)
+            cairn_mem_free(c->blocks[i].snapshot, c->state_bytes, CAIRN_MEM_STATE);
+    }
+    cairn_mem_free(c->scratch_state, c->state_bytes, CAIRN_MEM_STATE);
+    free(c->blocks);
+    free(c->tokens);
+    free(c->free_stack);
+    free(c->buckets);
+    memset(c, 0, sizeof(*c));
+}
+
+void kv_cache_hash(const struct kv_cache *c, const uint8_t *parent, const int32_t *tokens,
+                   int n_tokens, const uint8_t *salt, uint8_t out[32])
+{
+    struct cairn_sha256 h;
+    if (cairn_sha256_init(&h) != 0) {
+        /* Cannot happen with a working libcrypto; an all-ones hash never matches a real one
+         * because lookups also compare tokens and parent. */
+        memset(out, 0xff, 32);
+        return;
+    }
+    cairn_sha256_update(&h, c->identity, 32);
+    cairn_sha256_update(&h, parent ? parent : kv_zero32, 32);
+    /* token ids as int32 little endian (x86-64 is little endian; stated for other readers) */
+    cairn_sha256_update(&h, tokens, (size_t)n_tokens * sizeof(int32_t));
+    cairn_sha256_update(&h, salt ? salt : kv_zero32, 32);
+    cairn_sha256_final(&h, out);
+}
+
+static int32_t *kv_cache_block_tokens(const struct kv_cache *c, int block)
+{
+    return c->tokens + (size_t)block * (size_t)c->pool->block_size;
+}
+
+/* ---- LRU ---- */
+
+static void kv_cache_lru_remove(struct kv_cache *c, int b)
+{
+    struct kv_cache_block *k = &c->blocks[b];
+    if (k->lru_prev >= 0) c->blocks[k->lru_prev].lru_next = k->lru_next;
+    else c->lru_head = k->lru_next;
+    if (k->lru_next >= 0) c->blocks[k->lru_next].lru_prev = k->lru_prev;
+    else c->lru_tail = k->lru_prev;
+    k->lru_prev = k->lru_next = -1;
+    c->n_cached--;
+}
+
+static void kv_cache_lru_push_tail(struct kv_cache *c, int b)
+{
+    struct kv_cache_block *k = &c->blocks[b];
+    k->lru_prev = c->lru_tail;
+    k->lru_next = -1;
+    if (c->lru_tail >= 0) c->blocks[c->lru_tail].lru_next = b;
+    else c->lru_head = b;
+    c->lru_tail = b;
+    c->n_cached++;
+}
+
+/* ---- hash index ---- */
+
+static void kv_cache_index_insert(struct kv_cache *c, int b)
+{
+    int i = kv_cache_bucket(c, c->blocks[b].hash);
+    c->blocks[b].hnext = c->buckets[i];
+    c->buckets[i] = b;
+    c->blocks[b].published = 1;
+}
+
+static void kv_cache_index_remove(struct kv_cache *c, int b)
+{
+    int i = kv_cache_bucket(c, c->blocks[b].hash);
+    int32_t *p = &c->buckets[i];
+    while (*p >= 0 && *p != b) p = &c->blocks[*p].hnext;
+    CAIRN_ASSERT(*p == b);
+    *p = c->blocks[b].hnext;
+    c->blocks[b].hnext = -1;
+    c->blocks[b].published = 0;
+}
+
+int kv_cache_find(const struct kv_cache *c, const uint8_t hash[32], const uint8_t *parent,
+                  const int32_t *tokens)
+{
+    size_t tok_bytes = (size_t)c->pool->block_size * sizeof(int32_t);
+    if (!parent) parent = kv_zero32;
+    for (int b = c->buckets[kv_cache_bucket(c, hash)]; b >= 0; b = c->blocks[b].hnext) {
+        const struct kv_cache_block *k = &c->blocks[b];
+        if (memcmp(k->hash, hash, 32) == 0 && memcmp(k->parent, parent, 32) == 0 &&
+            memcmp(kv_cache_block_tokens(c, b), tokens, tok_bytes) == 0)
+            return b;
+    }
+    return -1;
+}
+
+static void kv_cache_desc(const struct kv_cache *c, int b, struct kv_block_desc *d)
+{
+    const struct kv_cache_block *k = &c->blocks[b];
+    memset(d, 0, sizeof(*d));
+    memcpy(d->hash, k->hash, 32);
+    memcpy(d->parent, k->parent, 32);
+    d->n_tokens = c->pool->block_size;
+    d->tokens = kv_cache_block_tokens(c, b);
+    d->k = kv_pool_k(c->pool, b, 0);
+    d->v = kv_pool_v(c->pool, b, 0);
+    d->block_bytes = c->pool->block_bytes;
+    d->state = k->snapshot;
+    d->state_bytes = k->snapshot ? c->state_bytes : 0;
+}
+
+/* ---- alloc / ref / release ---- */
+
+static void kv_cache_drop_snapshot(struct kv_cache *c, int b)
+{
+    if (!c->blocks[b].snapshot) return;
+    cairn_mem_free(c->blocks[b].snapshot, c->state_bytes, CAIRN_MEM_STATE);
+    c->blocks[b].snapshot = NULL;
+    c->n_snapshots--;
+}
+
+/* Removes CACHED block b from the cache (on_evict, unindex); it becomes FREE-but-not-listed. */
+static void kv_cache_evict_one(struct kv_cache *c, int b)
+{
+    if (c->tiers.on_evict) {
+        struct kv_block_desc d;
+        kv_cache_desc(c, b, &d);
+        c->tiers.on_evict(c->tiers.ctx, &d);
+    }
+    kv_cache_lru_remove(c, b);
+    kv_cache_index_remove(c, b);
+    kv_cache_drop_snapshot(c, b);
+    c->n_evictions++;
+}
+
+int kv_cache_alloc(struct kv_cache *c)
+{
+    int b;
+    if (c->n_free > 0) {
+        b = c->free_stack[--c->n_free];
+    } else if (c->lru_head >= 0) {
+        b = c->lru_head;
+        kv_cache_evict_one(c, b);
+    } else {
+        return -1;
+    }
+    struct kv_cache_block *k = &c->blocks[b];
+    CAIRN_ASSERT(k->refcnt == 0 && !k->published);
+    k->refcnt = 1;
+    k->state = KV_BLOCK_USED;
+    c->n_used++;
+    return b;
+}
+
+void kv_cache_ref(struct kv_cache *c, int b)
+{
+    struct kv_cache_block *k = &c->blocks[b];
+    if (k->state == KV_BLOCK_CACHED) {
+        kv_cache_lru_remove(c, b);
+        k->state = KV_BLOCK_USED;
+        c->n_used++;
+    }
+    CAIRN_ASSERT(k->state == KV_BLOCK_USED);
+    k->refcnt++;
+}
+
+void kv_cache_release(struct kv_cache *c, int b)
+{
+    struct kv_cache_block *k = &c->blocks[b];
+    CAIRN_ASSERT(k->state == KV_BLOCK_USED && k->refcnt > 0);
+    if (--k->refcnt > 0) return;
+    c->n_used--;
+    if (k->published) {
+        k->state = KV_BLOCK_CACHED;
+        kv_cache_lru_push_tail(c, b);
+    } else {
+        k->state = KV_BLOCK_FREE;
+        kv_cache_drop_snapshot(c, b);
+        c->free_stack[c->n_free++] = b;
+    }
+}
+
+int kv_cache_publish(struct kv_cache *c, int b, const uint8_t *parent, const int32_t *tokens,
+                     const uint8_t *salt, uint8_t hash_out[32])
+{
+    uint8_t h[32];
+    kv_cache_hash(c, parent, tokens, c->pool->block_size, salt, h);
+    struct kv_cache_block *k = &c->blocks[b];
+    CAIRN_ASSERT(k->state == KV_BLOCK_USED);
+    /* hash_out may alias parent: write it only once parent is no longer needed */
+    if (k->published) { /* already (e.g. a matched prefix block) */
+        if (hash_out) memcpy(hash_out, h, 32);
+        return b;
+    }
+    int twin = kv_cache_find(c, h, parent, tokens);
+    if (twin >= 0) {
+        kv_cache_ref(c, twin);
+        /* keep a snapshot if only our copy has one */
+        if (!c->blocks[twin].snapshot && k->snapshot) {
+            c->blocks[twin].snapshot = k->snapshot;
+            k->snapshot = NULL;
+        }
+        c->n_twins++;
+        if (hash_out) memcpy(hash_out, h, 32);
+        return twin;
+    }
+    memcpy(k->hash, h, 32);
+    memcpy(k->parent, parent ? parent : kv_zero32, 32);
+    memcpy(kv_cache_block_tokens(c, b), tokens, (size_t)c->pool->block_size * sizeof(int32_t));
+    kv_cache_index_insert(c, b);
+    if (c->tiers.on_publish) {
+        struct kv_block_desc d;
+        kv_cache_desc(c, b, &d);
+        c->tiers.on_publish(c->tiers.ctx, &d);
+    }
+    if (hash_out) memcpy(hash_out, h, 32);
+    return b;
+}
+
+/* Device miss: ask the lower tiers; on a hit take a block, copy the payload in and publish it.
+ * Returns the block (one reference held) or -1. */
+static int kv_cache_promote(struct kv_cache *c, const uint8_t hash[32], const uint8_t *parent,
+                            const int32_t *tokens)
+{
+    if (!c->tiers.lookup) return -1;
+    int b = kv_cache_alloc(c);
+    if (b < 0) return -1;
+    int has_state = 0;
+    int hit = c->tiers.lookup(c->tiers.ctx, hash, tokens, c->pool->block_size,
+                              kv_pool_k(c->pool, b, 0), kv_pool_v(c->pool, b, 0),
+                              c->pool->block_bytes, c->scratch_state,
+                              c->scratch_state ? c->state_bytes : 0, &has_state);
+    if (!hit) {
+        kv_cache_release(c, b);
+        return -1;
+    }
+    if (has_state && c->state_bytes) kv_cache_snapshot_attach(c, b, c->scratch_state);
+    struct kv_cache_block *k = &c->blocks[b];
+    memcpy(k->hash, hash, 32);
+    memcpy(k->parent, parent ? parent : kv_zero32, 32);
+    memcpy(kv_cache_block_tokens(c, b), tokens, (size_t)c->pool->block_size * sizeof(int32_t));
+    kv_cache_index_insert(c, b); /* no on_publish: the tier already has it */
+    c->n_promotions++;
+    return b;
+}
+
+int kv_cache_match(struct kv_cache *c, const int32_t *tokens, int n_tokens, const uint8_t *salt,
+                   int max_blocks, int32_t *out_blocks)
+{
+    int bs = c->pool->block_size;
+    int n = 0;
+    const uint8_t *parent = NULL;
+    uint8_t h[32];
+    while (n < max_blocks && (n + 1) * bs <= n_tokens) {
+        const int32_t *bt = tokens + (size_t)n * (size_t)bs;
+        kv_cache_hash(c, parent, bt, bs, salt, h);
+        int b = kv_cache_find(c, h, parent, bt);
+        if (b >= 0) kv_cache_ref(c, b);
+        else b = kv_cache_promote(c, h, parent, bt);
+        if (b < 0) break;
+        out_blocks[n++] = b;
+        parent = c->blocks[b].hash;
+    }
+    if (c->state_bytes) {
+        /* Hybrid: the recurrent state can only be restored at a block with a snapshot. */
+        while (n > 0 && !c->blocks[out_blocks[n - 1]].snapshot) kv_cache_release(c, out_blocks[--n]);
+    }
+    return n;
+}
+
+const uint8_t *kv_cache_block_hash(const struct kv_cache *c, int b)
+{
+    return c->blocks[b].published ? c->blocks[b].hash : NULL;
+}
+
+int kv_cache_refcount(const struct kv_cache *c, int b) { return c->blocks[b].refcnt; }
+
+int kv_cache_is_published(const struct kv_cache *c, int b) { return c->blocks[b].published; }
+
+int kv_cache_snapshot_attach(struct kv_cache *c, int b, const void *state)
+{
+    if (!c->state_bytes) return CAIRN_ERR_INVALID;
+    struct kv_cache_block *k = &c->blocks[b];
+    if (!k->snapshot) {
+        if (c->max_snapshots > 0 && c->n_snapshots >= c->max_snapshots) {
+            int victim = c->lru_head;
+            while (victim >= 0 && !c->blocks[victim].snapshot) victim = c->blocks[victim].lru_next;
+            if (victim < 0) return CAIRN_ERR_LIMIT;
+            kv_cache_drop_snapshot(c, victim);
+        }
+        k->snapshot = cairn_mem_alloc(c->state_bytes, CAIRN_MEM_STATE);
+        if (!k->snapshot) return CAIRN_ERR_NOMEM;
+        c->n_snapshots++;
+    }
+    memcpy(k->snapshot, state, c->state_bytes);
+    return CAIRN_OK;
+}
+
+void kv_cache_set_snapshot_limit(struct kv_cache *c, int n) { c->max_snapshots = n > 0 ? n : 0; }
+
+const void *kv_cache_snapshot(const struct kv_cache *c, int b) { return c->blocks[b].snapshot; }
+
+void kv_cache_clear(struct kv_cache *c)
+{
+    while (c->lru_head >= 0) {
+        int b = c->lru_head;
+        kv_cache_evict_one(c, b);
+        c->blocks[b].state = KV_BLOCK_FREE;
+        c->free_stack[c->n_free++] = b;
+    }
+}

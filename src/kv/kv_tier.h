@@ -1,0 +1,40 @@
+/* The contract between the device-tier block cache (kv_cache, engine side) and the lower tiers
+ * (hot RAM, SSD). The cache calls these hooks; a tier copies what it keeps.
+ *
+ * Payload layout of one block: K then V, each n_kv_layers * layer_block_bytes laid out as
+ * [layer][block_size][n_kv_heads][head_dim] (exactly kv_pool_k(pool, block, 0) onwards), plus an
+ * optional recurrent-state snapshot (hybrid models) taken at the block's last token. */
+#ifndef CAIRN_KV_KV_TIER_H
+#define CAIRN_KV_KV_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct kv_block_desc {
+    uint8_t hash[32];      /* chained block hash (see kv_cache.h) */
+    uint8_t parent[32];    /* hash of the previous block, zeroes for the first */
+    int n_tokens;          /* = block_size (only full blocks are cached) */
+    const int32_t *tokens; /* [n_tokens] */
+    const void *k;         /* block_bytes */
+    const void *v;         /* block_bytes */
+    size_t block_bytes;
+    const void *state;     /* snapshot or NULL */
+    size_t state_bytes;
+};
+
+struct kv_tier_ops {
+    void *ctx;
+    /* A cached block leaves the device tier (evicted). Called on the scheduler thread: copy and
+     * return quickly (queue slow work). May be NULL. */
+    void (*on_evict)(void *ctx, const struct kv_block_desc *b);
+    /* A new full block was published (write-through). May be NULL. */
+    void (*on_publish)(void *ctx, const struct kv_block_desc *b);
+    /* Looks up `hash`; on a hit whose stored tokens equal `tokens`, copies K and V (block_bytes
+     * each) and, if the block has a snapshot and state != NULL, the state (state_bytes) into the
+     * caller's buffers, sets *has_state, and returns 1. Returns 0 on a miss (including any
+     * damaged or mismatching entry, which the tier drops). */
+    int (*lookup)(void *ctx, const uint8_t hash[32], const int32_t *tokens, int n_tokens, void *k,
+                  void *v, size_t block_bytes, void *state, size_t state_bytes, int *has_state);
+};
+
+#endif

@@ -1,0 +1,132 @@
+/* The lower KV tiers: a hot RAM tier and an SSD tier under the device cache (kv_cache).
+ *
+ * kv_tiers_open builds both (either may be off) and kv_tiers_ops returns the struct kv_tier_ops
+ * to put in engine_opts.tiers. Flow of a block:
+ *   device evicts  -> on_evict  -> hot tier (dirty)   -- hot LRU eviction --> SSD write queue
+ *   device publish -> on_publish -> (write-through only) SSD write queue at once
+ *   device lookup  -> hot, then SSD; an SSD hit is copied into hot (clean)
+ * Write-back is the default: a block reaches the SSD when the hot tier evicts it, is cleared or
+ * closed (dirty blocks are flushed, never dropped). Write-through (opts.hot_write_through or env
+ * CAIRN_HOT_CACHE_WRITE_THROUGH=1) also queues every newly published full block for the SSD.
+ * With no hot tier, evicted blocks go straight to the SSD queue.
+ *
+ * SSD files: <ssd_dir>/<hash[0:2]>/<hash-hex>.safetensors, see kv/tier_file.h. They survive
+ * restarts: open scans the folder (headers only) and rebuilds the index in LRU order (mtime).
+ *
+ * Threads: the hooks run on the engine's scheduler thread and never block on I/O (they copy and
+ * queue; a full queue drops the block and counts it). 1-2 writer threads write the files. Stats
+ * and clear may be called from any thread. Locks: see tier_hot.c and tier_ssd.c.
+ *
+ * Wiring (cmd_serve), after model_load and before engine_create:
+ *   const struct model_info *mi = model_get_info(m);
+ *   struct kv_tiers_opts to = {0};
+ *   snprintf(to.sig.arch, sizeof(to.sig.arch), "%s", mi->model_type);
+ *   to.sig.n_layers = mi->n_layers;      to.sig.n_kv_layers = mi->n_kv_layers;
+ *   to.sig.n_kv_heads = mi->n_kv_heads;  to.sig.head_dim = mi->head_dim;
+ *   to.sig.kv_dtype = eo.kv_dtype;       to.sig.block_size = eo.block_size;  (after defaults)
+ *   to.sig.state_bytes = mi->state_bytes; memcpy(to.sig.identity, mi->identity, 32);
+ *   --hot-cache-max-size S        cairn_parse_size(S, &to.hot_max_bytes)   ("4G", "10%" of RAM)
+ *   --hot-cache-write-through     to.hot_write_through = 1
+ *   --ssd-cache-dir D             to.ssd_dir = D
+ *   --ssd-cache-max-size S        kv_tiers_parse_ssd_size(S, D, &to.ssd_max_bytes) ("%" of disk)
+ *   if (to.hot_max_bytes || to.ssd_dir) { kv_tiers_open(&to, &tiers, &err) (fail start-up on
+ *   error); eo.tiers = kv_tiers_ops(tiers); }
+ *   shutdown: engine_destroy(e) first (it may still call the hooks), then kv_tiers_close(tiers).
+ *   /api/status, /metrics: kv_tiers_stats; admin "clear cache": engine_cache_clear(e) (device ->
+ *   on_evict) and/or kv_tiers_clear(tiers, KV_TIER_HOT | KV_TIER_SSD | KV_TIER_ALL). */
+#ifndef CAIRN_KV_TIERS_H
+#define CAIRN_KV_TIERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "kv/kv_tier.h"
+#include "tensor/tensor.h"
+
+/* What must match for an SSD file to be used: the model and the KV layout. */
+struct kv_tier_signature {
+    char arch[48];        /* model_info.model_type */
+    int n_layers;         /* model_info.n_layers */
+    int n_kv_layers;      /* attention layers (kv_pool.n_layers) */
+    int n_kv_heads;
+    int head_dim;
+    enum dtype kv_dtype;  /* DTYPE_BF16, DTYPE_F16 or DTYPE_F32 */
+    int block_size;       /* tokens per block */
+    size_t state_bytes;   /* recurrent-state snapshot size; 0 for pure-attention models */
+    uint8_t identity[32]; /* model_info.identity (weights) */
+};
+
+/* K (or V) bytes of one block under sig: n_kv_layers * block_size * n_kv_heads * head_dim. */
+size_t kv_tier_signature_block_bytes(const struct kv_tier_signature *sig);
+
+struct kv_tiers_opts {
+    struct kv_tier_signature sig;
+    uint64_t hot_max_bytes;   /* hot tier RAM budget; 0 = no hot tier */
+    int hot_write_through;    /* also on when env CAIRN_HOT_CACHE_WRITE_THROUGH=1 */
+    const char *ssd_dir;      /* NULL or "" = no SSD tier; created if missing */
+    uint64_t ssd_max_bytes;   /* 0 = default: min(10% of the free space of ssd_dir, 50 GiB) */
+    int ssd_n_writers;        /* writer threads, 1..4; 0 = 1 */
+    int ssd_queue_max_blocks; /* write queue bound; 0 = 256 */
+    uint64_t ssd_queue_max_bytes; /* write queue bound in bytes; 0 = 256 MiB */
+};
+
+enum kv_tier_which {
+    KV_TIER_HOT = 1,
+    KV_TIER_SSD = 2,
+    KV_TIER_ALL = 3,
+};
+
+/* Counters of one tier (a snapshot; all zero for a tier that is off). */
+struct kv_tier_stats {
+    int enabled;
+    uint64_t n_blocks;       /* blocks held (SSD: indexed files + queued writes) */
+    uint64_t n_bytes;        /* bytes held (hot: RAM; SSD: file bytes incl. queued) */
+    uint64_t max_bytes;      /* budget */
+    uint64_t n_hits;
+    uint64_t n_misses;
+    uint64_t n_writes;       /* hot: blocks inserted; SSD: files written */
+    uint64_t n_drops;        /* hot: evicted with nowhere to go; SSD: queue full or write error */
+    uint64_t n_evictions;    /* LRU evictions to stay under budget */
+    uint64_t n_damaged;      /* SSD: damaged/mismatching files found and removed */
+    uint64_t n_foreign;      /* SSD: files of other models or unknown names, left alone */
+    uint64_t n_queued;       /* SSD: blocks waiting for a writer */
+    uint64_t n_queued_bytes; /* SSD: RAM held by the queue (counted in CAIRN_MEM_HOT) */
+    uint64_t n_write_errors; /* SSD: failed writes (disk full, I/O) */
+    uint64_t n_read_errors;  /* SSD: failed reads */
+    uint64_t n_stale_tmp;    /* SSD: leftover temp files removed at open */
+    double scan_s;           /* SSD: time the open scan took */
+};
+
+struct kv_tiers_stats {
+    int write_through;
+    struct kv_tier_stats hot;
+    struct kv_tier_stats ssd;
+};
+
+struct kv_tiers;
+
+/* Opens the tiers. With ssd_dir set, scans it (may take a while for many files; see
+ * scan_s). An unusable ssd_dir does not fail open: it is logged and the SSD tier turns every
+ * write into a drop and every lookup into a miss. Fails only on bad options (INVALID) or out
+ * of memory. Caller frees with kv_tiers_close. */
+int kv_tiers_open(const struct kv_tiers_opts *opts, struct kv_tiers **out, struct cairn_err *err);
+/* Flushes dirty hot blocks to the SSD, waits for the write queue to drain, stops the writers
+ * and frees everything. NULL is fine. */
+void kv_tiers_close(struct kv_tiers *t);
+/* The hooks for engine_opts.tiers (ctx = t). Valid until kv_tiers_close; all NULL for NULL t. */
+struct kv_tier_ops kv_tiers_ops(struct kv_tiers *t);
+void kv_tiers_stats(struct kv_tiers *t, struct kv_tiers_stats *st);
+/* KV_TIER_HOT: flushes dirty blocks to the SSD, then empties the hot tier. KV_TIER_SSD: drops
+ * the queue and removes this model's files (hot blocks become dirty again). KV_TIER_ALL: both,
+ * without the pointless flush. */
+int kv_tiers_clear(struct kv_tiers *t, enum kv_tier_which which, struct cairn_err *err);
+/* Waits until every queued SSD write is done (tests, shutdown). */
+void kv_tiers_sync(struct kv_tiers *t);
+/* Parses an SSD size: "50G", "123456", or "10%" (of the file system holding dir; dir may not
+ * exist yet, its nearest existing parent is used). Returns 1 on success. */
+int kv_tiers_parse_ssd_size(const char *s, const char *dir, uint64_t *out);
+/* The default SSD budget for dir: min(10% of free space, 50 GiB). */
+uint64_t kv_tiers_default_ssd_bytes(const char *dir);
+
+#endif

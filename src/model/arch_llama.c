@@ -1,0 +1,62 @@
+/* The llama family: llama, mistral, qwen2 (qkv bias), qwen3 (per-head q/k RMSNorm before RoPE).
+ * Pre-norm decoder: x += attn(rmsnorm(x)); x += mlp(rmsnorm(x)); SwiGLU MLP. The forward pass
+ * itself is the generic one in forward.c; this file only lists the tensors. */
+#include <stdio.h>
+
+#include "model/model_int.h"
+
+int llama_specs_attn(struct model *m, struct model_specs *s, int i)
+{
+    const struct model_config *c = &m->cfg;
+    int64_t hid = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->n_heads * hd;
+    int64_t kvd = (int64_t)c->n_kv_heads * hd;
+    enum model_wspec_bias qkv_bias = c->attention_bias ? MODEL_BIAS_REQUIRED : MODEL_BIAS_NONE;
+    /* qwen2 has q/k/v bias but no o_proj bias; llama's attention_bias covers all four. */
+    enum model_wspec_bias o_bias =
+        (c->attention_bias && c->arch != MODEL_ARCH_QWEN2) ? MODEL_BIAS_REQUIRED : MODEL_BIAS_NONE;
+    int qk_norm = c->arch != MODEL_ARCH_LLAMA && c->arch != MODEL_ARCH_QWEN2;
+    struct model_layer *L = &m->layers[i];
+    int ok = 1;
+    ok &= model_specs_linear(s, &L->attn.q, qd * (m->attn_gated ? 2 : 1), hid, qkv_bias,
+                             "model.layers.%d.self_attn.q_proj", i) != NULL;
+    ok &= model_specs_linear(s, &L->attn.k, kvd, hid, qkv_bias, "model.layers.%d.self_attn.k_proj", i) != NULL;
+    ok &= model_specs_linear(s, &L->attn.v, kvd, hid, qkv_bias, "model.layers.%d.self_attn.v_proj", i) != NULL;
+    ok &= model_specs_linear(s, &L->attn.o, hid, qd, o_bias, "model.layers.%d.self_attn.o_proj", i) != NULL;
+    if (qk_norm) {
+        ok &= model_specs_vector(s, &L->attn.q_norm, hd, 1.0f, "model.layers.%d.self_attn.q_norm.weight", i) != NULL;
+        ok &= model_specs_vector(s, &L->attn.k_norm, hd, 1.0f, "model.layers.%d.self_attn.k_norm.weight", i) != NULL;
+    }
+    return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
+}
+
+static int llama_specs(struct model *m, struct model_specs *s, struct cairn_err *err)
+{
+    const struct model_config *c = &m->cfg;
+    int64_t hid = c->hidden_size, inter = c->intermediate_size;
+    enum model_wspec_bias mlp_bias = c->mlp_bias ? MODEL_BIAS_REQUIRED : MODEL_BIAS_NONE;
+    if (inter <= 0) return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
+    int ok = 1;
+    ok &= model_specs_linear(s, &m->embed, c->vocab_size, hid, MODEL_BIAS_NONE, "model.embed_tokens") != NULL;
+    for (int i = 0; i < c->n_layers && ok; i++) {
+        struct model_layer *L = &m->layers[i];
+        if (L->kind != MODEL_LAYER_ATTN)
+            return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "config.json: layer %d: %s has only attention layers", i,
+                                 c->model_type);
+        ok &= model_specs_vector(s, &L->attn_norm, hid, 1.0f, "model.layers.%d.input_layernorm.weight", i) != NULL;
+        ok &= model_specs_vector(s, &L->ffn_norm, hid, 1.0f, "model.layers.%d.post_attention_layernorm.weight", i) != NULL;
+        ok &= llama_specs_attn(m, s, i) == CAIRN_OK;
+        ok &= model_specs_linear(s, &L->mlp.gate, inter, hid, mlp_bias, "model.layers.%d.mlp.gate_proj", i) != NULL;
+        ok &= model_specs_linear(s, &L->mlp.up, inter, hid, mlp_bias, "model.layers.%d.mlp.up_proj", i) != NULL;
+        ok &= model_specs_linear(s, &L->mlp.down, hid, inter, mlp_bias, "model.layers.%d.mlp.down_proj", i) != NULL;
+    }
+    ok &= model_specs_vector(s, &m->final_norm, hid, 1.0f, "model.norm.weight") != NULL;
+    if (!c->tie_word_embeddings)
+        ok &= model_specs_linear(s, &m->lm_head, c->vocab_size, hid, MODEL_BIAS_NONE, "lm_head") != NULL;
+    if (!ok) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    return CAIRN_OK;
+}
+
+const struct model_family model_family_llama = {
+    .name = "llama",
+    .specs = llama_specs,
+};

@@ -1,0 +1,82 @@
+/* Models: load a Hugging Face / MLX checkpoint folder and run the batched forward pass.
+ *
+ * A `struct model` owns the mmap'd safetensors files, the parsed config and any converted
+ * weights. model_forward runs one step for several sequences at once: each sequence appends its
+ * tokens to its own KV blocks (through its block table into a shared kv_pool) and, for hybrid
+ * models, advances its recurrent state. Matmuls run over all sequences' tokens together;
+ * attention runs per sequence.
+ *
+ * Threading: model_load/free anywhere; model_forward from one thread at a time per model (the
+ * engine's scheduler thread). It fans out to the cpu pool internally. */
+#ifndef CAIRN_MODEL_MODEL_H
+#define CAIRN_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "kv/kv_pool.h"
+
+enum model_arch {
+    MODEL_ARCH_LLAMA = 0,
+    MODEL_ARCH_QWEN2,
+    MODEL_ARCH_QWEN3,
+    MODEL_ARCH_QWEN3_MOE,
+    MODEL_ARCH_QWEN3_NEXT,
+    MODEL_ARCH_QWEN3_5,     /* qwen3_5 / qwen3_5_text */
+    MODEL_ARCH_QWEN3_5_MOE,
+};
+
+#define MODEL_MAX_EOS 8
+
+/* What other rooms need to know about a loaded model. */
+struct model_info {
+    enum model_arch arch;
+    char model_type[48];     /* config.json model_type, e.g. "qwen3" */
+    int vocab_size;
+    int hidden_size;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int n_kv_layers;         /* layers that keep KV (full attention); kv_pool.n_layers */
+    int max_position;        /* max_position_embeddings */
+    int32_t eos_ids[MODEL_MAX_EOS]; /* from generation_config.json, else config.json */
+    int n_eos;
+    int32_t bos_id;          /* -1 if none */
+    size_t state_bytes;      /* recurrent state per sequence; 0 for pure-attention models */
+    uint64_t n_params;
+    uint64_t weight_bytes;   /* bytes of weights as stored */
+    uint8_t identity[32];    /* SHA-256 over tensor names, dtypes, shapes and sampled data */
+};
+
+struct model;
+
+/* Loads dir/config.json, dir/generation_config.json (optional) and the safetensors weights
+ * (model.safetensors, or the shards listed in model.safetensors.index.json). Errors name the
+ * file, the tensor and expected vs actual shape/dtype. Caller frees with model_free. */
+int model_load(const char *dir, struct model **out, struct cairn_err *err);
+void model_free(struct model *m);
+const struct model_info *model_get_info(const struct model *m);
+
+/* One sequence's part of a forward step. */
+struct model_seq {
+    const int32_t *tokens;      /* [n_tokens] to process now */
+    int n_tokens;
+    int pos0;                   /* absolute position of tokens[0] = tokens already in KV */
+    const int32_t *block_table; /* pool block ids covering positions [0, pos0 + n_tokens) */
+    void *state;                /* state_bytes of recurrent state, or NULL if state_bytes == 0 */
+    int n_logits;               /* logits wanted for the last n_logits tokens (0..n_tokens) */
+    float *logits;              /* [n_logits, vocab_size], written by model_forward */
+};
+
+/* Preallocates workspaces for up to max_tokens tokens (all sequences) per step, so that
+ * model_forward allocates nothing. model_forward fails with CAIRN_ERR_LIMIT past it. */
+int model_reserve(struct model *m, int max_tokens, struct cairn_err *err);
+int model_forward(struct model *m, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
+                  struct cairn_err *err);
+
+/* Recurrent state of a fresh sequence (zeroes; kept as a function in case a model needs more). */
+void model_state_init(const struct model *m, void *state);
+
+#endif

@@ -1,0 +1,183 @@
+/* Internal to model/: the loaded model, its layers, the weight-spec list families fill, and
+ * the family (architecture) table.
+ *
+ * DESIGN
+ * - A family (arch_*.c) describes its tensors as a list of weight specs (name, kind, shape,
+ *   where to bind). model.c binds them from the safetensors set (checking names, dtypes,
+ *   shapes, MLX quantization); synth.c writes random tensors from the same list. So a new
+ *   family writes its list once and gets loading, error messages and synth-model for free.
+ * - Each layer has a kind (config.h: full attention, linear attention) and the forward pass
+ *   (forward.c) dispatches per kind: attention is generic here (q/k norm, qkv bias, partial
+ *   rotary are flags); other mixers and MoE FFNs plug in through the family's hooks.
+ * - Activations are contiguous f32 [n_tokens, dim] in preallocated workspaces (model_reserve).
+ */
+#ifndef CAIRN_MODEL_MODEL_INT_H
+#define CAIRN_MODEL_MODEL_INT_H
+
+#include <stdint.h>
+
+#include "model/config.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "tensor/tensor.h"
+
+/* A linear layer y = x W^T (+ b). */
+struct model_linear {
+    struct tensor w;  /* [out, in]; data points into the mmap (or an owned copy) */
+    float *bias;      /* [out] f32, owned, or NULL */
+};
+
+struct model_attn_w {
+    struct model_linear q, k, v, o;
+    float *q_norm;    /* [head_dim] (qwen3) or NULL */
+    float *k_norm;
+};
+
+struct model_mlp_w {
+    struct model_linear gate, up, down;
+};
+
+struct model_layer {
+    enum model_layer_kind kind;
+    int kv_index;         /* attention-layer ordinal = kv_pool layer; -1 for other kinds */
+    float *attn_norm;     /* input_layernorm [hidden] */
+    float *ffn_norm;      /* post_attention_layernorm [hidden] */
+    struct model_attn_w attn;
+    struct model_mlp_w mlp;
+    void *ext;            /* family-specific weights (MoE experts, DeltaNet), family-owned */
+};
+
+enum model_wspec_kind {
+    MODEL_WSPEC_LINEAR = 0, /* NAME.weight [rows, cols] (+ .scales/.biases if MLX-quantized) */
+    MODEL_WSPEC_VECTOR,     /* NAME [rows], converted to f32 */
+};
+
+enum model_wspec_bias {
+    MODEL_BIAS_NONE = 0,
+    MODEL_BIAS_REQUIRED,    /* NAME.bias [rows] must exist */
+    MODEL_BIAS_OPTIONAL,
+};
+
+struct model_wspec {
+    char name[160];          /* LINEAR: module path; VECTOR: full tensor name */
+    enum model_wspec_kind kind;
+    int64_t rows, cols;      /* LINEAR: out, in; VECTOR: rows */
+    enum model_wspec_bias bias;
+    int optional;            /* may be absent (stays unbound) */
+    int stack;               /* LINEAR: may be stored 3-D [stack, rows/stack, cols] (MLX
+                                switch_mlp experts), read as [rows, cols] */
+    int flat;                /* VECTOR: any shape with `rows` elements (conv1d [C, 1, K] or MLX
+                                [C, K, 1]), read flattened row-major */
+    float synth_value;       /* synth: VECTOR filled with this (norm weights: 1) if synth_random 0 */
+    int synth_random;        /* synth: VECTOR gets small random values instead */
+    struct model_linear *lin; /* LINEAR destination */
+    float **vec;              /* VECTOR destination */
+};
+
+struct model_specs {
+    struct model_wspec *v;
+    int n, cap;
+};
+
+/* Appends a spec; the name is printf-formatted. Returns the spec or NULL on OOM. */
+struct model_wspec *model_specs_linear(struct model_specs *s, struct model_linear *dst,
+                                       int64_t rows, int64_t cols, enum model_wspec_bias bias,
+                                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+struct model_wspec *model_specs_vector(struct model_specs *s, float **dst, int64_t rows,
+                                       float synth_value, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void model_specs_free(struct model_specs *s);
+
+struct model;
+
+/* An architecture family. Hooks left NULL get the generic behaviour. */
+struct model_family {
+    const char *name;
+    /* Lists every tensor (except lm_head when tied, which model.c handles). */
+    int (*specs)(struct model *m, struct model_specs *s, struct cairn_err *err);
+    /* Called after binding: checks, derived fields. */
+    int (*post_bind)(struct model *m, struct cairn_err *err);
+    /* Extra workspace floats for max_tokens (MoE, DeltaNet scratch). */
+    size_t (*ws_extra_floats)(const struct model *m, int max_tokens);
+    /* FFN of layer il: out[n, hidden] from h[n, hidden]. NULL: dense SwiGLU MLP. */
+    void (*ffn)(struct model *m, int il, const float *h, float *out, int n_tokens);
+    /* Linear-attention mixer (MODEL_LAYER_LINEAR_ATTN). */
+    int (*linear_attn)(struct model *m, int il, const struct model_seq *seqs, int n_seqs,
+                       const float *h, float *out, struct cairn_err *err);
+    void (*free_ext)(struct model *m);
+};
+
+/* Family of an architecture, or NULL if not implemented yet. */
+const struct model_family *model_family_get(enum model_arch arch);
+
+/* Families (arch_*.c). */
+extern const struct model_family model_family_llama; /* llama, mistral, qwen2, qwen3 */
+extern const struct model_family model_family_qwen3_moe;
+extern const struct model_family model_family_qwen3_hybrid; /* qwen3_next, qwen3_5, qwen3_5_moe */
+
+/* Attention specs of layer i (llama family layout, q/k norm for the qwen3 kinds). q_proj has
+ * 2 * n_heads * head_dim rows when the model's attention is gated. */
+int llama_specs_attn(struct model *m, struct model_specs *s, int i);
+
+struct model_ws {
+    int max_tokens;
+    int logit_rows;     /* rows of `logits` */
+    float *x;           /* [T, hidden] residual stream */
+    float *h;           /* [T, hidden] normed input of a sub-layer */
+    float *out;         /* [T, hidden] sub-layer output */
+    float *q;           /* [T, n_heads * head_dim] */
+    float *k;           /* [T, n_kv_heads * head_dim] */
+    float *v;
+    float *att;         /* [T, n_heads * head_dim] */
+    float *gate;        /* [T, intermediate] */
+    float *up;
+    float *qgate;       /* [T, n_heads * head_dim] output gate of gated attention, or NULL */
+    float *sel;         /* [T, hidden] rows whose logits are wanted */
+    float *logits;      /* [logit_rows, vocab] */
+    float *extra;       /* family scratch */
+    int32_t *tok;       /* [T] */
+    int32_t *pos;       /* [T] */
+    int32_t *seq_off;   /* first row of each sequence, [T + 1] (n_seqs <= T) */
+    void *mem;          /* one allocation */
+    size_t mem_bytes;
+};
+
+struct model_owned {
+    void *p;
+    size_t bytes;
+};
+
+struct model {
+    struct model_info info;
+    struct model_config cfg;
+    const struct model_family *fam;
+    struct safetensors_set st;
+    struct model_linear embed;
+    struct model_linear lm_head;  /* a copy of embed when tied */
+    float *final_norm;
+    struct model_layer *layers;   /* [n_layers] */
+    float *inv_freq;              /* [rot_dim / 2] */
+    struct model_owned *owned;    /* converted weights, freed with the model */
+    int n_owned, cap_owned;
+    struct model_ws ws;
+    int ws_ok;
+    int n_q_derived;              /* linears whose bits/group came from shapes, not config */
+    float norm_offset;            /* 1 for zero-centred RMSNorm weights (qwen3_next, qwen3_5) */
+    int attn_gated;               /* q_proj also yields a sigmoid output gate per head */
+    void *ext;                    /* family-owned (MoE experts, DeltaNet weights) */
+};
+
+/* Allocates (accounted under CAIRN_MEM_WEIGHTS) memory freed with the model. */
+void *model_alloc_owned(struct model *m, size_t bytes);
+
+int model_has_tensor(struct model *m, const char *name);
+
+/* Binds one spec from the safetensors set (the loader's checks and conversions). */
+int model_bind_spec(struct model *m, const struct model_wspec *s, struct cairn_err *err);
+
+/* Forward building blocks (forward.c). */
+void model_linear_apply(const struct model_linear *l, const float *x, float *y, int n_tokens);
+/* Dense SwiGLU MLP of layer il (the default FFN). */
+void model_mlp_forward(struct model *m, int il, const float *h, float *out, int n_tokens);
+
+#endif

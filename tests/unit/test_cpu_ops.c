@@ -1,0 +1,403 @@
+/* cpu room: every op under every ISA this machine supports, against the scalar reference
+ * (cpu/ref_ops.c), on odd shapes; the pool's exactly-once execution; ISA selection.
+ *
+ * Tolerances (stated, relative): matmul |y - ref| <= 2e-5 * Σ|w·x| + 1e-6 (f32 summation order
+ * vs the double reference; the AVX-512 VNNI q4/q8 path too); attention, rmsnorm, rope, silu: 1e-5 relative + 1e-6 absolute
+ * (attention 2e-5: vector exp). */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/mem.h"
+#include "cpu/cpu.h"
+#include "cpu/ref.h"
+#include "testlib.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+static float rng_f(void) { return (float)((rng_u32() & 0xffffff) / 8388608.0 - 1.0); }
+
+static void fill(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = rng_f();
+}
+
+/* A weight [out, in] of dtype (bits/gs for DTYPE_Q); buffers freed by weight_free. */
+struct test_w {
+    struct tensor t;
+    void *data;
+    uint16_t *sc, *bi;
+};
+
+static void weight_make(struct test_w *w, enum dtype dt, int64_t out, int64_t in, int bits, int gs)
+{
+    memset(w, 0, sizeof(*w));
+    w->t.dtype = dt;
+    w->t.n_dims = 2;
+    w->t.shape[0] = out;
+    w->t.shape[1] = in;
+    if (dt == DTYPE_Q) {
+        int64_t words = out * in * bits / 32;
+        uint32_t *d = malloc((size_t)words * 4);
+        for (int64_t i = 0; i < words; i++) d[i] = rng_u32() ^ (rng_u32() << 21);
+        int64_t ng = out * in / gs;
+        w->sc = malloc((size_t)ng * 2);
+        w->bi = malloc((size_t)ng * 2);
+        for (int64_t i = 0; i < ng; i++) {
+            w->sc[i] = f32_to_bf16(rng_f() * 0.1f);
+            w->bi[i] = f32_to_bf16(rng_f() * 0.5f);
+        }
+        w->data = d;
+        w->t.scales = w->sc;
+        w->t.biases = w->bi;
+        w->t.bits = bits;
+        w->t.group_size = gs;
+    } else {
+        size_t es = dtype_size(dt);
+        uint8_t *d = malloc((size_t)(out * in) * es);
+        for (int64_t i = 0; i < out * in; i++) {
+            float f = rng_f();
+            if (dt == DTYPE_F32) memcpy(d + i * 4, &f, 4);
+            else {
+                uint16_t h = dt == DTYPE_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+                memcpy(d + i * 2, &h, 2);
+            }
+        }
+        w->data = d;
+    }
+    w->t.data = w->data;
+}
+
+static void weight_free(struct test_w *w)
+{
+    free(w->data);
+    free(w->sc);
+    free(w->bi);
+}
+
+/* Compares cpu_matmul with ref_matmul; returns the number of bad outputs. */
+static int check_matmul_tol(const struct test_w *w, int n, const char *what, double tol)
+{
+    int64_t out = w->t.shape[0], in = w->t.shape[1];
+    float *x = malloc((size_t)(n * in) * 4), *y = malloc((size_t)(n * out) * 4);
+    float *yr = malloc((size_t)(n * out) * 4), *row = malloc((size_t)in * 4);
+    fill(x, n * in);
+    for (int64_t i = 0; i < n * out; i++) y[i] = NAN;
+    cpu_matmul(&w->t, x, y, n);
+    ref_matmul(&w->t, x, yr, n, 0, out, row);
+    int bad = 0;
+    for (int64_t r = 0; r < out; r++) {
+        tensor_row_to_f32(&w->t, r, row);
+        for (int t = 0; t < n; t++) {
+            double norm = 0;
+            for (int64_t i = 0; i < in; i++) norm += fabs((double)row[i] * x[t * in + i]);
+            double got = y[t * out + r], want = yr[t * out + r];
+            if (!(fabs(got - want) <= tol * norm + 1e-6)) {
+                if (bad < 3)
+                    fprintf(stderr, "  %s isa=%s out=%lld in=%lld n=%d: y[%d,%lld] %g vs %g\n", what,
+                            cpu_isa_name(cpu_isa_get()), (long long)out, (long long)in, n, t,
+                            (long long)r, got, want);
+                bad++;
+            }
+        }
+    }
+    free(x);
+    free(y);
+    free(yr);
+    free(row);
+    return bad;
+}
+
+static int check_matmul(const struct test_w *w, int n, const char *what)
+{
+    return check_matmul_tol(w, n, what, 2e-5);
+}
+
+static void test_matmul(void)
+{
+    static const int ns[] = {1, 3, 17};
+    static const int64_t dense_shapes[][2] = {{1, 16}, {1, 5}, {7, 100}, {33, 256}, {5, 1000}, {64, 64}};
+    static const enum dtype dts[] = {DTYPE_F32, DTYPE_BF16, DTYPE_F16};
+    for (size_t d = 0; d < CAIRN_ARRAY_LEN(dts); d++)
+        for (size_t s = 0; s < CAIRN_ARRAY_LEN(dense_shapes); s++)
+            for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++) {
+                struct test_w w;
+                weight_make(&w, dts[d], dense_shapes[s][0], dense_shapes[s][1], 0, 0);
+                CHECK_MSG(check_matmul(&w, ns[k], dtype_name(dts[d])) == 0, "%s %lldx%lld n=%d",
+                          dtype_name(dts[d]), (long long)dense_shapes[s][0],
+                          (long long)dense_shapes[s][1], ns[k]);
+                weight_free(&w);
+            }
+    static const int gss[] = {32, 64, 128};
+    for (int bits = 2; bits <= 8; bits++)
+        for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++)
+            for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++) {
+                int64_t in = gss[g] * (bits == 4 || bits == 8 ? 3 : 2), out = k == 0 ? 1 : 13;
+                struct test_w w;
+                weight_make(&w, DTYPE_Q, out, in, bits, gss[g]);
+                CHECK_MSG(check_matmul(&w, ns[k], "Q") == 0, "q%d g%d %lldx%lld n=%d", bits, gss[g],
+                          (long long)out, (long long)in, ns[k]);
+                weight_free(&w);
+            }
+}
+
+/* q4/q8 shapes the AVX-512 VNNI path takes (by default only q4 with n <= 2 goes there;
+ * CAIRN_CPU_VNNI=1 forces it): 2e-5 of Σ|w·x| like every matmul. */
+static void test_matmul_q16(void)
+{
+    static const int ns[] = {1, 3, 17};
+    static const int gss[] = {64, 128};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++)
+            for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++) {
+                struct test_w w;
+                weight_make(&w, DTYPE_Q, k == 0 ? 1 : 21, gss[g] * 3, bits, gss[g]);
+                CHECK_MSG(check_matmul_tol(&w, ns[k], "Q vnni", 2e-5) == 0, "vnni q%d g%d n=%d", bits,
+                          gss[g], ns[k]);
+                weight_free(&w);
+            }
+}
+
+static int close_rel(const float *a, const float *b, int64_t n, double rel, double abs_tol)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)a[i] - b[i]) <= rel * fabs((double)b[i]) + abs_tol)) {
+            if (bad < 3) fprintf(stderr, "  [%lld] %g vs %g\n", (long long)i, a[i], b[i]);
+            bad++;
+        }
+    return bad;
+}
+
+static void test_elementwise(void)
+{
+    static const int dims[] = {1, 7, 64, 100, 1000};
+    for (size_t d = 0; d < CAIRN_ARRAY_LEN(dims); d++) {
+        int dim = dims[d], rows = 5;
+        int64_t n = (int64_t)rows * dim;
+        float *x = malloc((size_t)n * 4), *w = malloc((size_t)dim * 4);
+        float *y = malloc((size_t)n * 4), *yr = malloc((size_t)n * 4), *u = malloc((size_t)n * 4);
+        fill(x, n);
+        fill(w, dim);
+        fill(u, n);
+        cpu_rmsnorm(y, x, w, rows, dim, 1e-6f, 0.0f);
+        ref_rmsnorm(yr, x, w, rows, dim, 1e-6f, 0.0f);
+        CHECK_MSG(close_rel(y, yr, n, 1e-5, 1e-6) == 0, "rmsnorm dim %d", dim);
+        cpu_rmsnorm(y, x, w, rows, dim, 1e-6f, 1.0f);
+        ref_rmsnorm(yr, x, w, rows, dim, 1e-6f, 1.0f);
+        CHECK_MSG(close_rel(y, yr, n, 1e-5, 1e-6) == 0, "rmsnorm offset dim %d", dim);
+        cpu_rmsnorm(y, x, NULL, rows, dim, 1e-6f, 0.0f);
+        ref_rmsnorm(yr, x, NULL, rows, dim, 1e-6f, 0.0f);
+        CHECK_MSG(close_rel(y, yr, n, 1e-5, 1e-6) == 0, "rmsnorm no weight dim %d", dim);
+        memcpy(y, x, (size_t)n * 4); /* in place */
+        cpu_rmsnorm(y, y, w, rows, dim, 1e-6f, 0.0f);
+        ref_rmsnorm(yr, x, w, rows, dim, 1e-6f, 0.0f);
+        CHECK_MSG(close_rel(y, yr, n, 1e-5, 1e-6) == 0, "rmsnorm aliased dim %d", dim);
+
+        for (int64_t i = 0; i < n; i++) x[i] *= 12; /* exercise the exp range */
+        cpu_silu_mul(y, x, u, n);
+        ref_silu_mul(yr, x, u, n);
+        CHECK_MSG(close_rel(y, yr, n, 1e-5, 1e-6) == 0, "silu_mul n %lld", (long long)n);
+        memcpy(y, x, (size_t)n * 4);
+        cpu_silu_mul(y, y, u, n);
+        CHECK_MSG(close_rel(y, yr, n, 1e-5, 1e-6) == 0, "silu_mul aliased n %lld", (long long)n);
+
+        memcpy(y, x, (size_t)n * 4);
+        cpu_add(y, u, n);
+        for (int64_t i = 0; i < n; i++) yr[i] = x[i] + u[i];
+        CHECK_MSG(close_rel(y, yr, n, 0, 0) == 0, "add n %lld", (long long)n);
+        memcpy(y, x, (size_t)n * 4);
+        cpu_add_bias(y, w, rows, dim);
+        for (int64_t i = 0; i < n; i++) yr[i] = x[i] + w[i % dim];
+        CHECK_MSG(close_rel(y, yr, n, 0, 0) == 0, "add_bias dim %d", dim);
+        free(x);
+        free(w);
+        free(y);
+        free(yr);
+        free(u);
+    }
+    /* A big add/silu so the threaded split runs. */
+    int64_t n = 300001;
+    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4), *c = malloc((size_t)n * 4), *r = malloc((size_t)n * 4);
+    fill(a, n);
+    fill(b, n);
+    cpu_silu_mul(c, a, b, n);
+    ref_silu_mul(r, a, b, n);
+    CHECK(close_rel(c, r, n, 1e-5, 1e-6) == 0);
+    memcpy(c, a, (size_t)n * 4);
+    cpu_add(c, b, n);
+    for (int64_t i = 0; i < n; i++) r[i] = a[i] + b[i];
+    CHECK(close_rel(c, r, n, 0, 0) == 0);
+    free(a);
+    free(b);
+    free(c);
+    free(r);
+}
+
+static void test_rope(void)
+{
+    static const int cfg[][4] = {{17, 4, 64, 64}, {3, 6, 128, 64}, {5, 2, 20, 10}, {1, 3, 80, 80}};
+    for (size_t c = 0; c < CAIRN_ARRAY_LEN(cfg); c++) {
+        int nt = cfg[c][0], nh = cfg[c][1], hd = cfg[c][2], rd = cfg[c][3];
+        int64_t n = (int64_t)nt * nh * hd;
+        float *x = malloc((size_t)n * 4), *xr = malloc((size_t)n * 4), inv[256];
+        int32_t pos[32];
+        fill(x, n);
+        memcpy(xr, x, (size_t)n * 4);
+        for (int i = 0; i < rd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / rd);
+        for (int t = 0; t < nt; t++) pos[t] = 3 * t + 1000 * (int)c;
+        cpu_rope(x, nt, nh, hd, rd, pos, inv);
+        ref_rope(xr, nt, nh, hd, rd, pos, inv);
+        CHECK_MSG(close_rel(x, xr, n, 1e-5, 1e-6) == 0, "rope cfg %zu", c);
+        free(x);
+        free(xr);
+    }
+}
+
+/* Attention over a scattered block table, GQA, f32 and bf16 KV, against ref_attention. */
+static void test_attention(void)
+{
+    static const int cfg[][5] = {
+        /* n_heads, n_kv_heads, head_dim, block_size, kv dtype (0 f32, 1 bf16) */
+        {6, 2, 64, 16, 0}, {6, 2, 64, 16, 1}, {4, 4, 20, 5, 0}, {8, 1, 128, 32, 1}, {2, 1, 48, 7, 1},
+    };
+    for (size_t c = 0; c < CAIRN_ARRAY_LEN(cfg); c++) {
+        int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = cfg[c][3];
+        enum dtype dt = cfg[c][4] ? DTYPE_BF16 : DTYPE_F32;
+        int max_pos = 70, n_blocks = (max_pos + bs - 1) / bs + 3;
+        struct kv_pool kv;
+        struct cairn_err err = {0};
+        CHECK(kv_pool_init(&kv, 2, n_blocks, bs, nkv, hd, dt, &err) == CAIRN_OK);
+        int32_t table[64];
+        for (int j = 0; j < n_blocks; j++) table[j] = (j * 5 + 2) % n_blocks; /* scattered */
+        /* Fill positions [0, max_pos) of layer 1 through the table. */
+        int64_t kvrow = (int64_t)nkv * hd;
+        float *k = malloc((size_t)(max_pos * kvrow) * 4), *v = malloc((size_t)(max_pos * kvrow) * 4);
+        fill(k, max_pos * kvrow);
+        fill(v, max_pos * kvrow);
+        for (int64_t i = 0; i < max_pos * kvrow; i++) k[i] *= 3;
+        int32_t pos[80];
+        for (int p = 0; p < max_pos; p++) pos[p] = p;
+        cpu_kv_store(&kv, 1, table, pos, max_pos, k, v);
+        /* Cases: prefill from 0 (17 tokens), a chunk at 30 (3 tokens), one decode token at 69. */
+        static const int cases[][2] = {{0, 17}, {30, 3}, {69, 1}};
+        for (size_t q = 0; q < CAIRN_ARRAY_LEN(cases); q++) {
+            int p0 = cases[q][0], nt = cases[q][1];
+            int64_t n = (int64_t)nt * nh * hd;
+            float *qv = malloc((size_t)n * 4), *o = malloc((size_t)n * 4), *orf = malloc((size_t)n * 4);
+            float scratch[256];
+            fill(qv, n);
+            struct cpu_attn a = {.q = qv, .out = o, .n_tokens = nt, .n_heads = nh, .pos = pos + p0,
+                                 .kv = &kv, .layer = 1, .block_table = table,
+                                 .scale = 1.0f / sqrtf((float)hd)};
+            cpu_attention(&a);
+            a.out = orf;
+            ref_attention(&a, 0, nt, scratch);
+            CHECK_MSG(close_rel(o, orf, n, 2e-5, 2e-6) == 0, "attention cfg %zu case %zu", c, q);
+            free(qv);
+            free(o);
+            free(orf);
+        }
+        free(k);
+        free(v);
+        kv_pool_free(&kv);
+    }
+}
+
+/* ---- pool ---- */
+
+static _Atomic int pool_counts[16];
+static _Atomic int pool_bad_nth;
+
+static void pool_fn(void *ctx, int ith, int nth)
+{
+    int want = *(const int *)ctx;
+    if (nth != want || ith < 0 || ith >= nth) atomic_fetch_add(&pool_bad_nth, 1);
+    else atomic_fetch_add(&pool_counts[ith], 1);
+}
+
+static void test_pool(void)
+{
+    static const int sizes[] = {1, 2, 3, 5};
+    for (size_t s = 0; s < CAIRN_ARRAY_LEN(sizes); s++) {
+        struct cairn_err err = {0};
+        CHECK(cpu_init(sizes[s], &err) == CAIRN_OK);
+        CHECK_EQ_INT(cpu_n_threads(), sizes[s]);
+        for (int i = 0; i < 16; i++) atomic_store(&pool_counts[i], 0);
+        atomic_store(&pool_bad_nth, 0);
+        int nth = sizes[s], rounds = 20000;
+        for (int r = 0; r < rounds; r++) cpu_parallel(pool_fn, &nth);
+        CHECK_EQ_INT(atomic_load(&pool_bad_nth), 0);
+        for (int i = 0; i < nth; i++) CHECK_EQ_INT(atomic_load(&pool_counts[i]), rounds);
+        for (int i = nth; i < 16; i++) CHECK_EQ_INT(atomic_load(&pool_counts[i]), 0);
+    }
+    cpu_shutdown();
+    CHECK_EQ_INT(cpu_n_threads(), 1);
+}
+
+static void test_isa_select(void)
+{
+    CHECK_EQ_INT(cpu_isa_parse("scalar"), CPU_ISA_SCALAR);
+    CHECK_EQ_INT(cpu_isa_parse("avx2"), CPU_ISA_AVX2);
+    CHECK_EQ_INT(cpu_isa_parse("avx512"), CPU_ISA_AVX512);
+    CHECK_EQ_INT(cpu_isa_parse("neon"), -1);
+    CHECK(cpu_isa_supported(CPU_ISA_SCALAR));
+    struct cairn_err err = {0};
+    char *old = getenv("CAIRN_CPU_ISA") ? strdup(getenv("CAIRN_CPU_ISA")) : NULL;
+    setenv("CAIRN_CPU_ISA", "scalar", 1);
+    CHECK(cpu_init(2, &err) == CAIRN_OK);
+    CHECK_EQ_INT(cpu_isa_get(), CPU_ISA_SCALAR);
+    setenv("CAIRN_CPU_ISA", "bogus", 1);
+    CHECK(cpu_init(2, &err) == CAIRN_ERR_INVALID);
+    unsetenv("CAIRN_CPU_ISA");
+    CHECK(cpu_init(2, &err) == CAIRN_OK);
+    /* Without the env var the best supported ISA is picked. */
+    enum cpu_isa best = cpu_isa_supported(CPU_ISA_AVX512) ? CPU_ISA_AVX512
+                      : cpu_isa_supported(CPU_ISA_AVX2)   ? CPU_ISA_AVX2
+                                                          : CPU_ISA_SCALAR;
+    CHECK_EQ_INT(cpu_isa_get(), best);
+    if (old) setenv("CAIRN_CPU_ISA", old, 1);
+    free(old);
+}
+
+int main(void)
+{
+    test_isa_select();
+    test_pool();
+    static const int threads[] = {1, 2, 3};
+    for (int isa = 0; isa < CPU_ISA_N; isa++) {
+        if (!cpu_isa_supported((enum cpu_isa)isa)) {
+            printf("skip isa %s (not supported here)\n", cpu_isa_name((enum cpu_isa)isa));
+            continue;
+        }
+        for (size_t t = 0; t < CAIRN_ARRAY_LEN(threads); t++) {
+            struct cairn_err err = {0};
+            CHECK(cpu_init(threads[t], &err) == CAIRN_OK);
+            CHECK(cpu_isa_set((enum cpu_isa)isa) == CAIRN_OK);
+            int before = test_n_fail;
+            test_matmul();
+            if (isa == CPU_ISA_AVX512) { /* the VNNI q4/q8 path forced for every n and bits */
+                setenv("CAIRN_CPU_VNNI", "1", 1);
+                cpu_isa_set((enum cpu_isa)isa); /* re-reads CAIRN_CPU_VNNI */
+                test_matmul_q16();
+                unsetenv("CAIRN_CPU_VNNI");
+                cpu_isa_set((enum cpu_isa)isa);
+            }
+            test_elementwise();
+            test_rope();
+            test_attention();
+            printf("isa %s threads %d: %s\n", cpu_isa_name((enum cpu_isa)isa), threads[t],
+                   test_n_fail == before ? "ok" : "FAILED");
+        }
+    }
+    cpu_shutdown();
+    return test_summary("test_cpu_ops");
+}
