@@ -16,19 +16,6 @@
 #define TV_LISTV(x_) ((struct tv){.t = TV_LIST, .u.l = (x_)})
 #define TV_DICTV(x_) ((struct tv){.t = TV_DICT, .u.d = (x_)})
 
-static char *tb_printf(struct trender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *tb_printf(struct trender *r, const char *fmt, ...)
-{
-    char buf[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    size_t n = strlen(buf);
-    char *c = tr_alloc(r, n + 1);
-    memcpy(c, buf, n);
-    return c;
-}
 
 static int tb_streq(struct tv v, const char *s)
 {
@@ -174,7 +161,7 @@ static int tb_pyattr(struct trender *r, struct tv obj, const char *name, struct 
             return 1;
         }
         if (tb_in(tb_dict_unsafe, name)) {
-            *out = tv_undef(tb_printf(r, "access to attribute '%s' of 'dict' object is unsafe.", name));
+            *out = tv_undef(tr_printf(r, "access to attribute '%s' of 'dict' object is unsafe.", name));
             return 1;
         }
         return 0;
@@ -189,7 +176,7 @@ static int tb_pyattr(struct trender *r, struct tv obj, const char *name, struct 
             return 1;
         }
         if (tb_in(tb_list_unsafe, name)) {
-            *out = tv_undef(tb_printf(r, "access to attribute '%s' of '%s' object is unsafe.", name,
+            *out = tv_undef(tr_printf(r, "access to attribute '%s' of '%s' object is unsafe.", name,
                                       tv_type_name(obj)));
             return 1;
         }
@@ -204,13 +191,13 @@ struct tv tmpl_getattr(struct trender *r, struct tv obj, const char *name)
     if (obj.t == TV_LOOP) return tmpl_loop_attr(r, obj.u.loop, name);
     if (obj.t == TV_NS) {
         if (tv_dict_get_str(obj.u.d, name, &v)) return v;
-        return tv_undef(tb_printf(r, "'Namespace object' has no attribute '%s'", name));
+        return tv_undef(tr_printf(r, "'Namespace object' has no attribute '%s'", name));
     }
     if (name[0] == '_')
-        return tv_undef(tb_printf(r, "access to attribute '%s' of '%s' object is unsafe.", name, tv_type_name(obj)));
+        return tv_undef(tr_printf(r, "access to attribute '%s' of '%s' object is unsafe.", name, tv_type_name(obj)));
     if (tb_pyattr(r, obj, name, &v)) return v;
     if (obj.t == TV_DICT && tv_dict_get_str(obj.u.d, name, &v)) return v;
-    return tv_undef(tb_printf(r, "'%s object' has no attribute '%s'", tv_type_name(obj), name));
+    return tv_undef(tr_printf(r, "'%s object' has no attribute '%s'", tv_type_name(obj), name));
 }
 
 struct tv tmpl_getitem(struct trender *r, struct tv obj, struct tv key)
@@ -227,7 +214,7 @@ struct tv tmpl_getitem(struct trender *r, struct tv obj, struct tv key)
             int64_t i = key.t == TV_INT ? key.u.i : key.u.b, n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
             if (i >= 0 && i < n) return obj.u.l->items[i];
-            return tv_undef(tb_printf(r, "%s object has no element %lld", tv_type_name(obj),
+            return tv_undef(tr_printf(r, "%s object has no element %lld", tv_type_name(obj),
                                       (long long)(key.t == TV_INT ? key.u.i : key.u.b)));
         }
         break;
@@ -238,7 +225,7 @@ struct tv tmpl_getitem(struct trender *r, struct tv obj, struct tv key)
             int64_t i = key.t == TV_INT ? key.u.i : key.u.b;
             if (i < 0) i += (int64_t)n;
             if (i >= 0 && i < (int64_t)n) return tv_str(obj.u.s.p + off[i], off[i + 1] - off[i]);
-            return tv_undef(tb_printf(r, "str object has no element %lld", (long long)i));
+            return tv_undef(tr_printf(r, "str object has no element %lld", (long long)i));
         }
         break;
     case TV_LOOP:
@@ -249,11 +236,11 @@ struct tv tmpl_getitem(struct trender *r, struct tv obj, struct tv key)
     if (key.t == TV_STR && obj.t != TV_NS) {
         const char *name = tv_str_copy(r, key.u.s.p, key.u.s.n).u.s.p;
         if (name[0] != '_' && tb_pyattr(r, obj, name, &v)) return v;
-        return tv_undef(tb_printf(r, "'%s object' has no attribute '%s'", tv_type_name(obj), name));
+        return tv_undef(tr_printf(r, "'%s object' has no attribute '%s'", tv_type_name(obj), name));
     }
     struct tbuf kb = {0};
     tv_repr_append(r, &kb, key);
-    return tv_undef(tb_printf(r, "'%s object' has no attribute %.*s", tv_type_name(obj),
+    return tv_undef(tr_printf(r, "'%s object' has no attribute %.*s", tv_type_name(obj),
                               (int)CAIRN_MIN(kb.n, 100), kb.p ? kb.p : ""));
 }
 
@@ -807,7 +794,7 @@ static struct tv tb_format(struct trender *r, struct tv fmt, struct targs *a)
                 if (f[k] == '.') {
                     size_t st = ++k;
                     while (k < head && f[k] != '.' && f[k] != '[') k++;
-                    v = tmpl_getattr(r, v, tb_printf(r, "%.*s", (int)(k - st), f + st));
+                    v = tmpl_getattr(r, v, tr_printf(r, "%.*s", (int)(k - st), f + st));
                 } else {
                     const char *close = memchr(f + k, ']', head - k);
                     if (!close) tmpl_fail(r, CAIRN_ERR_INVALID, "Missing ']' in format string");
@@ -1211,7 +1198,7 @@ static struct tv tb_attr_path(struct trender *r, struct tv v, struct tv attr)
         int all_digits = key.u.s.n > 0;
         for (size_t i = 0; i < key.u.s.n; i++)
             if (key.u.s.p[i] < '0' || key.u.s.p[i] > '9') all_digits = 0;
-        if (all_digits) v = tmpl_getitem(r, v, tv_int(strtoll(tb_printf(r, "%.*s", (int)key.u.s.n, key.u.s.p), NULL, 10)));
+        if (all_digits) v = tmpl_getitem(r, v, tv_int(strtoll(tr_printf(r, "%.*s", (int)key.u.s.n, key.u.s.p), NULL, 10)));
         else v = tmpl_getitem(r, v, key);
         p = dot + 1;
     }
@@ -1409,7 +1396,7 @@ struct tv tmpl_filter_apply(struct trender *r, const char *name, struct tv v, st
         tmpl_fail(r, CAIRN_ERR_INVALID, "'generator' object is not reversible");
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         struct tv_list *l = tv_iter_list(r, v);
-        if (!l->n) return tv_undef(tb_printf(r, "No %s item, sequence was empty.", name));
+        if (!l->n) return tv_undef(tr_printf(r, "No %s item, sequence was empty.", name));
         return name[0] == 'f' ? l->items[0] : l->items[l->n - 1];
     }
     if (!strcmp(name, "selectattr")) return tb_select(r, v, a, 1, 1);
@@ -1626,7 +1613,7 @@ struct tv tmpl_filter_apply(struct trender *r, const char *name, struct tv v, st
         int cs = tv_truthy(tb_arg(a, 0, "case_sensitive", tv_bool(0)));
         struct tv attr = tb_arg(a, 1, "attribute", tv_none());
         struct tv_list *l = tv_iter_list(r, v);
-        if (!l->n) return tv_undef(tb_printf(r, "No aggregated item, sequence was empty."));
+        if (!l->n) return tv_undef(tr_printf(r, "No aggregated item, sequence was empty."));
         size_t best = 0;
         struct tv bk = tb_fold(r, attr.t == TV_NONE ? l->items[0] : tb_attr_path(r, l->items[0], attr), cs);
         for (size_t i = 1; i < l->n; i++) {
@@ -1646,7 +1633,7 @@ struct tv tmpl_filter_apply(struct trender *r, const char *name, struct tv v, st
         struct tv out;
         if (v.t == TV_NS || v.t == TV_LOOP) return tmpl_getattr(r, v, an);
         if (an[0] != '_' && tb_pyattr(r, v, an, &out)) return out;
-        return tv_undef(tb_printf(r, "'%s object' has no attribute '%s'", tv_type_name(v), an));
+        return tv_undef(tr_printf(r, "'%s object' has no attribute '%s'", tv_type_name(v), an));
     }
     if (!strcmp(name, "format")) {
         struct tv s = tv_to_str(r, v);

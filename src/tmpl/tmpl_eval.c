@@ -115,8 +115,7 @@ static void tundef_fail(struct trender *r, struct tv v)
     tmpl_fail(r, CAIRN_ERR_INVALID, "value is undefined");
 }
 
-static char *tr_printf(struct trender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *tr_printf(struct trender *r, const char *fmt, ...)
+char *tr_printf(struct trender *r, const char *fmt, ...)
 {
     char buf[300];
     va_list ap;

@@ -254,6 +254,8 @@ static inline int tv_unhashable(struct tv v)
 void tmpl_fail(struct trender *r, int status, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 void *tr_alloc(struct trender *r, size_t n);
+/* printf into the render arena (messages up to ~300 bytes). */
+char *tr_printf(struct trender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* values (tmpl_value.c) */
 struct tv tv_none(void);
