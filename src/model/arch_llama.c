@@ -29,29 +29,52 @@ int llama_specs_attn(struct model *m, struct model_specs *s, int i)
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
+int llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth)
+{
+    struct model_layer *L = &m->layers[i];
+    int64_t hid = m->cfg.hidden_size;
+    int ok = model_specs_vector(s, &L->attn_norm, hid, norm_synth, "model.layers.%d.input_layernorm.weight", i) != NULL;
+    ok &= model_specs_vector(s, &L->ffn_norm, hid, norm_synth, "model.layers.%d.post_attention_layernorm.weight", i) !=
+          NULL;
+    return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
+}
+
+int llama_specs_mlp(struct model *m, struct model_specs *s, int i, enum model_wspec_bias bias)
+{
+    struct model_layer *L = &m->layers[i];
+    int64_t hid = m->cfg.hidden_size, inter = m->cfg.intermediate_size;
+    int ok = model_specs_linear(s, &L->mlp.gate, inter, hid, bias, "model.layers.%d.mlp.gate_proj", i) != NULL;
+    ok &= model_specs_linear(s, &L->mlp.up, inter, hid, bias, "model.layers.%d.mlp.up_proj", i) != NULL;
+    ok &= model_specs_linear(s, &L->mlp.down, hid, inter, bias, "model.layers.%d.mlp.down_proj", i) != NULL;
+    return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
+}
+
+int llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth)
+{
+    const struct model_config *c = &m->cfg;
+    int64_t hid = c->hidden_size;
+    int ok = model_specs_linear(s, &m->embed, c->vocab_size, hid, MODEL_BIAS_NONE, "model.embed_tokens") != NULL;
+    ok &= model_specs_vector(s, &m->final_norm, hid, norm_synth, "model.norm.weight") != NULL;
+    if (!c->tie_word_embeddings)
+        ok &= model_specs_linear(s, &m->lm_head, c->vocab_size, hid, MODEL_BIAS_NONE, "lm_head") != NULL;
+    return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
+}
+
 static int llama_specs(struct model *m, struct model_specs *s, struct cairn_err *err)
 {
     const struct model_config *c = &m->cfg;
-    int64_t hid = c->hidden_size, inter = c->intermediate_size;
     enum model_wspec_bias mlp_bias = c->mlp_bias ? MODEL_BIAS_REQUIRED : MODEL_BIAS_NONE;
-    if (inter <= 0) return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
-    int ok = 1;
-    ok &= model_specs_linear(s, &m->embed, c->vocab_size, hid, MODEL_BIAS_NONE, "model.embed_tokens") != NULL;
+    if (c->intermediate_size <= 0)
+        return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
+    int ok = llama_specs_ends(m, s, 1.0f) == CAIRN_OK;
     for (int i = 0; i < c->n_layers && ok; i++) {
-        struct model_layer *L = &m->layers[i];
-        if (L->kind != MODEL_LAYER_ATTN)
+        if (m->layers[i].kind != MODEL_LAYER_ATTN)
             return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "config.json: layer %d: %s has only attention layers", i,
                                  c->model_type);
-        ok &= model_specs_vector(s, &L->attn_norm, hid, 1.0f, "model.layers.%d.input_layernorm.weight", i) != NULL;
-        ok &= model_specs_vector(s, &L->ffn_norm, hid, 1.0f, "model.layers.%d.post_attention_layernorm.weight", i) != NULL;
+        ok &= llama_specs_layer_norms(m, s, i, 1.0f) == CAIRN_OK;
         ok &= llama_specs_attn(m, s, i) == CAIRN_OK;
-        ok &= model_specs_linear(s, &L->mlp.gate, inter, hid, mlp_bias, "model.layers.%d.mlp.gate_proj", i) != NULL;
-        ok &= model_specs_linear(s, &L->mlp.up, inter, hid, mlp_bias, "model.layers.%d.mlp.up_proj", i) != NULL;
-        ok &= model_specs_linear(s, &L->mlp.down, hid, inter, mlp_bias, "model.layers.%d.mlp.down_proj", i) != NULL;
+        ok &= llama_specs_mlp(m, s, i, mlp_bias) == CAIRN_OK;
     }
-    ok &= model_specs_vector(s, &m->final_norm, hid, 1.0f, "model.norm.weight") != NULL;
-    if (!c->tie_word_embeddings)
-        ok &= model_specs_linear(s, &m->lm_head, c->vocab_size, hid, MODEL_BIAS_NONE, "lm_head") != NULL;
     if (!ok) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     return CAIRN_OK;
 }

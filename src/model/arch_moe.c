@@ -121,30 +121,22 @@ struct qwen3_moe_ext {
 static int qwen3_moe_specs(struct model *m, struct model_specs *s, struct cairn_err *err)
 {
     const struct model_config *c = &m->cfg;
-    int64_t hid = c->hidden_size, inter = c->intermediate_size;
     struct qwen3_moe_ext *x = calloc(1, sizeof(*x));
     if (!x) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     m->ext = x;
     x->layers = calloc((size_t)c->n_layers, sizeof(*x->layers));
     if (!x->layers) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    int ok = model_specs_linear(s, &m->embed, c->vocab_size, hid, MODEL_BIAS_NONE, "model.embed_tokens") != NULL;
+    int ok = llama_specs_ends(m, s, 1.0f) == CAIRN_OK;
     for (int i = 0; i < c->n_layers && ok; i++) {
-        struct model_layer *L = &m->layers[i];
-        ok &= model_specs_vector(s, &L->attn_norm, hid, 1.0f, "model.layers.%d.input_layernorm.weight", i) != NULL;
-        ok &= model_specs_vector(s, &L->ffn_norm, hid, 1.0f, "model.layers.%d.post_attention_layernorm.weight", i) != NULL;
+        ok &= llama_specs_layer_norms(m, s, i, 1.0f) == CAIRN_OK;
         ok &= llama_specs_attn(m, s, i) == CAIRN_OK;
         if (moe_layer_is_sparse(c, i)) {
             int rc = moe_layer_specs(m, s, i, &x->layers[i], err);
             if (rc != CAIRN_OK) return rc;
         } else {
-            ok &= model_specs_linear(s, &L->mlp.gate, inter, hid, MODEL_BIAS_NONE, "model.layers.%d.mlp.gate_proj", i) != NULL;
-            ok &= model_specs_linear(s, &L->mlp.up, inter, hid, MODEL_BIAS_NONE, "model.layers.%d.mlp.up_proj", i) != NULL;
-            ok &= model_specs_linear(s, &L->mlp.down, hid, inter, MODEL_BIAS_NONE, "model.layers.%d.mlp.down_proj", i) != NULL;
+            ok &= llama_specs_mlp(m, s, i, MODEL_BIAS_NONE) == CAIRN_OK;
         }
     }
-    ok &= model_specs_vector(s, &m->final_norm, hid, 1.0f, "model.norm.weight") != NULL;
-    if (!c->tie_word_embeddings)
-        ok &= model_specs_linear(s, &m->lm_head, c->vocab_size, hid, MODEL_BIAS_NONE, "lm_head") != NULL;
     return ok ? CAIRN_OK : cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
 }
 

@@ -73,7 +73,6 @@ static int hybrid_specs_gdn(struct model *m, struct model_specs *s, struct hybri
 static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err *err)
 {
     const struct model_config *c = &m->cfg;
-    int64_t hid = c->hidden_size, inter = c->intermediate_size;
     struct hybrid_ext *x = calloc(1, sizeof(*x));
     if (!x) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     m->ext = x;
@@ -99,12 +98,12 @@ static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err
     m->norm_offset = 1.0f;
     m->attn_gated = 1;
     size_t state_off = 0;
-    int ok = model_specs_linear(s, &m->embed, c->vocab_size, hid, MODEL_BIAS_NONE, "model.embed_tokens") != NULL;
+    /* Zero-centred norms: synth fills them with 0 (weight 1 after the offset). */
+    int ok = llama_specs_ends(m, s, 0.0f) == CAIRN_OK;
     for (int i = 0; i < c->n_layers && ok; i++) {
         struct model_layer *L = &m->layers[i];
         struct hybrid_layer *H = &x->layers[i];
-        ok &= model_specs_vector(s, &L->attn_norm, hid, 0.0f, "model.layers.%d.input_layernorm.weight", i) != NULL;
-        ok &= model_specs_vector(s, &L->ffn_norm, hid, 0.0f, "model.layers.%d.post_attention_layernorm.weight", i) != NULL;
+        ok &= llama_specs_layer_norms(m, s, i, 0.0f) == CAIRN_OK;
         if (L->kind == MODEL_LAYER_LINEAR_ATTN) {
             ok &= hybrid_specs_gdn(m, s, x, i) == CAIRN_OK;
             H->state_off = state_off;
@@ -117,15 +116,11 @@ static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err
             int rc = moe_layer_specs(m, s, i, &H->moe, err);
             if (rc != CAIRN_OK) return rc;
         } else {
-            if (inter <= 0) return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
-            ok &= model_specs_linear(s, &L->mlp.gate, inter, hid, MODEL_BIAS_NONE, "model.layers.%d.mlp.gate_proj", i) != NULL;
-            ok &= model_specs_linear(s, &L->mlp.up, inter, hid, MODEL_BIAS_NONE, "model.layers.%d.mlp.up_proj", i) != NULL;
-            ok &= model_specs_linear(s, &L->mlp.down, hid, inter, MODEL_BIAS_NONE, "model.layers.%d.mlp.down_proj", i) != NULL;
+            if (c->intermediate_size <= 0)
+                return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
+            ok &= llama_specs_mlp(m, s, i, MODEL_BIAS_NONE) == CAIRN_OK;
         }
     }
-    ok &= model_specs_vector(s, &m->final_norm, hid, 0.0f, "model.norm.weight") != NULL;
-    if (!c->tie_word_embeddings)
-        ok &= model_specs_linear(s, &m->lm_head, c->vocab_size, hid, MODEL_BIAS_NONE, "lm_head") != NULL;
     m->info.state_bytes = state_off * sizeof(float);
     return ok ? CAIRN_OK : cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
 }
