@@ -24,11 +24,12 @@ enum api_kind {
 #define API_MAX_STOP 16
 #define API_MAX_LOGIT_BIAS 1024
 
-#define API_GIVEN_TEMPERATURE 1u
-#define API_GIVEN_TOP_P 2u
-#define API_GIVEN_TOP_K 4u
-#define API_GIVEN_MIN_P 8u
-#define API_GIVEN_REPETITION_PENALTY 16u
+/* The same bits as the model's generation_config defaults (model.h), so one mask serves both. */
+#define API_GIVEN_TEMPERATURE MODEL_GEN_TEMPERATURE
+#define API_GIVEN_TOP_P MODEL_GEN_TOP_P
+#define API_GIVEN_TOP_K MODEL_GEN_TOP_K
+#define API_GIVEN_MIN_P MODEL_GEN_MIN_P
+#define API_GIVEN_REPETITION_PENALTY MODEL_GEN_REPETITION_PENALTY
 
 struct api_req {
     enum api_kind kind;

@@ -9,7 +9,6 @@
  * Compiled against the tok/tmpl/engine rooms when their headers are present; until then a stub
  * that says so (the fake backend covers the HTTP/API behaviour meanwhile). */
 #include "api/api_backend.h"
-#include "api/api_req.h"
 
 #if __has_include("tok/tok.h") && __has_include("tmpl/tmpl.h") && __has_include("engine/sampler.h")
 #define API_REAL_BACKEND 1
@@ -43,8 +42,6 @@ struct real_model {
     struct tmpl *tmpl;         /* NULL: no chat template (completions only) */
     char *bos, *eos;
     int context_length;
-    struct engine_sampling gen; /* sampling defaults from generation_config.json */
-    unsigned gen_has;           /* API_GIVEN_* bits present in it */
 };
 
 struct real {
@@ -165,62 +162,16 @@ static void real_unload(struct real_model *m)
     m->loaded = 0;
 }
 
-/* Sampling defaults of generation_config.json (optional; a bad file only loses them). */
-static void real_load_gen_config(struct real_model *m)
-{
-    char path[1200], *text = NULL;
-    size_t len;
-    m->gen_has = 0;
-    snprintf(path, sizeof(path), "%s/generation_config.json", m->dir);
-    if (cairn_file_read_all(path, 1 << 20, &text, &len, NULL) != CAIRN_OK) return;
-    json_t *o = json_loadb(text, len, 0, NULL);
-    free(text);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        LOG_WARN("api", "%s: generation_config.json is not a JSON object; sampling defaults ignored", m->id);
-        return;
-    }
-    json_t *v;
-    if ((v = json_object_get(o, "temperature")) && json_is_number(v) && json_number_value(v) >= 0) {
-        m->gen.temperature = (float)json_number_value(v);
-        m->gen_has |= API_GIVEN_TEMPERATURE;
-    }
-    if ((v = json_object_get(o, "do_sample")) && json_is_false(v)) {
-        m->gen.temperature = 0; /* Hugging Face: no sampling means greedy, whatever the temperature */
-        m->gen_has |= API_GIVEN_TEMPERATURE;
-    }
-    if ((v = json_object_get(o, "top_p")) && json_is_number(v) && json_number_value(v) > 0 &&
-        json_number_value(v) <= 1) {
-        m->gen.top_p = (float)json_number_value(v);
-        m->gen_has |= API_GIVEN_TOP_P;
-    }
-    if ((v = json_object_get(o, "top_k")) && json_is_integer(v) && json_integer_value(v) >= 0 &&
-        json_integer_value(v) < (1 << 30)) {
-        m->gen.top_k = (int)json_integer_value(v);
-        m->gen_has |= API_GIVEN_TOP_K;
-    }
-    if ((v = json_object_get(o, "min_p")) && json_is_number(v) && json_number_value(v) >= 0 &&
-        json_number_value(v) <= 1) {
-        m->gen.min_p = (float)json_number_value(v);
-        m->gen_has |= API_GIVEN_MIN_P;
-    }
-    if ((v = json_object_get(o, "repetition_penalty")) && json_is_number(v) && json_number_value(v) > 0) {
-        m->gen.repetition_penalty = (float)json_number_value(v);
-        m->gen_has |= API_GIVEN_REPETITION_PENALTY;
-    }
-    json_decref(o);
-}
-
 static void real_sampling_defaults(void *ctx, int idx, struct engine_sampling *s, unsigned given)
 {
     struct real *r = ctx;
-    const struct real_model *m = &r->models[idx];
-    unsigned use = m->gen_has & ~given;
-    if (use & API_GIVEN_TEMPERATURE) s->temperature = m->gen.temperature;
-    if (use & API_GIVEN_TOP_P) s->top_p = m->gen.top_p;
-    if (use & API_GIVEN_TOP_K) s->top_k = m->gen.top_k;
-    if (use & API_GIVEN_MIN_P) s->min_p = m->gen.min_p;
-    if (use & API_GIVEN_REPETITION_PENALTY) s->repetition_penalty = m->gen.repetition_penalty;
+    const struct model_gen_defaults *g = &model_get_info(r->models[idx].m)->gen;
+    unsigned use = g->has & ~given;
+    if (use & MODEL_GEN_TEMPERATURE) s->temperature = g->temperature;
+    if (use & MODEL_GEN_TOP_P) s->top_p = g->top_p;
+    if (use & MODEL_GEN_TOP_K) s->top_k = g->top_k;
+    if (use & MODEL_GEN_MIN_P) s->min_p = g->min_p;
+    if (use & MODEL_GEN_REPETITION_PENALTY) s->repetition_penalty = g->repetition_penalty;
 }
 
 static int real_load(struct real *r, struct real_model *m, struct cairn_err *err)
@@ -228,7 +179,6 @@ static int real_load(struct real *r, struct real_model *m, struct cairn_err *err
     double t0 = cairn_now();
     int rc = model_load(m->dir, &m->m, err);
     if (rc == 0) rc = tok_load(m->dir, &m->tok, err);
-    if (rc == 0) real_load_gen_config(m);
     if (rc == 0) {
         int trc = tmpl_load_from_dir(m->dir, &m->tmpl, &m->bos, &m->eos, err);
         if (trc == CAIRN_ERR_NOT_FOUND) {

@@ -290,6 +290,41 @@ void model_config_rope_inv_freq(const struct model_config *cfg, float *inv_freq)
     }
 }
 
+/* Sampling defaults a server applies to requests that leave them out; out-of-range values are
+ * ignored. */
+static void config_gen_defaults(json_t *gen, struct model_gen_defaults *g)
+{
+    json_t *v;
+    memset(g, 0, sizeof(*g));
+    if ((v = json_object_get(gen, "temperature")) && json_is_number(v) && json_number_value(v) >= 0) {
+        g->temperature = (float)json_number_value(v);
+        g->has |= MODEL_GEN_TEMPERATURE;
+    }
+    if ((v = json_object_get(gen, "do_sample")) && json_is_false(v)) {
+        g->temperature = 0; /* no sampling means greedy, whatever the temperature */
+        g->has |= MODEL_GEN_TEMPERATURE;
+    }
+    if ((v = json_object_get(gen, "top_p")) && json_is_number(v) && json_number_value(v) > 0 &&
+        json_number_value(v) <= 1) {
+        g->top_p = (float)json_number_value(v);
+        g->has |= MODEL_GEN_TOP_P;
+    }
+    if ((v = json_object_get(gen, "top_k")) && json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) < (1 << 30)) {
+        g->top_k = (int)json_integer_value(v);
+        g->has |= MODEL_GEN_TOP_K;
+    }
+    if ((v = json_object_get(gen, "min_p")) && json_is_number(v) && json_number_value(v) >= 0 &&
+        json_number_value(v) <= 1) {
+        g->min_p = (float)json_number_value(v);
+        g->has |= MODEL_GEN_MIN_P;
+    }
+    if ((v = json_object_get(gen, "repetition_penalty")) && json_is_number(v) && json_number_value(v) > 0) {
+        g->repetition_penalty = (float)json_number_value(v);
+        g->has |= MODEL_GEN_REPETITION_PENALTY;
+    }
+}
+
 int model_config_parse(const char *config_json, const char *gen_config_json, const char *name,
                        struct model_config *cfg, struct cairn_err *err)
 {
@@ -457,6 +492,7 @@ int model_config_parse(const char *config_json, const char *gen_config_json, con
             }
             jb = json_object_get(gen, "bos_token_id");
             if (json_is_integer(jb)) bos = (int)json_integer_value(jb);
+            config_gen_defaults(gen, &cfg->gen);
         }
     }
     cfg->bos_id = bos;

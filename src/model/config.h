@@ -98,6 +98,7 @@ struct model_config {
     int32_t eos_ids[MODEL_MAX_EOS];
     int n_eos;
     int32_t bos_id; /* -1 if none */
+    struct model_gen_defaults gen; /* generation_config.json sampling defaults */
 };
 
 /* Parses config.json text (and generation_config.json text, may be NULL). `name` is used in

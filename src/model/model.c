@@ -363,6 +363,7 @@ static void model_fill_info(struct model *m)
     memcpy(in->eos_ids, c->eos_ids, sizeof(in->eos_ids));
     in->n_eos = c->n_eos;
     in->bos_id = c->bos_id;
+    in->gen = c->gen;
     for (int i = 0; i < m->st.n_tensors; i++) {
         const struct safetensors_tensor *t = m->st.index[i];
         in->weight_bytes += t->n_bytes;

@@ -29,6 +29,22 @@ enum model_arch {
 
 #define MODEL_MAX_EOS 8
 
+/* Sampling defaults from generation_config.json (Hugging Face semantics: do_sample false means
+ * greedy, i.e. temperature 0). Only the fields whose MODEL_GEN_* bit is in `has` were given. */
+#define MODEL_GEN_TEMPERATURE 1u
+#define MODEL_GEN_TOP_P 2u
+#define MODEL_GEN_TOP_K 4u
+#define MODEL_GEN_MIN_P 8u
+#define MODEL_GEN_REPETITION_PENALTY 16u
+struct model_gen_defaults {
+    unsigned has;
+    float temperature;
+    float top_p;
+    int top_k;
+    float min_p;
+    float repetition_penalty;
+};
+
 /* What other rooms need to know about a loaded model. */
 struct model_info {
     enum model_arch arch;
@@ -44,6 +60,7 @@ struct model_info {
     int32_t eos_ids[MODEL_MAX_EOS]; /* from generation_config.json, else config.json */
     int n_eos;
     int32_t bos_id;          /* -1 if none */
+    struct model_gen_defaults gen; /* sampling defaults of generation_config.json */
     size_t state_bytes;      /* recurrent state per sequence; 0 for pure-attention models */
     uint64_t n_params;
     uint64_t weight_bytes;   /* bytes of weights as stored */

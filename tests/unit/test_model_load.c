@@ -244,6 +244,18 @@ static void test_config(void)
         model_config_parse(llama31, "{\"eos_token_id\":9,\"bos_token_id\":3}", "c.json", &c, &err),
         CAIRN_OK);
     CHECK(c.n_eos == 1 && c.eos_ids[0] == 9 && c.bos_id == 3);
+    CHECK_EQ_INT(c.gen.has, 0);
+    model_config_free(&c);
+    /* Sampling defaults: do_sample false wins over temperature; out-of-range values are ignored. */
+    CHECK_EQ_INT(model_config_parse(llama31,
+                                    "{\"do_sample\":false,\"temperature\":0.6,\"top_p\":0.9,\"top_k\":20,"
+                                    "\"min_p\":2,\"repetition_penalty\":1.1}",
+                                    "c.json", &c, &err),
+                 CAIRN_OK);
+    CHECK_EQ_INT(c.gen.has, MODEL_GEN_TEMPERATURE | MODEL_GEN_TOP_P | MODEL_GEN_TOP_K | MODEL_GEN_REPETITION_PENALTY);
+    CHECK(c.gen.temperature == 0.0f && c.gen.top_k == 20);
+    CHECK_NEAR(c.gen.top_p, 0.9, 1e-6);
+    CHECK_NEAR(c.gen.repetition_penalty, 1.1, 1e-6);
     model_config_free(&c);
 
     /* New style: rope_parameters with linear scaling and partial rotary; head_dim explicit. */
