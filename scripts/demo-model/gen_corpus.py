@@ -495,15 +495,67 @@ def big_expr(rng):
     return f"{a} {op} {b}", eval(f"{a} {op} {b}")
 
 
-def tool_offer(rng, need):
-    names = [need] if need else []
-    for n in TOOL_DEFS:
-        if n not in names and rng.random() < 0.5:
-            names.append(n)
-    if not names:
-        names = [rng.choice(list(TOOL_DEFS))]
-    rng.shuffle(names)
-    return [TOOL_DEFS[n] for n in names]
+# Offered tools vary in name, description and argument name (as real clients' tools do), so the
+# model learns to copy the name and argument from the offer instead of memorizing one schema.
+# TOOL_DEFS above is each kind's first variant.
+TOOL_VARIANTS = {
+    "get_weather": (["get_weather", "get_current_weather", "weather", "lookup_weather", "fetch_weather"],
+                    ["Get the current weather in a city.", "Get the current weather for a city",
+                     "Returns the current weather conditions for a location.", "Look up today's weather.",
+                     "Weather lookup by city name.", "Current weather (temperature and conditions)."],
+                    ["city", "location", "city_name", "place"]),
+    "get_time": (["get_time", "get_current_time", "local_time", "time_in_city"],
+                 ["Get the current local time in a city.", "Returns the local time for a location.",
+                  "Look up the current time somewhere.", "Current time in a given city"],
+                 ["city", "location", "city_name", "place"]),
+    "calculator": (["calculator", "calculate", "compute", "eval_math"],
+                   ["Evaluate an arithmetic expression.", "Compute the result of a math expression.",
+                    "A simple calculator.", "Evaluates math like 2 + 2"],
+                   ["expression", "expr", "input", "formula"]),
+}
+ARG_DESC = ["The city name", "Name of the city", "City, for example Paris", None]
+EXPR_DESC = ["The expression, for example 2 + 2", "Arithmetic to evaluate", None]
+
+
+def tool_variant(rng, kind, split):
+    """(tool definition, its name, its argument name): the first of each list is TOOL_DEFS' own."""
+    if rng.random() < 0.3:
+        d = TOOL_DEFS[kind]["function"]
+        return TOOL_DEFS[kind], d["name"], next(iter(d["parameters"]["properties"]))
+
+    def make(r):
+        names, descs, args = TOOL_VARIANTS[kind]
+        return r.choice(names), r.choice(descs), r.choice(args)
+    name, desc, arg = pick_split(rng, split, make, lambda v: ("tool",) + v)
+    prop = {"type": "string"}
+    pd = rng.choice(EXPR_DESC if kind == "calculator" else ARG_DESC)
+    if pd:
+        prop["description"] = pd
+    props = {arg: prop}
+    if kind == "get_weather" and rng.random() < 0.3:
+        props["unit"] = {"type": "string", "enum": ["celsius", "fahrenheit"]}
+    if rng.random() < 0.5:
+        props = dict(reversed(list(props.items())))
+    return ({"type": "function", "function": {"name": name, "description": desc, "parameters": {
+        "type": "object", "properties": props, "required": [arg]}}}, name, arg)
+
+
+def tool_offer(rng, need, split="train"):
+    """Tools offered with the one needed (kind `need`, or none): (tools, name, argument name)."""
+    kinds = [need] if need else []
+    for k in TOOL_DEFS:
+        if k not in kinds and rng.random() < 0.5:
+            kinds.append(k)
+    if not kinds:
+        kinds = [rng.choice(list(TOOL_DEFS))]
+    rng.shuffle(kinds)
+    tools, name, arg = [], None, None
+    for k in kinds:
+        t, n, a = tool_variant(rng, k, split)
+        tools.append(t)
+        if k == need:
+            name, arg = n, a
+    return tools, name, arg
 
 
 def sysmsg(rng):
@@ -523,15 +575,14 @@ def gen_tools(rng, split):
     msgs = sysmsg(rng)
     if kind in ("weather", "time"):
         city = pick_split(rng, split, lambda r: r.choice(CITIES), lambda c: ("city", c))
-        name = "get_weather" if kind == "weather" else "get_time"
         q = (rng.choice(WEATHER_Q) if kind == "weather" else rng.choice(TIME_Q)).format(c=city)
         if ev:
             q = (f"Can you check the weather in {city} for me?" if kind == "weather"
                  else f"Could you tell me the time in {city}?")
-        tools = tool_offer(rng, name)
-        msgs += [{"role": "user", "content": q}, call(name, {"city": city})]
+        tools, name, arg = tool_offer(rng, "get_weather" if kind == "weather" else "get_time", split)
+        msgs += [{"role": "user", "content": q}, call(name, {arg: city})]
         if stage == "call":
-            return "tools", msgs, tools, ['<tool_call>\n{"name": "' + name + '", "arguments": {"city": "' + city + '"}}']
+            return "tools", msgs, tools, ['<tool_call>\n{"name": "' + name + '", "arguments": {"' + arg + '": "' + city + '"}}']
         if kind == "weather":
             t, cond = rng.randint(-10, 35), rng.choice(CONDITIONS)
             res = {"city": city, "temperature_c": t, "condition": cond}
@@ -551,23 +602,23 @@ def gen_tools(rng, split):
         q = rng.choice(CALC_Q).format(e=e)
         if ev:
             q = f"Could you work out {e} using the calculator?"
-        tools = tool_offer(rng, "calculator")
-        msgs += [{"role": "user", "content": q}, call("calculator", {"expression": e})]
+        tools, name, arg = tool_offer(rng, "calculator", split)
+        msgs += [{"role": "user", "content": q}, call(name, {arg: e})]
         if stage == "call":
-            return "tools", msgs, tools, ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "' + e + '"}}']
+            return "tools", msgs, tools, ['<tool_call>\n{"name": "' + name + '", "arguments": {"' + arg + '": "' + e + '"}}']
         msgs += [{"role": "tool", "content": json.dumps({"result": v})},
                  {"role": "assistant", "content": f"{e} = {v}."}]
         return "tools", msgs, tools, [f"= {v}."]
     if kind == "missing":
         city = rng.choice(CITIES)
-        tools = [TOOL_DEFS["calculator"]] if rng.random() < 0.5 else None
+        tools = [tool_variant(rng, "calculator", split)[0]] if rng.random() < 0.5 else None
         q = rng.choice(WEATHER_Q).format(c=city)
         msgs += [{"role": "user", "content": q},
                  {"role": "assistant", "content": f"Sorry, I can't check the weather in {city} because no "
                                                   f"weather tool is available to me."}]
         return "tools", msgs, tools, ["Sorry"]
     # tools offered but the question does not need one
-    tools = tool_offer(rng, None)
+    tools = tool_offer(rng, None, split)[0]
     cat, m, _, must = rng.choice([gen_arith, gen_facts, gen_chat])(rng, split)
     return "tools", msgs + m, tools, must
 

@@ -46,6 +46,7 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(hd, cfg["rms_norm_eps"])
 
     def forward(self, x, cos, sin, mask):
+        """mask None: causal attention through fused SDPA (training on the GPU)."""
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)
@@ -55,10 +56,14 @@ class Attention(nn.Module):
         rep = self.nh // self.nkv
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        att = torch.matmul(q, k.transpose(-1, -2)) * (self.hd ** -0.5)
-        att = att + mask
-        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
-        o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, self.nh * self.hd)
+        if mask is None:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = torch.matmul(q, k.transpose(-1, -2)) * (self.hd ** -0.5)
+            att = att + mask
+            att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+            o = torch.matmul(att, v)
+        o = o.transpose(1, 2).reshape(B, T, self.nh * self.hd)
         return self.o_proj(o)
 
 
@@ -120,16 +125,16 @@ class Qwen3(nn.Module):
                 s = std / math.sqrt(2 * n) if name.endswith(("o_proj.weight", "down_proj.weight")) else std
                 nn.init.normal_(p, 0.0, s)
 
-    def forward(self, ids, dtype=None):
+    def forward(self, ids, dtype=None, fused=False):
         B, T = ids.shape
-        pos = torch.arange(T, dtype=torch.float32)
+        pos = torch.arange(T, dtype=torch.float32, device=ids.device)
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         x = self.model.embed_tokens(ids)
         if dtype is not None:
             x = x.to(dtype)
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        mask = torch.full((T, T), float("-inf")).triu(1).to(x.dtype)
+        mask = None if fused else torch.full((T, T), float("-inf"), device=ids.device).triu(1).to(x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask)
         x = self.model.norm(x)
@@ -138,9 +143,10 @@ class Qwen3(nn.Module):
 
 # ---- safetensors (tiny reader/writer; the format is an 8-byte header length, JSON, raw data)
 
-_DT = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2), "I32": (torch.int32, 4),
+_DT = {"F32": (torch.float32, 4), "BF16": (torch.bfloat16, 2), "I32": (torch.int32, 4), "U32": (torch.int32, 4),
        "F16": (torch.float16, 2), "I64": (torch.int64, 8)}
-_NAME = {v[0]: k for k, v in _DT.items()}
+_NAME = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int32: "I32", torch.float16: "F16",
+         torch.int64: "I64"}
 
 
 def load_safetensors(path):
@@ -161,6 +167,7 @@ def load_safetensors(path):
 
 
 def save_safetensors(path, tensors, metadata=None):
+    """Packed MLX weights (names ending in .weight next to a .scales) are int32 here, U32 on disk."""
     hdr = {}
     blobs = []
     off = 0
@@ -170,7 +177,10 @@ def save_safetensors(path, tensors, metadata=None):
             raw = t.view(torch.int16).numpy().tobytes()
         else:
             raw = t.numpy().tobytes()
-        hdr[k] = {"dtype": _NAME[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        dt = _NAME[t.dtype]
+        if dt == "I32" and k.endswith(".weight") and k[:-len("weight")] + "scales" in tensors:
+            dt = "U32"
+        hdr[k] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)
     if metadata:
@@ -184,10 +194,66 @@ def save_safetensors(path, tensors, metadata=None):
             f.write(b)
 
 
+# ---- MLX affine quantization: per group of `group` inputs, w = q * scale + bias with q unsigned
+# `bits` wide, packed little-end first into uint32 words; scales and biases stored in bf16.
+
+def quantize_mlx(w, bits=8, group=64):
+    """(packed int32 [O, I*bits/32], scales bf16 [O, I/group], biases bf16 [O, I/group])."""
+    O, I = w.shape
+    g = w.detach().float().reshape(O, I // group, group)
+    lo, hi = g.min(-1).values, g.max(-1).values
+    n = (1 << bits) - 1
+    scale = ((hi - lo) / n).clamp(min=1e-8).to(torch.bfloat16)
+    bias = lo.to(torch.bfloat16)
+    q = ((g - bias.float()[..., None]) / scale.float()[..., None]).round().clamp(0, n).to(torch.int64)
+    per = 32 // bits
+    q = q.reshape(O, I // per, per)
+    word = torch.zeros(O, I // per, dtype=torch.int64)
+    for j in range(per):
+        word |= q[..., j] << (bits * j)
+    word = torch.where(word >= 1 << 31, word - (1 << 32), word)  # uint32 bits in an int32
+    return word.to(torch.int32), scale, bias
+
+
+def dequantize_mlx(word, scale, bias, bits, group):
+    O = word.shape[0]
+    per = 32 // bits
+    w = word.to(torch.int64) & 0xFFFFFFFF
+    q = torch.stack([(w >> (bits * j)) & ((1 << bits) - 1) for j in range(per)], dim=-1).reshape(O, -1)
+    q = q.float().reshape(O, scale.shape[1], group)
+    return (q * scale.float()[..., None] + bias.float()[..., None]).reshape(O, -1)
+
+
+def quantized_state(model, bits=8, group=64):
+    """export_state() with every Linear/Embedding weight quantized as mlx_lm does (norms stay bf16)."""
+    out = {}
+    for k, v in export_state(model).items():
+        if v.dim() == 2 and v.shape[1] % group == 0:
+            base = k[:-len("weight")]
+            out[k], out[base + "scales"], out[base + "biases"] = quantize_mlx(v, bits, group)
+        else:
+            out[k] = v
+    return out
+
+
+def dequantized(sd, bits, group):
+    out = {}
+    for k, v in sd.items():
+        if k.endswith((".scales", ".biases")):
+            continue
+        base = k[:-len("weight")]
+        if base + "scales" in sd:
+            v = dequantize_mlx(v, sd[base + "scales"], sd[base + "biases"], bits, group)
+        out[k] = v
+    return out
+
+
 def load_model(folder, dtype=torch.float32):
     cfg = json.load(open(f"{folder}/config.json"))
     m = Qwen3(cfg)
     sd, _ = load_safetensors(f"{folder}/model.safetensors")
+    if "quantization" in cfg:
+        sd = dequantized(sd, cfg["quantization"]["bits"], cfg["quantization"]["group_size"])
     sd = {k: v.to(dtype) for k, v in sd.items()}
     if "lm_head.weight" not in sd and cfg.get("tie_word_embeddings", True):
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
