@@ -164,11 +164,16 @@ static int cpu_nth_for(int64_t work, int64_t min_per_thread)
 
 /* ---- matmul ---- */
 
+/* One matmul round: up to CPU_MM_MAX weights that read the same x (q/k/v, gate/up), with their
+ * rows laid end to end so one dispatch and one activation prep serve them all. */
+#define CPU_MM_MAX 4
+
 struct cpu_mm_job {
-    struct cpu_mm mm;
+    struct cpu_mm mm[CPU_MM_MAX];
+    int count;
+    int64_t first_chunk[CPU_MM_MAX + 1]; /* chunks of weight i: [first_chunk[i], first_chunk[i+1]) */
     const struct cpu_kernels *k;
     int64_t chunk_rows;       /* rows per chunk (multiple of 16) */
-    int64_t n_chunks;
     _Atomic int64_t next;     /* next chunk to take */
     int use_q16;              /* AVX-512 VNNI int16 path for q4/q8 */
 };
@@ -178,71 +183,109 @@ static void cpu_q16_prep_task(void *ctx, int ith, int nth)
 {
     struct cpu_mm_job *j = ctx;
     int64_t t0, t1;
-    cpu_split(j->mm.n, 1, ith, nth, &t0, &t1);
-    if (t0 < t1) cpu_avx512_q16_prep(&j->mm, (int)t0, (int)t1);
+    cpu_split(j->mm[0].n, 1, ith, nth, &t0, &t1);
+    if (t0 < t1) cpu_avx512_q16_prep(&j->mm[0], (int)t0, (int)t1);
 }
 
 /* Threads take row chunks from a shared counter rather than a fixed share: on a busy machine a
  * preempted thread's rows are picked up by the others instead of stalling the round. */
 static void cpu_matmul_task(void *ctx, int ith, int nth)
 {
+    (void)nth;
     struct cpu_mm_job *j = ctx;
+    const int64_t n_chunks = j->first_chunk[j->count];
+    int i = 0;
     for (;;) {
         int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (c >= j->n_chunks) break;
-        int64_t r0 = c * j->chunk_rows, r1 = CAIRN_MIN(r0 + j->chunk_rows, j->mm.out);
-        if (j->use_q16) cpu_avx512_q16_matmul(&j->mm, r0, r1);
-        else j->k->matmul(&j->mm, r0, r1, cpu_scratch(ith));
+        if (c >= n_chunks) break;
+        while (c >= j->first_chunk[i + 1]) i++;
+        const struct cpu_mm *mm = &j->mm[i];
+        int64_t r0 = (c - j->first_chunk[i]) * j->chunk_rows, r1 = CAIRN_MIN(r0 + j->chunk_rows, mm->out);
+        if (j->use_q16) cpu_avx512_q16_matmul(mm, r0, r1);
+        else j->k->matmul(mm, r0, r1, cpu_scratch(ith));
     }
 }
 
-void cpu_matmul(const struct tensor *w, const float *x, float *y, int n)
+static int cpu_q16_mode(void)
 {
-    struct cpu_mm_job j = {.k = cpu_k};
-    j.mm.w = w;
-    j.mm.x = x;
-    j.mm.y = y;
-    j.mm.n = n;
-    j.mm.in = w->shape[1];
-    j.mm.out = w->shape[0];
-    if (n <= 0 || j.mm.out <= 0) return;
-    cpu_scratch_reserve((size_t)j.mm.in + 64);
     if (cpu_q16_enabled < 0) {
         const char *e = getenv("CAIRN_CPU_VNNI");
         cpu_q16_enabled = !e || !*e ? 1 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "1") == 0 ? 2 : 1;
     }
-    if (cpu_k == &cpu_avx512_kernels && cpu_q16_enabled && cpu_features_get()->avx512vnni &&
-        cpu_avx512_q16_ok(w) && (cpu_q16_enabled == 2 || (w->bits == 4 && n <= 2))) {
-        int64_t groups = j.mm.in / w->group_size;
-        size_t xq_floats = (size_t)n * (size_t)j.mm.in + 16; /* two int16 digits per input */
+    return cpu_q16_enabled;
+}
+
+/* Can w share a round (and its prepared activations) with w0? Same input width, and for
+ * quantized weights the same bits and group size. */
+static int cpu_mm_compatible(const struct tensor *w0, const struct tensor *w)
+{
+    if (w->shape[1] != w0->shape[1] || w->dtype != w0->dtype) return 0;
+    return w->dtype != DTYPE_Q || (w->bits == w0->bits && w->group_size == w0->group_size);
+}
+
+void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count, const float *x, int n)
+{
+    if (count > CPU_MM_MAX || count < 1) {
+        for (int i = 0; i < count; i++) cpu_matmul(w[i], x, y[i], n);
+        return;
+    }
+    for (int i = 1; i < count; i++)
+        if (!cpu_mm_compatible(w[0], w[i])) {
+            for (int k = 0; k < count; k++) cpu_matmul(w[k], x, y[k], n);
+            return;
+        }
+    if (n <= 0) return;
+    struct cpu_mm_job j = {.k = cpu_k, .count = count};
+    const struct tensor *w0 = w[0];
+    const int64_t in = w0->shape[1];
+    int64_t total_out = 0;
+    for (int i = 0; i < count; i++) {
+        j.mm[i] = (struct cpu_mm){.w = w[i], .x = x, .y = y[i], .n = n, .in = in, .out = w[i]->shape[0]};
+        total_out += j.mm[i].out;
+    }
+    if (total_out <= 0) return;
+    cpu_scratch_reserve((size_t)in + 64);
+    if (cpu_k == &cpu_avx512_kernels && cpu_q16_mode() && cpu_features_get()->avx512vnni &&
+        cpu_avx512_q16_ok(w0) && (cpu_q16_mode() == 2 || (w0->bits == 4 && n <= 2))) {
+        int64_t groups = in / w0->group_size;
+        size_t xq_floats = (size_t)n * (size_t)in + 16; /* two int16 digits per input */
         float *buf = cpu_shared_scratch(xq_floats + 2 * (size_t)n * (size_t)groups + 16);
-        j.mm.xq = (const int16_t *)buf;
-        j.mm.xd = buf + xq_floats;
-        j.mm.xsum = buf + xq_floats + (size_t)n * (size_t)groups;
+        for (int i = 0; i < count; i++) {
+            j.mm[i].xq = (const int16_t *)buf;
+            j.mm[i].xd = buf + xq_floats;
+            j.mm[i].xsum = buf + xq_floats + (size_t)n * (size_t)groups;
+        }
         j.use_q16 = 1;
-        cpu_pool_run(cpu_q16_prep_task, &j, cpu_nth_for((int64_t)n * j.mm.in, 1 << 15));
-    } else if (cpu_k != &cpu_kernels_ref && w->dtype == DTYPE_Q && w->bits == 4 && j.mm.in % 32 == 0 &&
-        w->group_size % 32 == 0) {
+        cpu_pool_run(cpu_q16_prep_task, &j, cpu_nth_for((int64_t)n * in, 1 << 15));
+    } else if (cpu_k != &cpu_kernels_ref && w0->dtype == DTYPE_Q && w0->bits == 4 && in % 32 == 0 &&
+               w0->group_size % 32 == 0) {
         /* De-interleave each 32-chunk of x: byte b of a chunk holds codes 2b (low nibble) and
          * 2b+1 (high nibble), so kernels read 16 even inputs then 16 odd ones. */
-        float *xp = cpu_shared_scratch((size_t)n * (size_t)j.mm.in);
-        for (int64_t i = 0; i < (int64_t)n * j.mm.in; i += 32)
+        float *xp = cpu_shared_scratch((size_t)n * (size_t)in);
+        for (int64_t i = 0; i < (int64_t)n * in; i += 32)
             for (int b = 0; b < 16; b++) {
                 xp[i + b] = x[i + 2 * b];
                 xp[i + 16 + b] = x[i + 2 * b + 1];
             }
-        j.mm.xp = xp;
+        for (int i = 0; i < count; i++) j.mm[i].xp = xp;
     }
     /* Rows cost in/… each; below ~64K weights a second thread costs more than it saves. */
-    int nth = cpu_nth_for(j.mm.out * j.mm.in * (int64_t)n, 1 << 16);
+    int nth = cpu_nth_for(total_out * in * (int64_t)n, 1 << 16);
     /* About 8 chunks per thread, each at least 16 rows (and ~16K weights). */
-    int64_t rows = (j.mm.out + 8 * nth - 1) / (8 * nth);
-    int64_t min_rows = CAIRN_MAX((int64_t)16, ((int64_t)1 << 14) / CAIRN_MAX(j.mm.in, (int64_t)1));
+    int64_t rows = (total_out + 8 * nth - 1) / (8 * nth);
+    int64_t min_rows = CAIRN_MAX((int64_t)16, ((int64_t)1 << 14) / CAIRN_MAX(in, (int64_t)1));
     rows = CAIRN_MAX(rows, min_rows);
     j.chunk_rows = (rows + 15) / 16 * 16;
-    j.n_chunks = (j.mm.out + j.chunk_rows - 1) / j.chunk_rows;
+    j.first_chunk[0] = 0;
+    for (int i = 0; i < count; i++)
+        j.first_chunk[i + 1] = j.first_chunk[i] + (j.mm[i].out + j.chunk_rows - 1) / j.chunk_rows;
     atomic_init(&j.next, 0);
     cpu_pool_run(cpu_matmul_task, &j, nth);
+}
+
+void cpu_matmul(const struct tensor *w, const float *x, float *y, int n)
+{
+    cpu_matmul_multi(&w, &y, 1, x, n);
 }
 
 void cpu_embed(const struct tensor *w, const int32_t *ids, int n, float *out)

@@ -49,6 +49,10 @@ int cpu_isa_parse(const char *s);
 
 /* y[n, out] = x[n, in] · W[out, in]^T for W of any dtype (F32, F16, BF16, Q). */
 void cpu_matmul(const struct tensor *w, const float *x, float *y, int n);
+/* y[i] = x · w[i]^T for `count` weights that read the same x: one round over all their rows, and
+ * one activation prep, which is what decode pays most for (q/k/v, gate/up). Weights of different
+ * input width or quantization are run one by one. */
+void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count, const float *x, int n);
 /* out[n, dim] = rows ids[i] of W[vocab, dim] (any dtype). */
 void cpu_embed(const struct tensor *w, const int32_t *ids, int n, float *out);
 /* y[r] = x[r] / rms(x[r]) * (w + w_offset) over n_rows rows of dim; y may alias x.

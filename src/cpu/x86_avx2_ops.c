@@ -6,7 +6,8 @@
 #define VW 8
 #define VF __m256
 #define VI __m256i
-#define MM_RT 4
+#define MM_RTD 4
+#define MM_RTQ 4
 #define MM_TT 2
 #define K(name) cpu_avx2_##name
 

@@ -6,7 +6,9 @@
  * scale * code + bias in f32) and multiplied with f32 activations in f32 FMA, so results match
  * the scalar reference up to summation order (tests: relative error ~1e-5 of the row norm).
  *
- * matmul: y[n, out] = x[n, in] · W^T, register-tiled MM_RT rows × MM_TT tokens (n = 1: MM_RT × 1),
+ * matmul: y[n, out] = x[n, in] · W^T, register-tiled rows × MM_TT tokens (n = 1: rows × 1), with
+ * MM_RTD rows for dense weights and MM_RTQ for MLX quantized ones (whose tiles also hold each
+ * row's scale and bias in registers),
  * tokens blocked by MM_TB so the x block stays in L2 while a thread walks its rows. */
 #include <math.h>
 #include <stdint.h>
@@ -76,36 +78,38 @@ CPU_AI float K(wload1)(const void *row, int64_t k, const int dt)
     return f16_to_f32(((const uint16_t *)row)[k]);
 }
 
-/* Rows [r, r+nr) (nr <= MM_RT; missing rows repeat the last one and are not stored) × tokens
- * [t, t+TT) of a dense (f32/bf16/f16) weight. */
+/* Rows [r, r+nr) (nr <= RT <= MM_RTD; missing rows repeat the last one and are not stored) ×
+ * tokens [t, t+TT) of a dense (f32/bf16/f16) weight, over inputs [k0, k1): y = the dot products,
+ * or y += them when add (k-blocked prefill, see matmul_dense). prefetch: fetch the next row
+ * tile ahead (decode streams each weight once). */
 CPU_AI void K(dense_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, const int dt,
-                          const int TT)
+                          const int TT, const int RT, int64_t k0, int64_t k1, int add, const int prefetch)
 {
     const int64_t in = mm->in;
     const size_t esz = dt == DTYPE_F32 ? 4 : 2;
-    const size_t pf_ahead = (size_t)MM_RT * (size_t)in * esz;
-    const char *wrow[MM_RT];
+    const size_t pf_ahead = (size_t)RT * (size_t)in * esz;
+    const char *wrow[MM_RTD];
     const float *xr[MM_TT];
-    VF acc[MM_RT][MM_TT];
+    VF acc[MM_RTD][MM_TT];
 #pragma GCC unroll 8
-    for (int i = 0; i < MM_RT; i++)
+    for (int i = 0; i < RT; i++)
         wrow[i] = (const char *)mm->w->data + (size_t)(r + (i < nr ? i : nr - 1)) * (size_t)in * esz;
 #pragma GCC unroll 8
     for (int j = 0; j < TT; j++) xr[j] = mm->x + (int64_t)(t + j) * in;
 #pragma GCC unroll 8
-    for (int i = 0; i < MM_RT; i++)
+    for (int i = 0; i < RT; i++)
 #pragma GCC unroll 8
         for (int j = 0; j < TT; j++) acc[i][j] = V_ZERO();
-    int64_t k = 0;
-    for (; k + VW <= in; k += VW) {
+    int64_t k = k0;
+    for (; k + VW <= k1; k += VW) {
         VF xv[MM_TT];
 #pragma GCC unroll 8
         for (int j = 0; j < TT; j++) xv[j] = V_LOAD(xr[j] + k);
 #pragma GCC unroll 8
-        for (int i = 0; i < MM_RT; i++) {
+        for (int i = 0; i < RT; i++) {
             /* Weights usually sit in 4 KiB pages of an mmap'd file, where the hardware
              * prefetcher stops at every page: fetch the next tile's rows ahead. */
-            _mm_prefetch(wrow[i] + (size_t)k * esz + pf_ahead, _MM_HINT_T0);
+            if (prefetch) _mm_prefetch(wrow[i] + (size_t)k * esz + pf_ahead, _MM_HINT_T0);
             VF wv = K(wload)(wrow[i], k, dt);
 #pragma GCC unroll 8
             for (int j = 0; j < TT; j++) acc[i][j] = V_FMA(wv, xv[j], acc[i][j]);
@@ -114,27 +118,62 @@ CPU_AI void K(dense_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t,
     for (int i = 0; i < nr; i++)
         for (int j = 0; j < TT; j++) {
             float s = V_HSUM(acc[i][j]);
-            for (int64_t kk = k; kk < in; kk++) s += K(wload1)(wrow[i], kk, dt) * xr[j][kk];
-            mm->y[(int64_t)(t + j) * mm->out + r + i] = s;
+            for (int64_t kk = k; kk < k1; kk++) s += K(wload1)(wrow[i], kk, dt) * xr[j][kk];
+            float *y = &mm->y[(int64_t)(t + j) * mm->out + r + i];
+            *y = add ? *y + s : s;
         }
+}
+
+/* Decode and small batches (n < 2 MM_TT): 4-row tiles over whole rows, weights streamed once
+ * (more rows would only add weight streams to wait on). Prefill: MM_RTD-row tiles over blocks
+ * of MM_KB inputs, so a tile's rows stay in L1 while every token tile of the token block
+ * reuses them; over whole rows of 2K+ inputs they spilled to L2 and prefill fell to ~40% of
+ * the FMA peak. */
+#define MM_KB 2048
+#define MM_TB 64
+CPU_AI void K(matmul_dense)(const struct cpu_mm *mm, int64_t r0, int64_t r1, const int dt)
+{
+    const int64_t in = mm->in, kb = dt == DTYPE_F32 ? MM_KB / 2 : MM_KB;
+    for (int tb = 0; tb < mm->n; tb += MM_TB) {
+        int te = tb + MM_TB < mm->n ? tb + MM_TB : mm->n;
+        if (mm->n < 2 * MM_TT) {
+            for (int64_t r = r0; r < r1; r += 4) {
+                int64_t nr = r1 - r < 4 ? r1 - r : 4;
+                for (int t = tb; t < te; t++) K(dense_tile)(mm, r, nr, t, dt, 1, 4, 0, in, 0, 1);
+            }
+            continue;
+        }
+        for (int64_t r = r0; r < r1; r += MM_RTD) {
+            int64_t nr = r1 - r < MM_RTD ? r1 - r : MM_RTD;
+            for (int64_t k0 = 0; k0 < in; k0 += kb) {
+                int64_t k1 = in - k0 < kb ? in : k0 + kb;
+                int t = tb;
+                for (; t + MM_TT <= te; t += MM_TT)
+                    K(dense_tile)(mm, r, nr, t, dt, MM_TT, MM_RTD, k0, k1, k0 > 0, 0);
+                for (; t < te; t++) K(dense_tile)(mm, r, nr, t, dt, 1, MM_RTD, k0, k1, k0 > 0, 0);
+            }
+        }
+    }
 }
 
 /* Same for MLX affine q4/q8 with in % 32 == 0 and group_size % 32 == 0: each weight is
  * dequantized in-register (scale * code + bias) and FMA'd with the activations. bits 4 reads
  * the de-interleaved activations mm->xp (see struct cpu_mm). */
 CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, const int bits,
-                      const int TT)
+                      const int TT, const int RT)
 {
+    (void)RT;
+    const int prefetch = mm->n < 2 * MM_TT;
     const struct tensor *w = mm->w;
     const int64_t in = mm->in, gs = w->group_size, groups = in / gs;
     const int64_t row_bytes = in * bits / 8, gbytes = gs * bits / 8;
-    const int64_t pf_ahead = MM_RT * row_bytes;
-    const uint8_t *wrow[MM_RT];
-    const uint16_t *sc[MM_RT], *bi[MM_RT];
+    const int64_t pf_ahead = MM_RTQ * row_bytes;
+    const uint8_t *wrow[MM_RTQ];
+    const uint16_t *sc[MM_RTQ], *bi[MM_RTQ];
     const float *xr[MM_TT];
-    VF acc[MM_RT][MM_TT];
+    VF acc[MM_RTQ][MM_TT];
 #pragma GCC unroll 8
-    for (int i = 0; i < MM_RT; i++) {
+    for (int i = 0; i < MM_RTQ; i++) {
         int64_t ri = r + (i < nr ? i : nr - 1);
         wrow[i] = (const uint8_t *)w->data + ri * row_bytes;
         sc[i] = w->scales + ri * groups;
@@ -143,21 +182,23 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
 #pragma GCC unroll 8
     for (int j = 0; j < TT; j++) xr[j] = (bits == 4 ? mm->xp : mm->x) + (int64_t)(t + j) * in;
 #pragma GCC unroll 8
-    for (int i = 0; i < MM_RT; i++)
+    for (int i = 0; i < MM_RTQ; i++)
 #pragma GCC unroll 8
         for (int j = 0; j < TT; j++) acc[i][j] = V_ZERO();
     for (int64_t g = 0; g < groups; g++) {
-        VF s[MM_RT], b[MM_RT];
+        VF s[MM_RTQ], b[MM_RTQ];
 #pragma GCC unroll 8
-        for (int i = 0; i < MM_RT; i++) {
+        for (int i = 0; i < MM_RTQ; i++) {
             s[i] = V_SET1(bf16_to_f32(sc[i][g]));
             b[i] = V_SET1(bf16_to_f32(bi[i][g]));
-            /* Next tile's codes (see dense_tile: 4 KiB pages stop the hardware prefetcher). */
+            /* Next tile's codes (see dense_tile: 4 KiB pages stop the hardware prefetcher);
+             * decode only: in prefill the next tile's rows only evict this one's. */
+            if (!prefetch) continue;
             for (int64_t off = 0; off < gbytes; off += 64)
                 _mm_prefetch((const char *)wrow[i] + g * gbytes + off + pf_ahead, _MM_HINT_T0);
             if ((g & 31) == 0) {
-                _mm_prefetch((const char *)(sc[i] + g + MM_RT * groups), _MM_HINT_T0);
-                _mm_prefetch((const char *)(bi[i] + g + MM_RT * groups), _MM_HINT_T0);
+                _mm_prefetch((const char *)(sc[i] + g + MM_RTQ * groups), _MM_HINT_T0);
+                _mm_prefetch((const char *)(bi[i] + g + MM_RTQ * groups), _MM_HINT_T0);
             }
         }
         for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
@@ -168,7 +209,7 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
 #pragma GCC unroll 8
                     for (int j = 0; j < TT; j++) xv[j] = V_LOAD(xr[j] + k + u);
 #pragma GCC unroll 8
-                    for (int i = 0; i < MM_RT; i++) {
+                    for (int i = 0; i < MM_RTQ; i++) {
                         VF wv = V_FMA(V_I2F(V_LOAD_U8I(wrow[i] + k + u)), s[i], b[i]);
 #pragma GCC unroll 8
                         for (int j = 0; j < TT; j++) acc[i][j] = V_FMA(wv, xv[j], acc[i][j]);
@@ -184,7 +225,7 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
                         xhi[j] = V_LOAD(xr[j] + k + 16 + u);
                     }
 #pragma GCC unroll 8
-                    for (int i = 0; i < MM_RT; i++) {
+                    for (int i = 0; i < MM_RTQ; i++) {
                         VI c = V_LOAD_U8I(wrow[i] + k / 2 + u);
                         VF wlo = V_FMA(V_I2F(VI_AND15(c)), s[i], b[i]);
                         VF whi = V_FMA(V_I2F(VI_SRL4(c)), s[i], b[i]);
@@ -202,38 +243,37 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
         for (int j = 0; j < TT; j++) mm->y[(int64_t)(t + j) * mm->out + r + i] = V_HSUM(acc[i][j]);
 }
 
-#define MM_TB 64
 
-#define K_MM_LOOP(TILE, ARG)                                                                      \
+#define K_MM_LOOP(TILE, ARG, RT)                                                                  \
     for (int tb = 0; tb < mm->n; tb += MM_TB) {                                                   \
         int te = tb + MM_TB < mm->n ? tb + MM_TB : mm->n;                                         \
-        for (int64_t r = r0; r < r1; r += MM_RT) {                                                \
-            int64_t nr = r1 - r < MM_RT ? r1 - r : MM_RT;                                         \
+        for (int64_t r = r0; r < r1; r += RT) {                                                   \
+            int64_t nr = r1 - r < RT ? r1 - r : RT;                                               \
             int t = tb;                                                                           \
-            for (; t + MM_TT <= te; t += MM_TT) TILE(mm, r, nr, t, ARG, MM_TT);                   \
-            for (; t < te; t++) TILE(mm, r, nr, t, ARG, 1);                                       \
+            for (; t + MM_TT <= te; t += MM_TT) TILE(mm, r, nr, t, ARG, MM_TT, RT);               \
+            for (; t < te; t++) TILE(mm, r, nr, t, ARG, 1, RT);                                   \
         }                                                                                         \
     }
 
 static void K(matmul_bf16)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
-    K_MM_LOOP(K(dense_tile), DTYPE_BF16)
+    K(matmul_dense)(mm, r0, r1, DTYPE_BF16);
 }
 static void K(matmul_f16)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
-    K_MM_LOOP(K(dense_tile), DTYPE_F16)
+    K(matmul_dense)(mm, r0, r1, DTYPE_F16);
 }
 static void K(matmul_f32)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
-    K_MM_LOOP(K(dense_tile), DTYPE_F32)
+    K(matmul_dense)(mm, r0, r1, DTYPE_F32);
 }
 static void K(matmul_q4)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
-    K_MM_LOOP(K(q_tile), 4)
+    K_MM_LOOP(K(q_tile), 4, MM_RTQ)
 }
 static void K(matmul_q8)(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
-    K_MM_LOOP(K(q_tile), 8)
+    K_MM_LOOP(K(q_tile), 8, MM_RTQ)
 }
 
 /* Any other layout (quant bits 2..8 other than the fast cases): dequantize one row with the

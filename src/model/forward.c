@@ -21,6 +21,17 @@ void model_linear_apply(const struct model_linear *l, const float *x, float *y, 
     if (l->bias) cpu_add_bias(y, l->bias, n_tokens, (int)l->w.shape[0]);
 }
 
+/* Linears that read the same x (q/k/v, gate/up) in one matmul round. */
+static void model_linears_apply(const struct model_linear *const *l, float *const *y, int count,
+                                const float *x, int n_tokens)
+{
+    const struct tensor *w[4];
+    for (int i = 0; i < count; i++) w[i] = &l[i]->w;
+    cpu_matmul_multi(w, y, count, x, n_tokens);
+    for (int i = 0; i < count; i++)
+        if (l[i]->bias) cpu_add_bias(y[i], l[i]->bias, n_tokens, (int)l[i]->w.shape[0]);
+}
+
 static int model_attn_forward(struct model *m, int il, struct kv_pool *kv, const struct model_seq *seqs,
                               int n_seqs, const float *h, float *out)
 {
@@ -29,9 +40,9 @@ static int model_attn_forward(struct model *m, int il, struct kv_pool *kv, const
     const struct model_layer *L = &m->layers[il];
     int T = w->seq_off[n_seqs], nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     int qd = nh * hd, kvd = nkv * hd;
-    model_linear_apply(&L->attn.q, h, w->q, T);
-    model_linear_apply(&L->attn.k, h, w->k, T);
-    model_linear_apply(&L->attn.v, h, w->v, T);
+    const struct model_linear *qkv[3] = {&L->attn.q, &L->attn.k, &L->attn.v};
+    float *qkv_out[3] = {w->q, w->k, w->v};
+    model_linears_apply(qkv, qkv_out, 3, h, T);
     if (m->attn_gated) {
         /* q_proj rows are [head][query hd | gate hd]: split off the gates, compact the queries
          * in place (the destination never passes the source). */
@@ -74,8 +85,9 @@ void model_mlp_forward(struct model *m, int il, const float *h, float *out, int 
     struct model_ws *w = &m->ws;
     const struct model_layer *L = &m->layers[il];
     int64_t inter = L->mlp.gate.w.shape[0];
-    model_linear_apply(&L->mlp.gate, h, w->gate, T);
-    model_linear_apply(&L->mlp.up, h, w->up, T);
+    const struct model_linear *gate_up[2] = {&L->mlp.gate, &L->mlp.up};
+    float *gate_up_out[2] = {w->gate, w->up};
+    model_linears_apply(gate_up, gate_up_out, 2, h, T);
     cpu_silu_mul(w->gate, w->gate, w->up, (int64_t)T * inter);
     model_linear_apply(&L->mlp.down, w->gate, out, T);
 }

@@ -123,8 +123,9 @@ static int check_matmul(const struct test_w *w, int n, const char *what)
 
 static void test_matmul(void)
 {
-    static const int ns[] = {1, 3, 17};
-    static const int64_t dense_shapes[][2] = {{1, 16}, {1, 5}, {7, 100}, {33, 256}, {5, 1000}, {64, 64}};
+    /* n >= CPU_UNPACK_MIN_TOKENS takes the unpacked path; 70 crosses a token block */
+    static const int ns[] = {1, 3, 17, 70};
+    static const int64_t dense_shapes[][2] = {{1, 16}, {1, 5}, {7, 100}, {33, 256}, {5, 1000}, {64, 64}, {21, 5000}};
     static const enum dtype dts[] = {DTYPE_F32, DTYPE_BF16, DTYPE_F16};
     for (size_t d = 0; d < CAIRN_ARRAY_LEN(dts); d++)
         for (size_t s = 0; s < CAIRN_ARRAY_LEN(dense_shapes); s++)
@@ -155,15 +156,58 @@ static void test_matmul_q16(void)
 {
     static const int ns[] = {1, 3, 17};
     static const int gss[] = {64, 128};
+    static const int n_groups[] = {3, 16, 37}; /* the kernel takes groups 16 at a time */
     for (int bits = 4; bits <= 8; bits += 4)
         for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++)
-            for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++) {
-                struct test_w w;
-                weight_make(&w, DTYPE_Q, k == 0 ? 1 : 21, gss[g] * 3, bits, gss[g]);
-                CHECK_MSG(check_matmul_tol(&w, ns[k], "Q vnni", 2e-5) == 0, "vnni q%d g%d n=%d", bits,
-                          gss[g], ns[k]);
-                weight_free(&w);
+            for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++)
+                for (size_t ng = 0; ng < CAIRN_ARRAY_LEN(n_groups); ng++) {
+                    struct test_w w;
+                    weight_make(&w, DTYPE_Q, k == 0 ? 1 : 21, (int64_t)gss[g] * n_groups[ng], bits, gss[g]);
+                    CHECK_MSG(check_matmul_tol(&w, ns[k], "Q vnni", 2e-5) == 0, "vnni q%d g%d n=%d groups %d",
+                              bits, gss[g], ns[k], n_groups[ng]);
+                    weight_free(&w);
+                }
+}
+
+/* cpu_matmul_multi gives each weight exactly what cpu_matmul gives it alone (same kernels, same
+ * summation order), for weights that can share a round and for ones that cannot. */
+static void test_matmul_multi(void)
+{
+    struct {
+        enum dtype dt;
+        int64_t out, in;
+        int bits, gs;
+    } sets[][3] = {
+        {{DTYPE_Q, 40, 256, 4, 64}, {DTYPE_Q, 16, 256, 4, 64}, {DTYPE_Q, 16, 256, 4, 64}},
+        {{DTYPE_Q, 33, 192, 8, 64}, {DTYPE_Q, 48, 192, 8, 64}, {DTYPE_Q, 1, 192, 8, 64}},
+        {{DTYPE_BF16, 70, 100, 0, 0}, {DTYPE_BF16, 5, 100, 0, 0}, {DTYPE_BF16, 64, 100, 0, 0}},
+        {{DTYPE_Q, 32, 256, 4, 64}, {DTYPE_Q, 32, 256, 8, 64}, {DTYPE_BF16, 9, 256, 0, 0}}, /* mixed */
+    };
+    for (size_t si = 0; si < CAIRN_ARRAY_LEN(sets); si++)
+        for (int n = 1; n <= 9; n += 4) {
+            struct test_w w[3];
+            const struct tensor *wt[3];
+            float *y[3], *yref[3];
+            int64_t in = sets[si][0].in;
+            float *x = malloc((size_t)(n * in) * 4);
+            fill(x, n * in);
+            for (int i = 0; i < 3; i++) {
+                weight_make(&w[i], sets[si][i].dt, sets[si][i].out, in, sets[si][i].bits, sets[si][i].gs);
+                wt[i] = &w[i].t;
+                y[i] = malloc((size_t)(n * sets[si][i].out) * 4);
+                yref[i] = malloc((size_t)(n * sets[si][i].out) * 4);
+                cpu_matmul(wt[i], x, yref[i], n);
             }
+            cpu_matmul_multi(wt, y, 3, x, n);
+            for (int i = 0; i < 3; i++) {
+                CHECK_MSG(memcmp(y[i], yref[i], (size_t)(n * sets[si][i].out) * 4) == 0,
+                          "multi set %zu weight %d n=%d isa %s", si, i, n, cpu_isa_name(cpu_isa_get()));
+                weight_free(&w[i]);
+                free(y[i]);
+                free(yref[i]);
+            }
+            free(x);
+        }
 }
 
 static int close_rel(const float *a, const float *b, int64_t n, double rel, double abs_tol)
@@ -384,10 +428,12 @@ int main(void)
             CHECK(cpu_isa_set((enum cpu_isa)isa) == CAIRN_OK);
             int before = test_n_fail;
             test_matmul();
+            test_matmul_multi();
             if (isa == CPU_ISA_AVX512) { /* the VNNI q4/q8 path forced for every n and bits */
                 setenv("CAIRN_CPU_VNNI", "1", 1);
                 cpu_isa_set((enum cpu_isa)isa); /* re-reads CAIRN_CPU_VNNI */
                 test_matmul_q16();
+                test_matmul_multi();
                 unsetenv("CAIRN_CPU_VNNI");
                 cpu_isa_set((enum cpu_isa)isa);
             }
