@@ -104,7 +104,7 @@ CPU_AI void cpu_avx512_q16_row4(const struct cpu_mm *mm, int64_t r, int64_t nr, 
     /* gs_const: the group size as a compile-time constant (64, MLX's default) so the loop over
      * a group's inputs unrolls; 0 for any other size. */
     const int64_t in = mm->in, gs = gs_const ? gs_const : w->group_size, groups = in / gs;
-    const int64_t row_bytes = in * bits / 8, gbytes = gs * bits / 8, pf_ahead = Q16_RT * row_bytes;
+    const int64_t row_bytes = in * bits / 8, gbytes = gs * bits / 8, pf_ahead = cpu_prefetch_ahead(Q16_RT * row_bytes);
     const uint8_t *wrow[Q16_RT];
     const uint16_t *sc[Q16_RT], *bi[Q16_RT];
     const int16_t *xh = mm->xq + (int64_t)t * in, *xl = mm->xq + ((int64_t)mm->n + t) * in;
@@ -129,6 +129,9 @@ CPU_AI void cpu_avx512_q16_row4(const struct cpu_mm *mm, int64_t r, int64_t nr, 
         __m512 sd[Q16_RT];
 #pragma GCC unroll 8
         for (int i = 0; i < Q16_RT; i++) {
+            /* the next tile's scales and biases (4 KiB pages stop the hardware prefetcher) */
+            _mm_prefetch((const char *)(sc[i] + g0 + pf_ahead / row_bytes * groups), _MM_HINT_T0);
+            _mm_prefetch((const char *)(bi[i] + g0 + pf_ahead / row_bytes * groups), _MM_HINT_T0);
             __m512 scv = _mm512_castsi512_ps(_mm512_slli_epi32(
                 _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(gm, sc[i] + g0)), 16));
             __m512 biv = _mm512_castsi512_ps(_mm512_slli_epi32(

@@ -87,7 +87,7 @@ CPU_AI void K(dense_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t,
 {
     const int64_t in = mm->in;
     const size_t esz = dt == DTYPE_F32 ? 4 : 2;
-    const size_t pf_ahead = (size_t)RT * (size_t)in * esz;
+    const size_t pf_ahead = (size_t)cpu_prefetch_ahead((int64_t)RT * in * (int64_t)esz);
     const char *wrow[MM_RTD];
     const float *xr[MM_TT];
     VF acc[MM_RTD][MM_TT];
@@ -167,7 +167,7 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
     const struct tensor *w = mm->w;
     const int64_t in = mm->in, gs = w->group_size, groups = in / gs;
     const int64_t row_bytes = in * bits / 8, gbytes = gs * bits / 8;
-    const int64_t pf_ahead = MM_RTQ * row_bytes;
+    const int64_t pf_ahead = cpu_prefetch_ahead(MM_RTQ * row_bytes);
     const uint8_t *wrow[MM_RTQ];
     const uint16_t *sc[MM_RTQ], *bi[MM_RTQ];
     const float *xr[MM_TT];
@@ -197,8 +197,8 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
             for (int64_t off = 0; off < gbytes; off += 64)
                 _mm_prefetch((const char *)wrow[i] + g * gbytes + off + pf_ahead, _MM_HINT_T0);
             if ((g & 31) == 0) {
-                _mm_prefetch((const char *)(sc[i] + g + MM_RTQ * groups), _MM_HINT_T0);
-                _mm_prefetch((const char *)(bi[i] + g + MM_RTQ * groups), _MM_HINT_T0);
+                _mm_prefetch((const char *)(sc[i] + g + pf_ahead / row_bytes * groups), _MM_HINT_T0);
+                _mm_prefetch((const char *)(bi[i] + g + pf_ahead / row_bytes * groups), _MM_HINT_T0);
             }
         }
         for (int64_t k = g * gs; k < (g + 1) * gs; k += 32) {
