@@ -391,6 +391,53 @@ static void K(add)(float *y, const float *x, int64_t n)
  * scores of the block for every head of the group (one K read), an online-softmax rescale per
  * block (not per position), then the V rows accumulated into every head (one V read).
  * scratch: acc [group][hd], sc [group][block_size], m [group], l [group]. */
+/* Scores of one K row for the `group` query heads at q0: the row is widened once into HDV
+ * registers (HDV = head_dim / VW, a constant so they stay registers). */
+CPU_AI void K(att_scores)(const float *q0, const char *krow, int group, int is_f32, float *sc, int bs,
+                          float scale, const int HDV)
+{
+    VF kr[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < HDV; u++) kr[u] = K(kvload)(krow, u * VW, is_f32);
+    for (int g = 0; g < group; g++) {
+        const float *q = q0 + (int64_t)g * HDV * VW;
+        VF s0 = V_ZERO();
+#pragma GCC unroll 8
+        for (int u = 0; u < HDV; u++) s0 = V_FMA(V_LOAD(q + u * VW), kr[u], s0);
+        sc[g * bs] = V_HSUM(s0) * scale;
+    }
+}
+
+/* acc0/acc1 (NV vectors of two heads; acc1 unused unless two) += Σ_p s0/s1[p] · V[p] over np
+ * positions of a block: the accumulators stay in registers and share each widened V load. */
+CPU_AI void K(att_pv)(float *acc0, float *acc1, int two, const float *s0, const float *s1, const char *v,
+                      int64_t v_stride, int np, int is_f32, const int NV)
+{
+    VF r0[8], r1[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < NV; u++) {
+        r0[u] = V_LOAD(acc0 + u * VW);
+        r1[u] = two ? V_LOAD(acc1 + u * VW) : V_ZERO();
+    }
+    for (int pp = 0; pp < np; pp++) {
+        const char *vrow = v + (size_t)pp * (size_t)v_stride;
+        VF w0 = V_SET1(s0[pp]), w1 = V_SET1(s1[pp]);
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) {
+            VF vv = K(kvload)(vrow, u * VW, is_f32);
+            r0[u] = V_FMA(w0, vv, r0[u]);
+            r1[u] = V_FMA(w1, vv, r1[u]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < NV; u++) {
+        V_STORE(acc0 + u * VW, r0[u]);
+        if (two) V_STORE(acc1 + u * VW, r1[u]);
+    }
+}
+
+#define ATT_PV_VECS 8
+
 static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
 {
     const struct kv_pool *kv = a->kv;
@@ -413,6 +460,15 @@ static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
         const char *vb = (const char *)kv_pool_v(kv, blk, a->layer) + (size_t)kvh * hd * esz;
         for (int pp = 0; pp < np; pp++) {
             const char *krow = kb + (size_t)pp * row * esz;
+            /* the K row is widened once, in registers, for all heads of the group */
+            if (hd == 4 * VW) {
+                K(att_scores)(q0, krow, group, is_f32, sc + pp, bs, a->scale, 4);
+                continue;
+            }
+            if (hd == 8 * VW) {
+                K(att_scores)(q0, krow, group, is_f32, sc + pp, bs, a->scale, 8);
+                continue;
+            }
             for (int g = 0; g < group; g++) {
                 const float *q = q0 + (int64_t)g * hd;
                 VF s0 = V_ZERO();
@@ -450,17 +506,25 @@ static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
                 for (; i < hd; i++) ag[i] *= corr;
             }
         }
+        /* acc += p · V: for each pair of heads and each ATT_PV_VECS-vector slice of the head
+         * dimension, the two accumulators stay in registers over the block's positions and
+         * share each widened V load. */
+        const int hv = hd / VW * VW;
+        for (int g = 0; g < group; g += 2) {
+            const int two = g + 1 < group;
+            float *a0 = acc + (size_t)g * hd, *a1 = two ? a0 + hd : a0;
+            const float *s0 = sc + (size_t)g * bs, *s1 = two ? s0 + bs : s0;
+            int i0 = 0;
+            for (; i0 + ATT_PV_VECS * VW <= hv; i0 += ATT_PV_VECS * VW)
+                K(att_pv)(a0 + i0, a1 + i0, two, s0, s1, vb + (size_t)i0 * esz, row * (int64_t)esz, np,
+                          is_f32, ATT_PV_VECS);
+            for (; i0 < hv; i0 += VW)
+                K(att_pv)(a0 + i0, a1 + i0, two, s0, s1, vb + (size_t)i0 * esz, row * (int64_t)esz, np,
+                          is_f32, 1);
+        }
         for (int pp = 0; pp < np; pp++) {
             const char *vrow = vb + (size_t)pp * row * esz;
-            int i = 0;
-            for (; i + VW <= hd; i += VW) {
-                VF vv = K(kvload)(vrow, i, is_f32);
-                for (int g = 0; g < group; g++) {
-                    float *ag = acc + (size_t)g * hd + i;
-                    V_STORE(ag, V_FMA(V_SET1(sc[g * bs + pp]), vv, V_LOAD(ag)));
-                }
-            }
-            for (; i < hd; i++) {
+            for (int i = hv; i < hd; i++) {
                 float vv = K(kvload1)(vrow, i, is_f32);
                 for (int g = 0; g < group; g++) acc[(size_t)g * hd + i] += sc[g * bs + pp] * vv;
             }

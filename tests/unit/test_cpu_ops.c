@@ -312,6 +312,7 @@ static void test_attention(void)
     static const int cfg[][5] = {
         /* n_heads, n_kv_heads, head_dim, block_size, kv dtype (0 f32, 1 bf16) */
         {6, 2, 64, 16, 0}, {6, 2, 64, 16, 1}, {4, 4, 20, 5, 0}, {8, 1, 128, 32, 1}, {2, 1, 48, 7, 1},
+        {4, 2, 192, 16, 1}, {2, 1, 320, 8, 0}, /* V in 8-vector slices; K rows past 256 floats */
     };
     for (size_t c = 0; c < CAIRN_ARRAY_LEN(cfg); c++) {
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = cfg[c][3];
@@ -337,7 +338,7 @@ static void test_attention(void)
             int p0 = cases[q][0], nt = cases[q][1];
             int64_t n = (int64_t)nt * nh * hd;
             float *qv = malloc((size_t)n * 4), *o = malloc((size_t)n * 4), *orf = malloc((size_t)n * 4);
-            float scratch[256];
+            float scratch[512]; /* ref_attention: head_dim floats */
             fill(qv, n);
             struct cpu_attn a = {.q = qv, .out = o, .n_tokens = nt, .n_heads = nh, .pos = pos + p0,
                                  .kv = &kv, .layer = 1, .block_table = table,
