@@ -148,9 +148,10 @@ CPU_AI void K(matmul_dense)(const struct cpu_mm *mm, int64_t r0, int64_t r1, con
             for (int64_t k0 = 0; k0 < in; k0 += kb) {
                 int64_t k1 = in - k0 < kb ? in : k0 + kb;
                 int t = tb;
+                /* only the first token tile fetches the next row tile (from DRAM) ahead */
                 for (; t + MM_TT <= te; t += MM_TT)
-                    K(dense_tile)(mm, r, nr, t, dt, MM_TT, MM_RTD, k0, k1, k0 > 0, 0);
-                for (; t < te; t++) K(dense_tile)(mm, r, nr, t, dt, 1, MM_RTD, k0, k1, k0 > 0, 0);
+                    K(dense_tile)(mm, r, nr, t, dt, MM_TT, MM_RTD, k0, k1, k0 > 0, t == tb);
+                for (; t < te; t++) K(dense_tile)(mm, r, nr, t, dt, 1, MM_RTD, k0, k1, k0 > 0, t == tb);
             }
         }
     }
@@ -163,7 +164,9 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
                       const int TT, const int RT)
 {
     (void)RT;
-    const int prefetch = mm->n < 2 * MM_TT;
+    /* decode: always; prefill: only the first token tile of a block, which fetches the next
+     * row tile while the others reuse this one's rows from cache */
+    const int prefetch = mm->n < 2 * MM_TT || t % MM_TB == 0;
     const struct tensor *w = mm->w;
     const int64_t in = mm->in, gs = w->group_size, groups = in / gs;
     const int64_t row_bytes = in * bits / 8, gbytes = gs * bits / 8;
@@ -191,8 +194,7 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
         for (int i = 0; i < MM_RTQ; i++) {
             s[i] = V_SET1(bf16_to_f32(sc[i][g]));
             b[i] = V_SET1(bf16_to_f32(bi[i][g]));
-            /* Next tile's codes (see dense_tile: 4 KiB pages stop the hardware prefetcher);
-             * decode only: in prefill the next tile's rows only evict this one's. */
+            /* Next tile's codes (see dense_tile: 4 KiB pages stop the hardware prefetcher). */
             if (!prefetch) continue;
             for (int64_t off = 0; off < gbytes; off += 64)
                 _mm_prefetch((const char *)wrow[i] + g * gbytes + off + pf_ahead, _MM_HINT_T0);
