@@ -320,6 +320,12 @@ EXPECTED_CASES = [([{"role": "user", "content": "What is 12 + 44?"}], None),
                   ([{"role": "user", "content": "What's the weather in Paris?"}], ["get_weather"])]
 
 
+def expected_prompt(enc, msgs, tools):
+    """Token ids of an EXPECTED_CASES prompt, rendered for generation."""
+    return enc.encode(gc.render(msgs, [gc.TOOL_DEFS[t] for t in tools] if tools else None,
+                                add_generation_prompt=True))
+
+
 def cmd_export(args):
     tok = json.load(open(f"{args.work}/tokenizer.json"))
     enc = bpe.Encoder(tok)
@@ -354,8 +360,7 @@ def cmd_export(args):
     model.eval()
     tensors, meta = {}, []
     for i, (msgs, tools) in enumerate(EXPECTED_CASES):
-        prompt = enc.encode(gc.render(msgs, [gc.TOOL_DEFS[t] for t in tools] if tools else None,
-                                      add_generation_prompt=True))
+        prompt = expected_prompt(enc, msgs, tools)
         cont = greedy(model, prompt, im_end, max_new=args.cont)
         toks = prompt + cont
         with torch.no_grad():
@@ -419,8 +424,7 @@ def cmd_verify(args):
                                                            attn_implementation="eager").eval()
     worst = 0.0
     for msgs, tools in EXPECTED_CASES:
-        ids = torch.tensor([enc.encode(gc.render(msgs, [gc.TOOL_DEFS[t] for t in tools] if tools else None,
-                                                 add_generation_prompt=True))])
+        ids = torch.tensor([expected_prompt(enc, msgs, tools)])
         with torch.no_grad():
             a, b = mine(ids)[0], hf(ids).logits[0]
         worst = max(worst, (a - b).abs().max().item())

@@ -78,13 +78,24 @@ CPU_AI float K(wload1)(const void *row, int64_t k, const int dt)
     return f16_to_f32(((const uint16_t *)row)[k]);
 }
 
+#define MM_TB 64 /* tokens per block: the block's x stays in L2 while a thread walks its rows */
+
+/* Does the tile at token t fetch the next row tile ahead? In decode (n < 2 MM_TT) always: each
+ * weight is streamed once. In prefill only the first token tile of a block, which fetches the
+ * next row tile from DRAM while the others reuse this one's rows from cache (fetching from every
+ * tile evicted the rows in use). */
+CPU_AI int K(tile_prefetches)(const struct cpu_mm *mm, int t)
+{
+    return mm->n < 2 * MM_TT || t % MM_TB == 0;
+}
+
 /* Rows [r, r+nr) (nr <= RT <= MM_RTD; missing rows repeat the last one and are not stored) ×
  * tokens [t, t+TT) of a dense (f32/bf16/f16) weight, over inputs [k0, k1): y = the dot products,
- * or y += them when add (k-blocked prefill, see matmul_dense). prefetch: fetch the next row
- * tile ahead (decode streams each weight once). */
+ * or y += them when add (k-blocked prefill, see matmul_dense). */
 CPU_AI void K(dense_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, const int dt,
-                          const int TT, const int RT, int64_t k0, int64_t k1, int add, const int prefetch)
+                          const int TT, const int RT, int64_t k0, int64_t k1, int add)
 {
+    const int prefetch = K(tile_prefetches)(mm, t);
     const int64_t in = mm->in;
     const size_t esz = dt == DTYPE_F32 ? 4 : 2;
     const size_t pf_ahead = (size_t)cpu_prefetch_ahead((int64_t)RT * in * (int64_t)esz);
@@ -130,7 +141,6 @@ CPU_AI void K(dense_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t,
  * reuses them; over whole rows of 2K+ inputs they spilled to L2 and prefill fell to ~40% of
  * the FMA peak. */
 #define MM_KB 2048
-#define MM_TB 64
 CPU_AI void K(matmul_dense)(const struct cpu_mm *mm, int64_t r0, int64_t r1, const int dt)
 {
     const int64_t in = mm->in, kb = dt == DTYPE_F32 ? MM_KB / 2 : MM_KB;
@@ -139,7 +149,7 @@ CPU_AI void K(matmul_dense)(const struct cpu_mm *mm, int64_t r0, int64_t r1, con
         if (mm->n < 2 * MM_TT) {
             for (int64_t r = r0; r < r1; r += 4) {
                 int64_t nr = r1 - r < 4 ? r1 - r : 4;
-                for (int t = tb; t < te; t++) K(dense_tile)(mm, r, nr, t, dt, 1, 4, 0, in, 0, 1);
+                for (int t = tb; t < te; t++) K(dense_tile)(mm, r, nr, t, dt, 1, 4, 0, in, 0);
             }
             continue;
         }
@@ -148,10 +158,9 @@ CPU_AI void K(matmul_dense)(const struct cpu_mm *mm, int64_t r0, int64_t r1, con
             for (int64_t k0 = 0; k0 < in; k0 += kb) {
                 int64_t k1 = in - k0 < kb ? in : k0 + kb;
                 int t = tb;
-                /* only the first token tile fetches the next row tile (from DRAM) ahead */
                 for (; t + MM_TT <= te; t += MM_TT)
-                    K(dense_tile)(mm, r, nr, t, dt, MM_TT, MM_RTD, k0, k1, k0 > 0, t == tb);
-                for (; t < te; t++) K(dense_tile)(mm, r, nr, t, dt, 1, MM_RTD, k0, k1, k0 > 0, t == tb);
+                    K(dense_tile)(mm, r, nr, t, dt, MM_TT, MM_RTD, k0, k1, k0 > 0);
+                for (; t < te; t++) K(dense_tile)(mm, r, nr, t, dt, 1, MM_RTD, k0, k1, k0 > 0);
             }
         }
     }
@@ -164,9 +173,7 @@ CPU_AI void K(q_tile)(const struct cpu_mm *mm, int64_t r, int64_t nr, int t, con
                       const int TT, const int RT)
 {
     (void)RT;
-    /* decode: always; prefill: only the first token tile of a block, which fetches the next
-     * row tile while the others reuse this one's rows from cache */
-    const int prefetch = mm->n < 2 * MM_TT || t % MM_TB == 0;
+    const int prefetch = K(tile_prefetches)(mm, t);
     const struct tensor *w = mm->w;
     const int64_t in = mm->in, gs = w->group_size, groups = in / gs;
     const int64_t row_bytes = in * bits / 8, gbytes = gs * bits / 8;

@@ -15,21 +15,21 @@
 #include "cpu/cpu.h"
 #include "model/model_int.h"
 
-void model_linear_apply(const struct model_linear *l, const float *x, float *y, int n_tokens)
-{
-    cpu_matmul(&l->w, x, y, n_tokens);
-    if (l->bias) cpu_add_bias(y, l->bias, n_tokens, (int)l->w.shape[0]);
-}
-
 /* Linears that read the same x (q/k/v, gate/up) in one matmul round. */
 static void model_linears_apply(const struct model_linear *const *l, float *const *y, int count,
                                 const float *x, int n_tokens)
 {
     const struct tensor *w[4];
+    CAIRN_ASSERT(count <= (int)CAIRN_ARRAY_LEN(w));
     for (int i = 0; i < count; i++) w[i] = &l[i]->w;
     cpu_matmul_multi(w, y, count, x, n_tokens);
     for (int i = 0; i < count; i++)
         if (l[i]->bias) cpu_add_bias(y[i], l[i]->bias, n_tokens, (int)l[i]->w.shape[0]);
+}
+
+void model_linear_apply(const struct model_linear *l, const float *x, float *y, int n_tokens)
+{
+    model_linears_apply(&l, &y, 1, x, n_tokens);
 }
 
 static int model_attn_forward(struct model *m, int il, struct kv_pool *kv, const struct model_seq *seqs,
