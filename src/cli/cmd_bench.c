@@ -119,6 +119,12 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
         return 2;
     }
     w.data = data;
+    size_t packed_bytes = cpu_pack_bytes(&w); /* as the model room packs at load */
+    void *packed = packed_bytes ? cairn_xmalloc(packed_bytes) : NULL;
+    if (packed) {
+        cpu_pack(&w, packed);
+        w.packed = packed;
+    }
     int n = o->n_cols;
     float *x = cairn_xmalloc((size_t)n * (size_t)in * 4), *y = cairn_xmalloc((size_t)n * (size_t)out * 4);
     for (size_t i = 0; i < (size_t)n * (size_t)in; i++) x[i] = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
@@ -171,6 +177,7 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
     free(x);
     free(y);
     free(data);
+    free(packed);
     free(sc);
     free(bi);
     return 0;

@@ -20,12 +20,11 @@ static enum cpu_isa cpu_active_isa = CPU_ISA_SCALAR;
 static const struct cpu_kernels *cpu_k = &cpu_kernels_ref;
 static struct cpu_features cpu_feat;
 static int cpu_feat_done;
-/* The AVX-512 VNNI q4/q8 path (two int16 digits per activation: as accurate as the f32 path).
- * Measured on Zen 5 (in-cache 3072x1024, one thread): q4 decode 13% faster than the f32 tile,
- * q8 3% slower, and for n > 2 the f32 tiles (3 tokens per weight load) win. So by default it
- * runs for q4 with n <= 2; CAIRN_CPU_VNNI=1 forces it for q4 and q8 at any n (tests, A/B),
- * CAIRN_CPU_VNNI=0 turns it off. Mode: -1 not read yet, 0 off, 1 default, 2 forced. */
-static int cpu_q16_enabled = -1;
+/* The AVX-512 VNNI q4/q8 path on packed weights (cpu_pack.c, x86_avx512_vnni.c): on by default
+ * where the CPU has VNNI and AVX-512 is the active ISA; CAIRN_CPU_VNNI=0 turns it off (weights
+ * are then not packed at load and the f32 dequantize-and-FMA tiles run). Read once per
+ * cpu_isa_set. Mode: -1 not read yet, 0 off, 1 on. */
+static int cpu_vnni_enabled = -1;
 
 /* ---- ISA detection ---- */
 
@@ -86,7 +85,7 @@ int cpu_isa_supported(enum cpu_isa isa)
 
 int cpu_isa_set(enum cpu_isa isa)
 {
-    cpu_q16_enabled = -1;
+    cpu_vnni_enabled = -1;
     if ((unsigned)isa >= CPU_ISA_N || !cpu_isa_supported(isa)) return CAIRN_ERR_UNSUPPORTED;
     cpu_active_isa = isa;
     cpu_k = isa == CPU_ISA_AVX512 ? &cpu_avx512_kernels
@@ -175,16 +174,16 @@ struct cpu_mm_job {
     const struct cpu_kernels *k;
     int64_t chunk_rows;       /* rows per chunk (multiple of 16) */
     _Atomic int64_t next;     /* next chunk to take */
-    int use_q16;              /* AVX-512 VNNI int16 path for q4/q8 */
+    int use_vnni;             /* AVX-512 VNNI path for packed q4/q8 */
 };
 
 
-static void cpu_q16_prep_task(void *ctx, int ith, int nth)
+static void cpu_vnni_prep_task(void *ctx, int ith, int nth)
 {
     struct cpu_mm_job *j = ctx;
     int64_t t0, t1;
     cpu_split(j->mm[0].n, 1, ith, nth, &t0, &t1);
-    if (t0 < t1) cpu_avx512_q16_prep(&j->mm[0], (int)t0, (int)t1);
+    if (t0 < t1) cpu_avx512_vnni_prep(&j->mm[0], (int)t0, (int)t1);
 }
 
 /* Threads take row chunks from a shared counter rather than a fixed share: on a busy machine a
@@ -201,18 +200,23 @@ static void cpu_matmul_task(void *ctx, int ith, int nth)
         while (c >= j->first_chunk[i + 1]) i++;
         const struct cpu_mm *mm = &j->mm[i];
         int64_t r0 = (c - j->first_chunk[i]) * j->chunk_rows, r1 = CAIRN_MIN(r0 + j->chunk_rows, mm->out);
-        if (j->use_q16) cpu_avx512_q16_matmul(mm, r0, r1);
+        if (j->use_vnni) cpu_avx512_vnni_matmul(mm, r0, r1);
         else j->k->matmul(mm, r0, r1, cpu_scratch(ith));
     }
 }
 
-static int cpu_q16_mode(void)
+static int cpu_vnni_mode(void)
 {
-    if (cpu_q16_enabled < 0) {
+    if (cpu_vnni_enabled < 0) {
         const char *e = getenv("CAIRN_CPU_VNNI");
-        cpu_q16_enabled = !e || !*e ? 1 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "1") == 0 ? 2 : 1;
+        cpu_vnni_enabled = !(e && strcmp(e, "0") == 0);
     }
-    return cpu_q16_enabled;
+    return cpu_vnni_enabled;
+}
+
+int cpu_vnni_active(void)
+{
+    return cpu_k == &cpu_avx512_kernels && cpu_features_get()->avx512vnni && cpu_vnni_mode();
 }
 
 /* Can w share a round (and its prepared activations) with w0? Same input width, and for
@@ -245,18 +249,19 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
     }
     if (total_out <= 0) return;
     cpu_scratch_reserve((size_t)in + 64);
-    if (cpu_k == &cpu_avx512_kernels && cpu_q16_mode() && cpu_features_get()->avx512vnni &&
-        cpu_avx512_q16_ok(w0) && (cpu_q16_mode() == 2 || (w0->bits == 4 && n <= 2))) {
+    int packed = 1;
+    for (int i = 0; i < count; i++) packed &= w[i]->packed != NULL;
+    if (packed && cpu_vnni_active()) {
         int64_t groups = in / w0->group_size;
-        size_t xq_floats = (size_t)n * (size_t)in + 16; /* two int16 digits per input */
+        size_t xq_floats = (3 * (size_t)n * (size_t)in + 3) / 4 + 16; /* three int8 digits per input */
         float *buf = cpu_shared_scratch(xq_floats + 2 * (size_t)n * (size_t)groups + 16);
         for (int i = 0; i < count; i++) {
-            j.mm[i].xq = (const int16_t *)buf;
+            j.mm[i].xq = (const int8_t *)buf;
             j.mm[i].xd = buf + xq_floats;
             j.mm[i].xsum = buf + xq_floats + (size_t)n * (size_t)groups;
         }
-        j.use_q16 = 1;
-        cpu_pool_run(cpu_q16_prep_task, &j, cpu_nth_for((int64_t)n * in, 1 << 15));
+        j.use_vnni = 1;
+        cpu_pool_run(cpu_vnni_prep_task, &j, cpu_nth_for((int64_t)n * in, 1 << 15));
     } else if (cpu_k != &cpu_kernels_ref && w0->dtype == DTYPE_Q && w0->bits == 4 && in % 32 == 0 &&
                w0->group_size % 32 == 0) {
         /* De-interleave each 32-chunk of x: byte b of a chunk holds codes 2b (low nibble) and

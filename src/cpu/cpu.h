@@ -8,16 +8,18 @@
  * model being run); they fan out to the pool internally. cpu_init must be called once first
  * (ops work without it, single-threaded with the scalar reference).
  *
- * Environment: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_VNNI=0|1 turns
- * the AVX-512 VNNI q4/q8 path off / on for every q4/q8 matmul (default: q4 with n <= 2, where
- * it measured faster; as accurate as the f32 path);
+ * Environment: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_VNNI=0 turns the
+ * AVX-512 VNNI q4/q8 path off (on by default where the CPU has it: weights packed at load);
  * CAIRN_CPU_SPIN=N sets how many pause iterations pool threads spin before sleeping on a futex
  * (default 1000; lower it when the machine is oversubscribed).
  *
- * Numerics: every variant widens weights to f32 exactly and accumulates in f32 (the VNNI path
- * splits each activation into two int16 digits, ~2e-10 of the group max), so all ISAs agree
- * with the double-precision reference to ~1e-5 relative; tests/unit/test_cpu_ops.c states the
- * tolerances. Weights are used in place (mmap'd, MLX layout): no repacking step is needed. */
+ * Numerics: every variant widens weights to f32 exactly and accumulates in f32, so all ISAs
+ * agree with the double-precision reference to ~1e-5 relative; tests/unit/test_cpu_ops.c states
+ * the tolerances. The VNNI path splits activations into three int8 digits (2^-24 of the group's
+ * max) and sums integers, to the same tolerances (x86_avx512_vnni.c).
+ *
+ * Weights: used in place (mmap'd, MLX layout), except that MLX q4/q8 linears get a packed copy
+ * at load when the VNNI path is active (cpu_pack_bytes / cpu_pack); the model room owns it. */
 #ifndef CAIRN_CPU_CPU_H
 #define CAIRN_CPU_CPU_H
 
@@ -53,6 +55,13 @@ void cpu_matmul(const struct tensor *w, const float *x, float *y, int n);
  * one activation prep, which is what decode pays most for (q/k/v, gate/up). Weights of different
  * input width or quantization are run one by one. */
 void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count, const float *x, int n);
+/* Bytes of w's packed copy for the kernels active now, or 0 if w is not packed (not MLX q4/q8
+ * with group size % 32 == 0, or the VNNI path is off). cpu_pack fills dst (that many bytes,
+ * 64-byte aligned) from w; the caller sets w->packed = dst. cpu_packed_rows: the packed copy of
+ * rows [row0, ...) of w, for a row slice of it (NULL unless row0 % 16 == 0). */
+size_t cpu_pack_bytes(const struct tensor *w);
+void cpu_pack(const struct tensor *w, void *dst);
+const void *cpu_packed_rows(const struct tensor *w, int64_t row0);
 /* out[n, dim] = rows ids[i] of W[vocab, dim] (any dtype). */
 void cpu_embed(const struct tensor *w, const int32_t *ids, int n, float *out);
 /* y[r] = x[r] / rms(x[r]) * (w + w_offset) over n_rows rows of dim; y may alias x.

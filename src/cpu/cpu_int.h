@@ -23,10 +23,10 @@ struct cpu_mm {
     float *y;        /* [n, out] */
     int n;
     int64_t in, out;
-    /* AVX-512 VNNI path for MLX q4/q8 (see x86_avx512_ops.c), else NULL: x as two int16 digits
-     * per (token, group) with scale xd = max|x|/32767, in the order the codes unpack (q4: each
-     * 64-chunk as 32 even then 32 odd inputs), and the f32 sum of each group of x. */
-    const int16_t *xq; /* [2][n, in]: high digits, then low digits */
+    /* AVX-512 VNNI path for packed MLX q4/q8 (see x86_avx512_vnni.c), else NULL: x as three
+     * int8 digits per input with scale xd = max|x|/127 per (token, group), and each group's f32
+     * sum. */
+    const int8_t *xq;  /* [n, in / 8, 3, 8] */
     const float *xd;   /* [n, in / group_size] */
     const float *xsum; /* [n, in / group_size] */
 };
@@ -60,11 +60,12 @@ struct cpu_kernels {
     float (*probe_fma)(int64_t iters, int *lanes);
 };
 
-/* AVX-512 VNNI (vpdpwssd) q4/q8 matmul: usable when cpu_avx512_q16_ok(w). prep fills
- * xq/xd/xsum of mm for tokens [t0, t1) (mm->x, w, in set). */
-int cpu_avx512_q16_ok(const struct tensor *w);
-void cpu_avx512_q16_prep(struct cpu_mm *mm, int t0, int t1);
-void cpu_avx512_q16_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
+/* AVX-512 VNNI (vpdpbusd) q4/q8 matmul on mm->w->packed. prep fills xq/xd/xsum of mm for
+ * tokens [t0, t1) (mm->x, w, in set); matmul does rows [r0, r1), r0 a multiple of 16. */
+void cpu_avx512_vnni_prep(struct cpu_mm *mm, int t0, int t1);
+void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
+/* Whether that path runs now (AVX-512 active, VNNI present, CAIRN_CPU_VNNI not 0). */
+int cpu_vnni_active(void);
 
 #define CPU_PROBE_FMA_CHAINS 12
 

@@ -5,10 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/hash.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "cpu/cpu.h"
 #include "model/model_int.h"
 
 const struct model_family *model_family_get(enum model_arch arch)
@@ -384,6 +387,34 @@ static void model_fill_info(struct model *m)
     }
 }
 
+/* MLX q4/q8 linears get the cpu room's packed copy (one stream per 16 rows for its VNNI
+ * kernel) when that path is active. The embedding is packed only when it is also the lm_head.
+ * The file's pages of a packed weight are then dropped from this process (MADV_DONTNEED on the
+ * read-only private mapping): only other ISAs or an embedding lookup read them again, and those
+ * fault them back in from the page cache, so resident memory holds the weights once. */
+static int model_pack_linears(struct model *m, const struct model_specs *s, struct cairn_err *err)
+{
+    for (int i = 0; i < s->n; i++) {
+        const struct model_wspec *sp = &s->v[i];
+        if (sp->kind != MODEL_WSPEC_LINEAR || (sp->lin == &m->embed && !m->cfg.tie_word_embeddings)) continue;
+        struct tensor *t = &sp->lin->w;
+        size_t bytes = cpu_pack_bytes(t);
+        if (!bytes) continue;
+        void *p = model_alloc_owned(m, bytes);
+        if (!p) return cairn_err_set(err, CAIRN_ERR_NOMEM, "%s: out of memory packing weights", sp->name);
+        cpu_pack(t, p);
+        t->packed = p;
+        size_t data_bytes = (size_t)(t->shape[0] * t->shape[1] * t->bits / 8);
+        if (safetensors_set_maps(&m->st, t->data)) {
+            uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data, e = a + data_bytes;
+            a = (a + page - 1) / page * page;
+            e = e / page * page;
+            if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+        }
+    }
+    return CAIRN_OK;
+}
+
 /* Adds the logical element count of quantized linears (known after binding). */
 static void model_count_quant(struct model *m, const struct model_specs *s)
 {
@@ -429,6 +460,8 @@ int model_load(const char *dir, struct model **out, struct cairn_err *err)
     }
     if (m->n_q_derived > 1)
         LOG_INFO("model", "%s: quantization of %d linears in all derived from packed shapes", dir, m->n_q_derived);
+    rc = model_pack_linears(m, &specs, err);
+    if (rc != CAIRN_OK) goto fail;
     if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;
     if (m->fam->post_bind) {
         rc = m->fam->post_bind(m, err);

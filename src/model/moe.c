@@ -31,6 +31,7 @@ void moe_row_slice(const struct tensor *w, int64_t row0, int64_t rows, struct te
         view->data = (const uint32_t *)w->data + row0 * words;
         view->scales = w->scales + row0 * groups;
         view->biases = w->biases + row0 * groups;
+        view->packed = cpu_packed_rows(w, row0);
     } else {
         view->data = (const uint8_t *)w->data + (size_t)(row0 * cols) * dtype_size(w->dtype);
     }

@@ -298,6 +298,15 @@ int safetensors_open(const char *path, struct safetensors *st, struct cairn_err 
     return CAIRN_OK;
 }
 
+int safetensors_set_maps(const struct safetensors_set *set, const void *p)
+{
+    for (int i = 0; i < set->n_files; i++) {
+        const struct safetensors *f = &set->files[i];
+        if (f->mapped && (const uint8_t *)p >= f->base && (const uint8_t *)p < f->base + f->size) return 1;
+    }
+    return 0;
+}
+
 void safetensors_close(struct safetensors *st)
 {
     if (st->mapped) munmap((void *)st->base, st->size);

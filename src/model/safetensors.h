@@ -94,6 +94,8 @@ struct safetensors_set {
 
 int safetensors_set_open(const char *dir, struct safetensors_set *set, struct cairn_err *err);
 void safetensors_set_close(struct safetensors_set *set);
+/* Whether p points into one of the set's mmap'd files. */
+int safetensors_set_maps(const struct safetensors_set *set, const void *p);
 const struct safetensors_tensor *safetensors_set_find(const struct safetensors_set *set,
                                                       const char *name);
 /* Base name of the file a tensor lives in (for error messages). */

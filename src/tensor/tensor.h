@@ -38,6 +38,7 @@ struct tensor {
     const uint16_t *biases;         /* DTYPE_Q: bf16, same shape as scales */
     int bits;                       /* DTYPE_Q: 2..8 */
     int group_size;                 /* DTYPE_Q: 32, 64 or 128 */
+    const void *packed;             /* DTYPE_Q: the cpu room's packed copy (cpu_pack), or NULL */
 };
 
 int64_t tensor_n_elems(const struct tensor *t);

@@ -33,7 +33,7 @@ static void fill(float *x, int64_t n)
 /* A weight [out, in] of dtype (bits/gs for DTYPE_Q); buffers freed by weight_free. */
 struct test_w {
     struct tensor t;
-    void *data;
+    void *data, *packed;
     uint16_t *sc, *bi;
 };
 
@@ -74,11 +74,19 @@ static void weight_make(struct test_w *w, enum dtype dt, int64_t out, int64_t in
         w->data = d;
     }
     w->t.data = w->data;
+    /* as the model room does at load: the packed copy when the active kernels use one */
+    size_t pb = cpu_pack_bytes(&w->t);
+    if (pb) {
+        w->packed = aligned_alloc(64, (pb + 63) / 64 * 64);
+        cpu_pack(&w->t, w->packed);
+        w->t.packed = w->packed;
+    }
 }
 
 static void weight_free(struct test_w *w)
 {
     free(w->data);
+    free(w->packed);
     free(w->sc);
     free(w->bi);
 }
@@ -150,21 +158,25 @@ static void test_matmul(void)
             }
 }
 
-/* q4/q8 shapes the AVX-512 VNNI path takes (by default only q4 with n <= 2 goes there;
- * CAIRN_CPU_VNNI=1 forces it): 2e-5 of Σ|w·x| like every matmul. */
+/* q4/q8 on the AVX-512 VNNI path (packed weights, int16 activations): 2e-5 of Σ|w·x| like
+ * every matmul. Shapes cross its tiles: rows in blocks of 16 (21 leaves 5), 1-4 blocks per
+ * tile, tokens 8 per tile and 64 per block (70), groups of 32 to 128. */
 static void test_matmul_q16(void)
 {
-    static const int ns[] = {1, 3, 17};
-    static const int gss[] = {64, 128};
-    static const int n_groups[] = {3, 16, 37}; /* the kernel takes groups 16 at a time */
+    static const int ns[] = {1, 2, 3, 5, 17, 70};
+    static const int gss[] = {32, 64, 128};
+    static const int n_groups[] = {1, 3, 37};
+    static const int64_t outs[] = {1, 21, 80};
     for (int bits = 4; bits <= 8; bits += 4)
         for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++)
             for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++)
                 for (size_t ng = 0; ng < CAIRN_ARRAY_LEN(n_groups); ng++) {
                     struct test_w w;
-                    weight_make(&w, DTYPE_Q, k == 0 ? 1 : 21, (int64_t)gss[g] * n_groups[ng], bits, gss[g]);
-                    CHECK_MSG(check_matmul_tol(&w, ns[k], "Q vnni", 2e-5) == 0, "vnni q%d g%d n=%d groups %d",
-                              bits, gss[g], ns[k], n_groups[ng]);
+                    int64_t out = outs[(k + ng) % CAIRN_ARRAY_LEN(outs)];
+                    weight_make(&w, DTYPE_Q, out, (int64_t)gss[g] * n_groups[ng], bits, gss[g]);
+                    CHECK_MSG(w.t.packed != NULL, "q%d g%d packed", bits, gss[g]);
+                    CHECK_MSG(check_matmul_tol(&w, ns[k], "Q vnni", 2e-5) == 0, "vnni q%d g%d %lldx%lld n=%d",
+                              bits, gss[g], (long long)out, (long long)gss[g] * n_groups[ng], ns[k]);
                     weight_free(&w);
                 }
 }
@@ -430,10 +442,13 @@ int main(void)
             int before = test_n_fail;
             test_matmul();
             test_matmul_multi();
-            if (isa == CPU_ISA_AVX512) { /* the VNNI q4/q8 path forced for every n and bits */
-                setenv("CAIRN_CPU_VNNI", "1", 1);
-                cpu_isa_set((enum cpu_isa)isa); /* re-reads CAIRN_CPU_VNNI */
-                test_matmul_q16();
+            if (isa == CPU_ISA_AVX512 && cpu_pack_bytes(&(struct tensor){.dtype = DTYPE_Q, .n_dims = 2,
+                                                                          .shape = {16, 64}, .bits = 4,
+                                                                          .group_size = 64})) {
+                test_matmul_q16(); /* test_matmul above ran q4/q8 packed too */
+                setenv("CAIRN_CPU_VNNI", "0", 1); /* and now the f32 MLX tiles */
+                cpu_isa_set((enum cpu_isa)isa);   /* re-reads CAIRN_CPU_VNNI */
+                test_matmul();
                 test_matmul_multi();
                 unsetenv("CAIRN_CPU_VNNI");
                 cpu_isa_set((enum cpu_isa)isa);
