@@ -1,6 +1,7 @@
 /* CPU backend entry points: ISA dispatch (cpuid/xgetbv, CAIRN_CPU_ISA) and the split of each op
  * over the pool. The kernels themselves live in ref_ops.c (scalar reference) and the x86_*
  * variants; see cpu_int.h for the design. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,11 @@ static int cpu_feat_done;
  * are then not packed at load and the f32 dequantize-and-FMA tiles run). Read once per
  * cpu_isa_set. Mode: -1 not read yet, 0 off, 1 on. */
 static int cpu_vnni_enabled = -1;
+/* cpu_lock: the pool and its scratch, for callers on different threads (cpu.h, Threading) */
+static pthread_mutex_t cpu_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void cpu_lock(void) { pthread_mutex_lock(&cpu_mu); }
+void cpu_unlock(void) { pthread_mutex_unlock(&cpu_mu); }
 
 /* ---- ISA detection ---- */
 

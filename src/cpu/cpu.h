@@ -4,9 +4,11 @@
  * x86_avx512_*.c) are picked at start by cpuid/xgetbv (CAIRN_CPU_ISA=scalar|avx2|avx512 forces
  * one) and the work is split over a persistent thread pool. Callers see only these functions.
  *
- * Threading: ops are called from one thread at a time per process (the scheduler thread of the
- * model being run); they fan out to the pool internally. cpu_init must be called once first
- * (ops work without it, single-threaded with the scalar reference).
+ * Threading: the pool and its scratch serve one caller at a time. A thread that runs ops while
+ * another may too (one scheduler thread per loaded model) holds cpu_lock around them: the
+ * model room takes it for each forward step, and cpu_pack takes it itself (a model may be
+ * loaded while another one runs). Ops fan out to the pool internally. cpu_init must be called
+ * once first (ops work without it, single-threaded with the scalar reference).
  *
  * Environment: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_VNNI=0 turns the
  * AVX-512 VNNI q4/q8 path off (on by default where the CPU has it: weights packed at load);
@@ -39,6 +41,9 @@ enum cpu_isa {
 /* Starts the pool (n_threads <= 0: one per core) and picks the ISA (best supported, or
  * CAIRN_CPU_ISA). Calling it again resizes the pool. */
 int cpu_init(int n_threads, struct cairn_err *err);
+/* The process-wide lock of the pool (see Threading above); not recursive. */
+void cpu_lock(void);
+void cpu_unlock(void);
 void cpu_shutdown(void);
 int cpu_n_threads(void);
 enum cpu_isa cpu_isa_get(void);

@@ -76,7 +76,9 @@ static void cpu_pack_task(void *ctx, int ith, int nth)
 void cpu_pack(const struct tensor *w, void *dst)
 {
     struct cpu_pack_job j = {.w = w, .dst = dst, .blocks = (w->shape[0] + PACK_ROWS - 1) / PACK_ROWS};
+    cpu_lock();
     cpu_pool_run(cpu_pack_task, &j, cpu_pool_size() > 0 ? cpu_pool_size() : 1);
+    cpu_unlock();
 }
 
 const void *cpu_packed_rows(const struct tensor *w, int64_t row0)

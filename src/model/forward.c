@@ -135,8 +135,8 @@ static int model_forward_check(struct model *m, const struct kv_pool *kv, const 
     return CAIRN_OK;
 }
 
-int model_forward(struct model *m, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
-                  struct cairn_err *err)
+static int model_forward_locked(struct model *m, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
+                                struct cairn_err *err)
 {
     int rc = model_forward_check(m, kv, seqs, n_seqs, err);
     if (rc != CAIRN_OK) return rc;
@@ -197,4 +197,15 @@ int model_forward(struct model *m, struct kv_pool *kv, const struct model_seq *s
         }
     }
     return CAIRN_OK;
+}
+
+/* Each step holds the cpu room's lock: loaded models (one scheduler thread each) take turns
+ * per step on the one compute pool, which a step uses whole anyway. */
+int model_forward(struct model *m, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
+                  struct cairn_err *err)
+{
+    cpu_lock();
+    int rc = model_forward_locked(m, kv, seqs, n_seqs, err);
+    cpu_unlock();
+    return rc;
 }

@@ -387,11 +387,22 @@ static void model_fill_info(struct model *m)
     }
 }
 
+/* Drops the pages of [p, p + bytes) that lie in one of the model's mmap'd files from this
+ * process (MADV_DONTNEED on a read-only private mapping: a later read faults them back in from
+ * the page cache). No-op for owned copies. */
+static void model_drop_file_pages(const struct model *m, const void *p, size_t bytes)
+{
+    if (!safetensors_set_maps(&m->st, p)) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, e = a + bytes;
+    a = (a + page - 1) / page * page;
+    e = e / page * page;
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 /* MLX q4/q8 linears get the cpu room's packed copy (one stream per 16 rows for its VNNI
  * kernel) when that path is active. The embedding is packed only when it is also the lm_head.
- * The file's pages of a packed weight are then dropped from this process (MADV_DONTNEED on the
- * read-only private mapping): only other ISAs or an embedding lookup read them again, and those
- * fault them back in from the page cache, so resident memory holds the weights once. */
+ * The file's pages of a packed weight (codes, scales, biases) are then dropped: only other ISAs
+ * or an embedding lookup read them again, so resident memory holds the weights once. */
 static int model_pack_linears(struct model *m, const struct model_specs *s, struct cairn_err *err)
 {
     for (int i = 0; i < s->n; i++) {
@@ -404,13 +415,10 @@ static int model_pack_linears(struct model *m, const struct model_specs *s, stru
         if (!p) return cairn_err_set(err, CAIRN_ERR_NOMEM, "%s: out of memory packing weights", sp->name);
         cpu_pack(t, p);
         t->packed = p;
-        size_t data_bytes = (size_t)(t->shape[0] * t->shape[1] * t->bits / 8);
-        if (safetensors_set_maps(&m->st, t->data)) {
-            uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data, e = a + data_bytes;
-            a = (a + page - 1) / page * page;
-            e = e / page * page;
-            if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
-        }
+        size_t groups_bytes = (size_t)(t->shape[0] * (t->shape[1] / t->group_size)) * 2;
+        model_drop_file_pages(m, t->data, (size_t)(t->shape[0] * t->shape[1] * t->bits / 8));
+        model_drop_file_pages(m, t->scales, groups_bytes);
+        model_drop_file_pages(m, t->biases, groups_bytes);
     }
     return CAIRN_OK;
 }
@@ -460,6 +468,7 @@ int model_load(const char *dir, struct model **out, struct cairn_err *err)
     }
     if (m->n_q_derived > 1)
         LOG_INFO("model", "%s: quantization of %d linears in all derived from packed shapes", dir, m->n_q_derived);
+    model_identity(m); /* reads the files: before their pages of packed weights are dropped */
     rc = model_pack_linears(m, &specs, err);
     if (rc != CAIRN_OK) goto fail;
     if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;
@@ -475,7 +484,6 @@ int model_load(const char *dir, struct model **out, struct cairn_err *err)
     model_config_rope_inv_freq(&m->cfg, m->inv_freq);
     model_fill_info(m);
     model_count_quant(m, &specs);
-    model_identity(m);
     model_specs_free(&specs);
     char hex[65];
     cairn_hex(m->info.identity, 8, hex);

@@ -2,9 +2,11 @@
  * dimension): a copy of the qwen3-moe oracle checkpoint rewritten with stacked experts must
  * still match the oracle logits; and a per-expert view of a stacked quantized weight must be
  * exactly the matching rows. */
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "cpu/cpu.h"
 #include "model/check.h"
 #include "model/model.h"
 #include "model/moe.h"
@@ -117,9 +119,62 @@ static void test_row_slice_quant(void)
     }
 }
 
+/* A per-expert view of a stacked weight packed for the VNNI kernel (cpu_pack) reads its own rows
+ * of the packed copy where the expert starts on a 16-row block, and falls back to the MLX
+ * layout elsewhere; either way its matmul matches the unpacked view's to f32 tolerance. */
+static void test_row_slice_packed(void)
+{
+    struct cairn_err err = {0};
+    CHECK(cpu_init(1, &err) == CAIRN_OK);
+    static const int outs[] = {32, 24};
+    for (size_t oi = 0; oi < CAIRN_ARRAY_LEN(outs); oi++) {
+        enum { E = 3, IN = 128, GS = 64, BITS = 4 };
+        const int out = outs[oi];
+        uint32_t *words = malloc((size_t)E * out * IN * BITS / 8);
+        uint16_t *sc = malloc((size_t)E * out * IN / GS * 2), *bi = malloc((size_t)E * out * IN / GS * 2);
+        uint64_t seed = 11;
+        for (int i = 0; i < E * out * IN * BITS / 32; i++) {
+            seed = seed * 6364136223846793005ull + 1;
+            words[i] = (uint32_t)(seed >> 32);
+        }
+        for (int i = 0; i < E * out * IN / GS; i++) {
+            sc[i] = f32_to_bf16(0.01f * (float)(i % 7 + 1));
+            bi[i] = f32_to_bf16(-0.02f * (float)(i % 5));
+        }
+        struct tensor big = {.dtype = DTYPE_Q, .n_dims = 2, .shape = {(int64_t)E * out, IN}, .data = words,
+                             .scales = sc, .biases = bi, .bits = BITS, .group_size = GS};
+        size_t pb = cpu_pack_bytes(&big);
+        void *packed = pb ? aligned_alloc(64, (pb + 63) / 64 * 64) : NULL;
+        if (packed) {
+            cpu_pack(&big, packed);
+            big.packed = packed;
+        }
+        float x[2 * IN], y[2 * 32], yref[2 * 32];
+        for (int i = 0; i < 2 * IN; i++) x[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+        for (int e = 0; e < E; e++) {
+            struct tensor v;
+            moe_row_slice(&big, (int64_t)e * out, out, &v);
+            CHECK_MSG((v.packed != NULL) == (packed && (e * out) % 16 == 0), "out %d expert %d packed view", out, e);
+            cpu_matmul(&v, x, y, 2);
+            v.packed = NULL;
+            cpu_matmul(&v, x, yref, 2);
+            for (int i = 0; i < 2 * out; i++)
+                CHECK_MSG(fabsf(y[i] - yref[i]) <= 1e-4f * (1.0f + fabsf(yref[i])), "out %d expert %d y[%d] %g vs %g",
+                          out, e, i, y[i], yref[i]);
+        }
+        printf("row slices of %d rows: %s\n", out, packed ? "packed" : "not packed (no AVX-512 VNNI)");
+        free(packed);
+        free(words);
+        free(sc);
+        free(bi);
+    }
+    cpu_shutdown();
+}
+
 int main(void)
 {
     test_stacked_checkpoint();
     test_row_slice_quant();
+    test_row_slice_packed();
     return test_summary("test_model_moe_stacked");
 }
