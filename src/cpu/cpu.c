@@ -58,15 +58,16 @@ const struct cpu_features *cpu_features_get(void)
             cpu_feat.f16c = (c >> 29) & 1;
             if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
                 cpu_feat.avx2 = (b >> 5) & 1;
+                unsigned a1 = 0, b1, c1, d1;
+                if (!__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) a1 = 0;
+                cpu_feat.avx_vnni = (a1 >> 4) & 1;
                 if (zmm_os) {
                     cpu_feat.avx512f = (b >> 16) & 1;
                     cpu_feat.avx512dq = (b >> 17) & 1;
                     cpu_feat.avx512bw = (b >> 30) & 1;
                     cpu_feat.avx512vl = (b >> 31) & 1;
                     cpu_feat.avx512vnni = (c >> 11) & 1;
-                    unsigned a1, b1, c1, d1;
-                    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
-                        cpu_feat.avx512bf16 = (a1 >> 5) & 1;
+                    cpu_feat.avx512bf16 = (a1 >> 5) & 1;
                 }
             }
         }
@@ -189,7 +190,9 @@ static void cpu_vnni_prep_task(void *ctx, int ith, int nth)
     struct cpu_mm_job *j = ctx;
     int64_t t0, t1;
     cpu_split(j->mm[0].n, 1, ith, nth, &t0, &t1);
-    if (t0 < t1) cpu_avx512_vnni_prep(&j->mm[0], (int)t0, (int)t1);
+    if (t0 >= t1) return;
+    if (j->k == &cpu_avx512_kernels) cpu_avx512_vnni_prep(&j->mm[0], (int)t0, (int)t1);
+    else cpu_avx2_vnni_prep(&j->mm[0], (int)t0, (int)t1);
 }
 
 /* Threads take row chunks from a shared counter rather than a fixed share: on a busy machine a
@@ -206,7 +209,7 @@ static void cpu_matmul_task(void *ctx, int ith, int nth)
         while (c >= j->first_chunk[i + 1]) i++;
         const struct cpu_mm *mm = &j->mm[i];
         int64_t r0 = (c - j->first_chunk[i]) * j->chunk_rows, r1 = CAIRN_MIN(r0 + j->chunk_rows, mm->out);
-        if (j->use_vnni) cpu_avx512_vnni_matmul(mm, r0, r1);
+        if (j->use_vnni) (j->k == &cpu_avx512_kernels ? cpu_avx512_vnni_matmul : cpu_avx2_vnni_matmul)(mm, r0, r1);
         else j->k->matmul(mm, r0, r1, cpu_scratch(ith));
     }
 }
@@ -222,7 +225,9 @@ static int cpu_vnni_mode(void)
 
 int cpu_vnni_active(void)
 {
-    return cpu_k == &cpu_avx512_kernels && cpu_features_get()->avx512vnni && cpu_vnni_mode();
+    const struct cpu_features *f = cpu_features_get();
+    return cpu_vnni_mode() && ((cpu_k == &cpu_avx512_kernels && f->avx512vnni) ||
+                               (cpu_k == &cpu_avx2_kernels && f->avx_vnni));
 }
 
 /* Can w share a round (and its prepared activations) with w0? Same input width, and for

@@ -11,7 +11,8 @@
  * once first (ops work without it, single-threaded with the scalar reference).
  *
  * Environment: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_VNNI=0 turns the
- * AVX-512 VNNI q4/q8 path off (on by default where the CPU has it: weights packed at load);
+ * VNNI q4/q8 path off (on by default where the CPU has AVX-512 VNNI, or AVX-VNNI under the
+ * AVX2 kernels: weights packed at load);
  * CAIRN_CPU_SPIN=N sets how many pause iterations pool threads spin before sleeping on a futex
  * (default 1000; lower it when the machine is oversubscribed).
  *

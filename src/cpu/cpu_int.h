@@ -64,7 +64,11 @@ struct cpu_kernels {
  * tokens [t0, t1) (mm->x, w, in set); matmul does rows [r0, r1), r0 a multiple of 16. */
 void cpu_avx512_vnni_prep(struct cpu_mm *mm, int t0, int t1);
 void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
-/* Whether that path runs now (AVX-512 active, VNNI present, CAIRN_CPU_VNNI not 0). */
+/* The same with AVX-VNNI (256-bit, x86_avx2_vnni.c) under the AVX2 kernels. */
+void cpu_avx2_vnni_prep(struct cpu_mm *mm, int t0, int t1);
+void cpu_avx2_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
+/* Whether that path runs now (AVX-512 active with AVX-512 VNNI, or AVX2 active with AVX-VNNI;
+ * CAIRN_CPU_VNNI not 0). */
 int cpu_vnni_active(void);
 
 #define CPU_PROBE_FMA_CHAINS 12
@@ -96,7 +100,7 @@ float *cpu_shared_scratch(size_t floats);
 
 /* x86 feature bits (cpu.c). */
 struct cpu_features {
-    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, avx512vnni;
+    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, avx512vnni, avx_vnni;
 };
 const struct cpu_features *cpu_features_get(void);
 

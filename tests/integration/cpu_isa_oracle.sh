@@ -13,12 +13,12 @@ if [[ $flags == *" avx512f "* && $flags == *" avx512bw "* && $flags == *" avx512
 fi
 fail=0
 runs=0
-# avx512 runs twice: by default (q4/q8 packed for the VNNI kernel where the CPU has VNNI) and
-# with that path off (CAIRN_CPU_VNNI=0: the f32 MLX tiles).
+# avx2 and avx512 run twice: by default (q4/q8 packed for the VNNI kernels where the CPU has
+# AVX-VNNI / AVX-512 VNNI) and with that path off (CAIRN_CPU_VNNI=0: the f32 MLX tiles).
 variants=""
 for isa in $isas; do
     variants="$variants $isa:"
-    [[ $isa == avx512 ]] && variants="$variants $isa:0"
+    [[ $isa != scalar ]] && variants="$variants $isa:0"
 done
 for v in $variants; do
     isa=${v%%:*} vnni=${v##*:}

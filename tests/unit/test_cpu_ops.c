@@ -442,9 +442,9 @@ int main(void)
             int before = test_n_fail;
             test_matmul();
             test_matmul_multi();
-            if (isa == CPU_ISA_AVX512 && cpu_pack_bytes(&(struct tensor){.dtype = DTYPE_Q, .n_dims = 2,
-                                                                          .shape = {16, 64}, .bits = 4,
-                                                                          .group_size = 64})) {
+            /* AVX-512 with VNNI, or AVX2 with AVX-VNNI: q4/q8 packed for the VNNI kernels */
+            if (cpu_pack_bytes(&(struct tensor){.dtype = DTYPE_Q, .n_dims = 2, .shape = {16, 64}, .bits = 4,
+                                                .group_size = 64})) {
                 test_matmul_q16(); /* test_matmul above ran q4/q8 packed too */
                 setenv("CAIRN_CPU_VNNI", "0", 1); /* and now the f32 MLX tiles */
                 cpu_isa_set((enum cpu_isa)isa);   /* re-reads CAIRN_CPU_VNNI */
