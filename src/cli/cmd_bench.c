@@ -61,12 +61,14 @@ static void bench_usage(FILE *f)
 static void bench_print_probe(const struct cpu_probe *p, int json)
 {
     if (json)
-        printf("\"isa\": \"%s\", \"threads\": %d, \"read_gbs\": %.2f, \"triad_gbs\": %.2f, "
+        printf("\"isa\": \"%s\", \"vnni_q\": %s, \"threads\": %d, \"read_gbs\": %.2f, \"triad_gbs\": %.2f, "
                "\"fma_peak_gflops\": %.1f",
-               cpu_isa_name(cpu_isa_get()), p->n_threads, p->read_gbs, p->triad_gbs, p->fma_gflops);
+               cpu_isa_name(cpu_isa_get()), cpu_vnni_active() ? "true" : "false", p->n_threads, p->read_gbs,
+               p->triad_gbs, p->fma_gflops);
     else
-        printf("isa %s, %d threads\nprobe: read %.2f GB/s, triad %.2f GB/s, FMA peak %.1f GFLOP/s\n",
-               cpu_isa_name(cpu_isa_get()), p->n_threads, p->read_gbs, p->triad_gbs, p->fma_gflops);
+        printf("isa %s%s, %d threads\nprobe: read %.2f GB/s, triad %.2f GB/s, FMA peak %.1f GFLOP/s\n",
+               cpu_isa_name(cpu_isa_get()), cpu_vnni_active() ? " (q4/q8: packed, VNNI)" : "", p->n_threads,
+               p->read_gbs, p->triad_gbs, p->fma_gflops);
 }
 
 /* Synthetic matmul: a random weight, n activation rows. */

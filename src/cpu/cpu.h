@@ -66,6 +66,9 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
  * 64-byte aligned) from w; the caller sets w->packed = dst. cpu_packed_rows: the packed copy of
  * rows [row0, ...) of w, for a row slice of it (NULL unless row0 % 16 == 0). */
 size_t cpu_pack_bytes(const struct tensor *w);
+/* Whether the packed VNNI q4/q8 path runs now (AVX-512 active with AVX-512 VNNI, or AVX2 active
+ * with AVX-VNNI; CAIRN_CPU_VNNI not 0). */
+int cpu_vnni_active(void);
 void cpu_pack(const struct tensor *w, void *dst);
 const void *cpu_packed_rows(const struct tensor *w, int64_t row0);
 /* out[n, dim] = rows ids[i] of W[vocab, dim] (any dtype). */

@@ -67,9 +67,6 @@ void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
 /* The same with AVX-VNNI (256-bit, x86_avx2_vnni.c) under the AVX2 kernels. */
 void cpu_avx2_vnni_prep(struct cpu_mm *mm, int t0, int t1);
 void cpu_avx2_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
-/* Whether that path runs now (AVX-512 active with AVX-512 VNNI, or AVX2 active with AVX-VNNI;
- * CAIRN_CPU_VNNI not 0). */
-int cpu_vnni_active(void);
 
 #define CPU_PROBE_FMA_CHAINS 12
 
