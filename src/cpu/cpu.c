@@ -21,10 +21,10 @@ static enum cpu_isa cpu_active_isa = CPU_ISA_SCALAR;
 static const struct cpu_kernels *cpu_k = &cpu_kernels_ref;
 static struct cpu_features cpu_feat;
 static int cpu_feat_done;
-/* The AVX-512 VNNI q4/q8 path on packed weights (cpu_pack.c, x86_avx512_vnni.c): on by default
- * where the CPU has VNNI and AVX-512 is the active ISA; CAIRN_CPU_VNNI=0 turns it off (weights
- * are then not packed at load and the f32 dequantize-and-FMA tiles run). Read once per
- * cpu_isa_set. Mode: -1 not read yet, 0 off, 1 on. */
+/* The VNNI q4/q8 path on packed weights (cpu_pack.c, x86_*_vnni.c): on by default where the
+ * active ISA has it (AVX-512 VNNI, or AVX-VNNI under AVX2); CAIRN_CPU_VNNI=0 turns it off
+ * (weights are then not packed at load and the f32 dequantize-and-FMA tiles run). Read once
+ * per cpu_isa_set. Mode: -1 not read yet, 0 off, 1 on. */
 static int cpu_vnni_enabled = -1;
 /* cpu_lock: the pool and its scratch, for callers on different threads (cpu.h, Threading) */
 static pthread_mutex_t cpu_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -181,7 +181,7 @@ struct cpu_mm_job {
     const struct cpu_kernels *k;
     int64_t chunk_rows;       /* rows per chunk (multiple of 16) */
     _Atomic int64_t next;     /* next chunk to take */
-    int use_vnni;             /* AVX-512 VNNI path for packed q4/q8 */
+    int use_vnni;             /* VNNI path for packed q4/q8 */
 };
 
 
@@ -190,9 +190,7 @@ static void cpu_vnni_prep_task(void *ctx, int ith, int nth)
     struct cpu_mm_job *j = ctx;
     int64_t t0, t1;
     cpu_split(j->mm[0].n, 1, ith, nth, &t0, &t1);
-    if (t0 >= t1) return;
-    if (j->k == &cpu_avx512_kernels) cpu_avx512_vnni_prep(&j->mm[0], (int)t0, (int)t1);
-    else cpu_avx2_vnni_prep(&j->mm[0], (int)t0, (int)t1);
+    if (t0 < t1) cpu_vnni_prep(&j->mm[0], (int)t0, (int)t1);
 }
 
 /* Threads take row chunks from a shared counter rather than a fixed share: on a busy machine a

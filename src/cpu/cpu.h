@@ -66,11 +66,11 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
  * 64-byte aligned) from w; the caller sets w->packed = dst. cpu_packed_rows: the packed copy of
  * rows [row0, ...) of w, for a row slice of it (NULL unless row0 % 16 == 0). */
 size_t cpu_pack_bytes(const struct tensor *w);
+void cpu_pack(const struct tensor *w, void *dst);
+const void *cpu_packed_rows(const struct tensor *w, int64_t row0);
 /* Whether the packed VNNI q4/q8 path runs now (AVX-512 active with AVX-512 VNNI, or AVX2 active
  * with AVX-VNNI; CAIRN_CPU_VNNI not 0). */
 int cpu_vnni_active(void);
-void cpu_pack(const struct tensor *w, void *dst);
-const void *cpu_packed_rows(const struct tensor *w, int64_t row0);
 /* out[n, dim] = rows ids[i] of W[vocab, dim] (any dtype). */
 void cpu_embed(const struct tensor *w, const int32_t *ids, int n, float *out);
 /* y[r] = x[r] / rms(x[r]) * (w + w_offset) over n_rows rows of dim; y may alias x.

@@ -23,9 +23,8 @@ struct cpu_mm {
     float *y;        /* [n, out] */
     int n;
     int64_t in, out;
-    /* AVX-512 VNNI path for packed MLX q4/q8 (see x86_avx512_vnni.c), else NULL: x as three
-     * int8 digits per input with scale xd = max|x|/127 per (token, group), and each group's f32
-     * sum. */
+    /* VNNI path for packed MLX q4/q8 (see CPU_VNNI_* below), else NULL: x as three int8
+     * digits per input with scale xd = max|x|/127 per (token, group), and each group's f32 sum. */
     const int8_t *xq;  /* [n, in / 8, 3, 8] */
     const float *xd;   /* [n, in / group_size] */
     const float *xsum; /* [n, in / group_size] */
@@ -60,12 +59,21 @@ struct cpu_kernels {
     float (*probe_fma)(int64_t iters, int *lanes);
 };
 
-/* AVX-512 VNNI (vpdpbusd) q4/q8 matmul on mm->w->packed. prep fills xq/xd/xsum of mm for
- * tokens [t0, t1) (mm->x, w, in set); matmul does rows [r0, r1), r0 a multiple of 16. */
-void cpu_avx512_vnni_prep(struct cpu_mm *mm, int t0, int t1);
+/* The VNNI q4/q8 path (x86_avx512_vnni.c says how and why). Weights: blocks of CPU_VNNI_ROWS
+ * rows, one int32 lane each of a 512-bit vector (cpu_pack.c). Activations: three int8 digits
+ * per input, x = d·(x0 + x1/RADIX + x2/RADIX²), a token's digits in steps of 8 inputs
+ * (CPU_VNNI_STEP_BYTES: 8 bytes of each digit in turn), so that a tile reads one stream per
+ * token (one per token and digit ran inputs of 8192 at half speed). */
+#define CPU_VNNI_ROWS 16
+#define CPU_VNNI_DIGITS 3
+#define CPU_VNNI_RADIX 254.0f
+#define CPU_VNNI_STEP_BYTES (8 * CPU_VNNI_DIGITS)
+/* Fills xq/xd/xsum of mm for tokens [t0, t1) (mm->x, w, in set). AVX2 code (x86_avx2_vnni.c):
+ * it serves both widths, and is about 1% of a prefill. */
+void cpu_vnni_prep(struct cpu_mm *mm, int t0, int t1);
+/* Rows [r0, r1) of mm->w->packed, r0 a multiple of 16: AVX-512 VNNI (vpdpbusd) and AVX-VNNI
+ * (its 256-bit VEX form, under the AVX2 kernels). */
 void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
-/* The same with AVX-VNNI (256-bit, x86_avx2_vnni.c) under the AVX2 kernels. */
-void cpu_avx2_vnni_prep(struct cpu_mm *mm, int t0, int t1);
 void cpu_avx2_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
 
 #define CPU_PROBE_FMA_CHAINS 12

@@ -1,5 +1,5 @@
-/* The packed copy of an MLX q4/q8 weight that the AVX-512 VNNI kernel reads
- * (x86_avx512_vnni.c). The file's layout (row-major codes, scales and biases in separate
+/* The packed copy of an MLX q4/q8 weight that the VNNI kernels read (x86_avx512_vnni.c,
+ * x86_avx2_vnni.c). The file's layout (row-major codes, scales and biases in separate
  * tensors) makes a 16-row tile read 48 streams; packed, each block of 16 rows is one contiguous
  * stream, group by group, in the order the kernel consumes it:
  *
@@ -17,8 +17,6 @@
 #include "cpu/cpu.h"
 #include "cpu/cpu_int.h"
 
-#define PACK_ROWS 16
-
 static int cpu_pack_shape_ok(const struct tensor *w)
 {
     return w->dtype == DTYPE_Q && w->n_dims == 2 && (w->bits == 4 || w->bits == 8) && w->group_size % 32 == 0 &&
@@ -27,13 +25,13 @@ static int cpu_pack_shape_ok(const struct tensor *w)
 
 static int64_t cpu_pack_group_bytes(const struct tensor *w)
 {
-    return (int64_t)PACK_ROWS * w->group_size * w->bits / 8 + 4 * PACK_ROWS;
+    return (int64_t)CPU_VNNI_ROWS * w->group_size * w->bits / 8 + 4 * CPU_VNNI_ROWS;
 }
 
 size_t cpu_pack_bytes(const struct tensor *w)
 {
     if (!cpu_pack_shape_ok(w) || !cpu_vnni_active()) return 0;
-    int64_t blocks = (w->shape[0] + PACK_ROWS - 1) / PACK_ROWS, groups = w->shape[1] / w->group_size;
+    int64_t blocks = (w->shape[0] + CPU_VNNI_ROWS - 1) / CPU_VNNI_ROWS, groups = w->shape[1] / w->group_size;
     return (size_t)(blocks * groups * cpu_pack_group_bytes(w));
 }
 
@@ -48,14 +46,14 @@ static void cpu_pack_task(void *ctx, int ith, int nth)
     const struct cpu_pack_job *j = ctx;
     const struct tensor *w = j->w;
     const int64_t rows = w->shape[0], gs = w->group_size, groups = w->shape[1] / gs;
-    const int64_t gbytes = cpu_pack_group_bytes(w), gcode = gbytes - 4 * PACK_ROWS;
+    const int64_t gbytes = cpu_pack_group_bytes(w), gcode = gbytes - 4 * CPU_VNNI_ROWS;
     const int64_t row_bytes = w->shape[1] * w->bits / 8;
     for (int64_t b = ith; b < j->blocks; b += nth)
         for (int64_t g = 0; g < groups; g++) {
             uint8_t *o = j->dst + (b * groups + g) * gbytes;
             memset(o, 0, (size_t)gbytes);
-            for (int i = 0; i < PACK_ROWS; i++) {
-                int64_t row = b * PACK_ROWS + i;
+            for (int i = 0; i < CPU_VNNI_ROWS; i++) {
+                int64_t row = b * CPU_VNNI_ROWS + i;
                 if (row >= rows) break;
                 /* A lane's 4 bytes are 4 consecutive bytes of the row (q4: codes 2k, 2k+1 share
                  * byte k in MLX's little-endian words too), so packing moves words. */
@@ -68,14 +66,14 @@ static void cpu_pack_task(void *ctx, int ith, int nth)
                     }
                 }
                 memcpy(o + gcode + 2 * i, &w->scales[row * groups + g], 2);
-                memcpy(o + gcode + 2 * PACK_ROWS + 2 * i, &w->biases[row * groups + g], 2);
+                memcpy(o + gcode + 2 * CPU_VNNI_ROWS + 2 * i, &w->biases[row * groups + g], 2);
             }
         }
 }
 
 void cpu_pack(const struct tensor *w, void *dst)
 {
-    struct cpu_pack_job j = {.w = w, .dst = dst, .blocks = (w->shape[0] + PACK_ROWS - 1) / PACK_ROWS};
+    struct cpu_pack_job j = {.w = w, .dst = dst, .blocks = (w->shape[0] + CPU_VNNI_ROWS - 1) / CPU_VNNI_ROWS};
     cpu_lock();
     cpu_pool_run(cpu_pack_task, &j, cpu_pool_size() > 0 ? cpu_pool_size() : 1);
     cpu_unlock();
@@ -83,7 +81,7 @@ void cpu_pack(const struct tensor *w, void *dst)
 
 const void *cpu_packed_rows(const struct tensor *w, int64_t row0)
 {
-    if (!w->packed || row0 % PACK_ROWS) return NULL;
+    if (!w->packed || row0 % CPU_VNNI_ROWS) return NULL;
     int64_t groups = w->shape[1] / w->group_size;
-    return (const uint8_t *)w->packed + row0 / PACK_ROWS * groups * cpu_pack_group_bytes(w);
+    return (const uint8_t *)w->packed + row0 / CPU_VNNI_ROWS * groups * cpu_pack_group_bytes(w);
 }

@@ -8,11 +8,6 @@
 
 #include "cpu/cpu_int.h"
 
-#define VNNI_ROWS 16
-#define VNNI_DIGITS 3
-#define VNNI_STEP_BYTES (8 * VNNI_DIGITS)
-#define VNNI_RADIX 254.0f
-
 static inline float avx2_vnni_hmax(__m256 v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -27,14 +22,18 @@ static inline float avx2_vnni_hsum(__m256 v)
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* The layout and digits of cpu_avx512_vnni_prep, 8 inputs (one step) at a time. */
-void cpu_avx2_vnni_prep(struct cpu_mm *mm, int t0, int t1)
+/* The activations of both VNNI kernels (cpu_int.h), 8 inputs (one step) at a time: per group
+ * d = max|x|/127, then each digit takes the rounded part of x/d and the rest is scaled by the
+ * radix for the next. Within a step's 8 bytes the inputs are in the order the kernels pair
+ * them with codes (q4: x0 x2 x4 x6 x1 x3 x5 x7, the low then the high nibbles of a lane).
+ * Only AVX2 instructions, so the AVX-512 path calls it too. */
+void cpu_vnni_prep(struct cpu_mm *mm, int t0, int t1)
 {
     const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
     const int q4 = mm->w->bits == 4;
     int8_t *xq = (int8_t *)mm->xq;
     float *xd = (float *)mm->xd, *xs = (float *)mm->xsum;
-    const __m256 sign = _mm256_set1_ps(-0.0f), radix = _mm256_set1_ps(VNNI_RADIX);
+    const __m256 sign = _mm256_set1_ps(-0.0f), radix = _mm256_set1_ps(CPU_VNNI_RADIX);
     const __m128i order = q4 ? _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15)
                              : _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int t = t0; t < t1; t++) {
@@ -51,10 +50,10 @@ void cpu_avx2_vnni_prep(struct cpu_mm *mm, int t0, int t1)
             xd[(int64_t)t * groups + g] = amax / 127.0f;
             xs[(int64_t)t * groups + g] = avx2_vnni_hsum(sm);
             const __m256 inv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-            int8_t *q = xq + (int64_t)t * VNNI_DIGITS * in + g * gs / 8 * VNNI_STEP_BYTES;
-            for (int64_t i = 0; i < gs; i += 8, q += VNNI_STEP_BYTES) {
+            int8_t *q = xq + (int64_t)t * CPU_VNNI_DIGITS * in + g * gs / 8 * CPU_VNNI_STEP_BYTES;
+            for (int64_t i = 0; i < gs; i += 8, q += CPU_VNNI_STEP_BYTES) {
                 __m256 u = _mm256_mul_ps(_mm256_loadu_ps(xg + i), inv);
-                for (int k = 0; k < VNNI_DIGITS; k++) {
+                for (int k = 0; k < CPU_VNNI_DIGITS; k++) {
                     __m256 dk = _mm256_round_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                     __m256i d32 = _mm256_cvtps_epi32(dk);
                     __m128i d16 = _mm_packs_epi32(_mm256_castsi256_si128(d32), _mm256_extracti128_si256(d32, 1));
@@ -87,18 +86,18 @@ static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cp
                                                                 const int bits)
 {
     const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
-    const int64_t gcode = (int64_t)VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * VNNI_ROWS;
-    const int64_t step_bytes = 8 * VNNI_ROWS * bits / 8, pf_ahead = cpu_prefetch_ahead(gbytes);
+    const int64_t gcode = (int64_t)CPU_VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * CPU_VNNI_ROWS;
+    const int64_t step_bytes = 8 * CPU_VNNI_ROWS * bits / 8, pf_ahead = cpu_prefetch_ahead(gbytes);
     const uint8_t *wp = (const uint8_t *)mm->w->packed + blk * groups * gbytes;
-    const int8_t *xq = (const int8_t *)mm->xq + (int64_t)t * VNNI_DIGITS * in;
+    const int8_t *xq = (const int8_t *)mm->xq + (int64_t)t * CPU_VNNI_DIGITS * in;
     const __m256i m15 = _mm256_set1_epi8(15);
-    const __m256 r1 = _mm256_set1_ps(1.0f / VNNI_RADIX), r2 = _mm256_set1_ps(1.0f / (VNNI_RADIX * VNNI_RADIX));
+    const __m256 r1 = _mm256_set1_ps(1.0f / CPU_VNNI_RADIX), r2 = _mm256_set1_ps(1.0f / (CPU_VNNI_RADIX * CPU_VNNI_RADIX));
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(); /* rows 0-7, 8-15 */
     for (int64_t g = 0; g < groups; g++, wp += gbytes) {
-        __m256i ia[VNNI_DIGITS][2];
+        __m256i ia[CPU_VNNI_DIGITS][2];
         for (int64_t off = 0; off < gbytes; off += 64) _mm_prefetch((const char *)wp + off + pf_ahead, _MM_HINT_T0);
 #pragma GCC unroll 4
-        for (int k = 0; k < VNNI_DIGITS; k++) ia[k][0] = ia[k][1] = _mm256_setzero_si256();
+        for (int k = 0; k < CPU_VNNI_DIGITS; k++) ia[k][0] = ia[k][1] = _mm256_setzero_si256();
         for (int64_t s = 0; s < gs / 8; s++) {
             const uint8_t *p = wp + s * step_bytes;
             __m256i wl0, wl1, wh0, wh1; /* q4: even / odd inputs; q8: inputs 0-3 / 4-7 */
@@ -115,8 +114,8 @@ static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cp
                 wh1 = _mm256_loadu_si256((const __m256i *)(p + 96));
             }
 #pragma GCC unroll 4
-            for (int k = 0; k < VNNI_DIGITS; k++) {
-                const int8_t *xp = xq + (g * gs / 8 + s) * VNNI_STEP_BYTES + 8 * k;
+            for (int k = 0; k < CPU_VNNI_DIGITS; k++) {
+                const int8_t *xp = xq + (g * gs / 8 + s) * CPU_VNNI_STEP_BYTES + 8 * k;
                 const __m256i xa = avx2_vnni_bcast4(xp), xb = avx2_vnni_bcast4(xp + 4);
                 AVX2_DPBUSD(ia[k][0], wl0, xa);
                 AVX2_DPBUSD(ia[k][1], wl1, xa);
@@ -136,7 +135,7 @@ static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cp
             *acc = _mm256_fmadd_ps(bi, sum, *acc);
         }
     }
-    const int64_t row0 = blk * VNNI_ROWS, left = mm->out - row0;
+    const int64_t row0 = blk * CPU_VNNI_ROWS, left = mm->out - row0;
     float *y = mm->y + (int64_t)t * mm->out + row0;
     if (left >= 16) {
         _mm256_storeu_ps(y, acc0);
@@ -157,7 +156,7 @@ static void avx2_vnni_tile_q8(const struct cpu_mm *mm, int64_t blk, int t) { avx
 void cpu_avx2_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
     void (*tile)(const struct cpu_mm *, int64_t, int) = mm->w->bits == 4 ? avx2_vnni_tile_q4 : avx2_vnni_tile_q8;
-    const int64_t b0 = r0 / VNNI_ROWS, b1 = (r1 + VNNI_ROWS - 1) / VNNI_ROWS;
+    const int64_t b0 = r0 / CPU_VNNI_ROWS, b1 = (r1 + CPU_VNNI_ROWS - 1) / CPU_VNNI_ROWS;
     enum { TB = 64 };
     for (int tb = 0; tb < mm->n; tb += TB) {
         const int te = tb + TB < mm->n ? tb + TB : mm->n;

@@ -22,60 +22,7 @@
 
 #include "cpu/cpu_int.h"
 
-#define VNNI_ROWS 16  /* rows per packed block: one int32 lane each */
-#define VNNI_DIGITS 3
-#define VNNI_TMAX 7   /* tokens per tile */
-#define VNNI_RADIX 254.0f
-
-/* Layout of a token's digits: for each 8 inputs, 8 bytes of digit 0, then of 1, then of 2, so
- * that a tile reads one stream per token (one per token and digit made inputs of 8192 run at
- * half speed). Within the 8 bytes the inputs are in the order the kernel pairs them with codes
- * (q4: x0 x2 x4 x6 x1 x3 x5 x7, the low then the high nibbles of a lane). */
-#define VNNI_STEP_BYTES (8 * VNNI_DIGITS)
-
-/* Digit k of 16 inputs starting at a multiple of 8; dst: that 8-input step's bytes. */
-static inline void vnni_store_digit(int8_t *dst, int k, __m512 v, int q4)
-{
-    __m128i b = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)); /* round to nearest, saturate */
-    if (q4) b = _mm_shuffle_epi8(b, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
-    _mm_storel_epi64((__m128i *)(dst + 8 * k), b);
-    _mm_storel_epi64((__m128i *)(dst + VNNI_STEP_BYTES + 8 * k), _mm_unpackhi_epi64(b, b));
-}
-
-void cpu_avx512_vnni_prep(struct cpu_mm *mm, int t0, int t1)
-{
-    const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
-    const int q4 = mm->w->bits == 4;
-    int8_t *xq = (int8_t *)mm->xq;
-    float *xd = (float *)mm->xd, *xs = (float *)mm->xsum;
-    const __m512 sign = _mm512_set1_ps(-0.0f), radix = _mm512_set1_ps(VNNI_RADIX);
-    for (int t = t0; t < t1; t++) {
-        const float *x = mm->x + (int64_t)t * in;
-        for (int64_t g = 0; g < groups; g++) {
-            const float *xg = x + g * gs;
-            __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-            for (int64_t i = 0; i < gs; i += 16) {
-                __m512 v = _mm512_loadu_ps(xg + i);
-                mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, v));
-                sm = _mm512_add_ps(sm, v);
-            }
-            float amax = _mm512_reduce_max_ps(mx);
-            xd[(int64_t)t * groups + g] = amax / 127.0f;
-            xs[(int64_t)t * groups + g] = _mm512_reduce_add_ps(sm);
-            const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-            int8_t *q = xq + (int64_t)t * VNNI_DIGITS * in + g * gs / 8 * VNNI_STEP_BYTES;
-            for (int64_t i = 0; i < gs; i += 16) {
-                /* in units of d: u = x/d; each digit takes the rounded part, the rest scales up */
-                __m512 u = _mm512_mul_ps(_mm512_loadu_ps(xg + i), inv);
-                for (int k = 0; k < VNNI_DIGITS; k++) {
-                    __m512 dk = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                    vnni_store_digit(q + i / 8 * VNNI_STEP_BYTES, k, dk, q4);
-                    u = _mm512_mul_ps(_mm512_sub_ps(u, dk), radix);
-                }
-            }
-        }
-    }
-}
+#define VNNI_TMAX 7 /* tokens per tile */
 
 /* acc += Σ4 u8(w)·s8(x) per lane (vpdpbusd), in place: through the intrinsic GCC 12 copies
  * every accumulator around each instruction (a third more instructions per tile). */
@@ -104,25 +51,25 @@ static inline __attribute__((always_inline)) void
 vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int bits)
 {
     const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
-    const int64_t gcode = (int64_t)VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * VNNI_ROWS;
-    const int64_t step_bytes = 8 * VNNI_ROWS * bits / 8, pf_ahead = cpu_prefetch_ahead(gbytes);
+    const int64_t gcode = (int64_t)CPU_VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * CPU_VNNI_ROWS;
+    const int64_t step_bytes = 8 * CPU_VNNI_ROWS * bits / 8, pf_ahead = cpu_prefetch_ahead(gbytes);
     const uint8_t *wp = (const uint8_t *)mm->w->packed + blk * groups * gbytes;
     const int8_t *xq[VNNI_TMAX];
     __m512 acc[VNNI_TMAX];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        xq[t] = (const int8_t *)mm->xq + (int64_t)(t0 + t) * VNNI_DIGITS * in;
+        xq[t] = (const int8_t *)mm->xq + (int64_t)(t0 + t) * CPU_VNNI_DIGITS * in;
         acc[t] = _mm512_setzero_ps();
     }
     const __m512i m15 = _mm512_set1_epi8(15);
-    const __m512 r1 = _mm512_set1_ps(1.0f / VNNI_RADIX), r2 = _mm512_set1_ps(1.0f / (VNNI_RADIX * VNNI_RADIX));
+    const __m512 r1 = _mm512_set1_ps(1.0f / CPU_VNNI_RADIX), r2 = _mm512_set1_ps(1.0f / (CPU_VNNI_RADIX * CPU_VNNI_RADIX));
     for (int64_t g = 0; g < groups; g++, wp += gbytes) {
-        __m512i ia[VNNI_TMAX][VNNI_DIGITS], ib[VNNI_TMAX][VNNI_DIGITS];
+        __m512i ia[VNNI_TMAX][CPU_VNNI_DIGITS], ib[VNNI_TMAX][CPU_VNNI_DIGITS];
         for (int64_t off = 0; off < gbytes; off += 64) _mm_prefetch((const char *)wp + off + pf_ahead, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
-            for (int k = 0; k < VNNI_DIGITS; k++) ia[t][k] = ib[t][k] = _mm512_setzero_si512();
+            for (int k = 0; k < CPU_VNNI_DIGITS; k++) ia[t][k] = ib[t][k] = _mm512_setzero_si512();
         for (int64_t s = 0; s < gs / 8; s++) {
             /* q4: the 4 even / 4 odd inputs of the 8 per lane; q8: inputs 0-3 / 4-7 */
             __m512i wl, wh;
@@ -137,27 +84,27 @@ vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int b
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
-                for (int k = 0; k < VNNI_DIGITS; k++) {
-                    const int8_t *xp = xq[t] + (g * gs / 8 + s) * VNNI_STEP_BYTES + 8 * k;
+                for (int k = 0; k < CPU_VNNI_DIGITS; k++) {
+                    const int8_t *xp = xq[t] + (g * gs / 8 + s) * CPU_VNNI_STEP_BYTES + 8 * k;
                     VNNI_DPBUSD(ia[t][k], wl, vnni_bcast4(xp));
                     if (T == 1) VNNI_DPBUSD(ib[t][k], wh, vnni_bcast4(xp + 4));
                     else VNNI_DPBUSD(ia[t][k], wh, vnni_bcast4(xp + 4));
                 }
         }
-        const __m512 sc = vnni_bf16x16(wp + gcode), bi = vnni_bf16x16(wp + gcode + 2 * VNNI_ROWS);
+        const __m512 sc = vnni_bf16x16(wp + gcode), bi = vnni_bf16x16(wp + gcode + 2 * CPU_VNNI_ROWS);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const int64_t tg = (int64_t)(t0 + t) * groups + g;
             if (T == 1)
 #pragma GCC unroll 4
-                for (int k = 0; k < VNNI_DIGITS; k++) ia[t][k] = _mm512_add_epi32(ia[t][k], ib[t][k]);
+                for (int k = 0; k < CPU_VNNI_DIGITS; k++) ia[t][k] = _mm512_add_epi32(ia[t][k], ib[t][k]);
             __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][2]), r2, _mm512_cvtepi32_ps(ia[t][0]));
             dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1]), r1, dot);
             acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(sc, _mm512_set1_ps(mm->xd[tg])), acc[t]);
             acc[t] = _mm512_fmadd_ps(bi, _mm512_set1_ps(mm->xsum[tg]), acc[t]);
         }
     }
-    const int64_t row0 = blk * VNNI_ROWS, left = mm->out - row0;
+    const int64_t row0 = blk * CPU_VNNI_ROWS, left = mm->out - row0;
     const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(mm->y + (int64_t)(t0 + t) * mm->out + row0, m, acc[t]);
@@ -183,7 +130,7 @@ static const vnni_tile_fn vnni_tiles[2][VNNI_TMAX] = {
 void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
     const int bi = mm->w->bits == 4 ? 0 : 1;
-    const int64_t b0 = r0 / VNNI_ROWS, b1 = (r1 + VNNI_ROWS - 1) / VNNI_ROWS;
+    const int64_t b0 = r0 / CPU_VNNI_ROWS, b1 = (r1 + CPU_VNNI_ROWS - 1) / CPU_VNNI_ROWS;
     enum { TB = 9 * VNNI_TMAX }; /* whole tiles */
     for (int tb = 0; tb < mm->n; tb += TB) {
         const int te = tb + TB < mm->n ? tb + TB : mm->n;

@@ -159,10 +159,9 @@ CPU_AI void K(dense_row)(const struct cpu_mm *mm, int64_t r, int t, const int dt
 }
 
 /* Decode and small batches (n < 2 MM_TT): row by row (dense_row), weights streamed once.
- * Prefill: MM_RTD-row tiles over blocks
- * of MM_KB inputs, so a tile's rows stay in L1 while every token tile of the token block
- * reuses them; over whole rows of 2K+ inputs they spilled to L2 and prefill fell to ~40% of
- * the FMA peak. */
+ * Prefill: MM_RTD-row tiles over blocks of MM_KB inputs, so a tile's rows stay in L1 while
+ * every token tile of the token block reuses them; over whole rows of 2K+ inputs they spilled
+ * to L2 and prefill fell to ~40% of the FMA peak. */
 #define MM_KB 2048
 CPU_AI void K(matmul_dense)(const struct cpu_mm *mm, int64_t r0, int64_t r1, const int dt)
 {

@@ -158,9 +158,9 @@ static void test_matmul(void)
             }
 }
 
-/* q4/q8 on the AVX-512 VNNI path (packed weights, int16 activations): 2e-5 of Σ|w·x| like
- * every matmul. Shapes cross its tiles: rows in blocks of 16 (21 leaves 5), 1-4 blocks per
- * tile, tokens 8 per tile and 64 per block (70), groups of 32 to 128. */
+/* q4/q8 on the VNNI path (packed weights, int8-digit activations; AVX-512 VNNI or AVX-VNNI):
+ * 2e-5 of Σ|w·x| like every matmul. Shapes cross its tiles: rows in blocks of 16 (21 leaves
+ * 5), up to 7 tokens per tile and 63 per token block (70), groups of 32 to 128. */
 static void test_matmul_q16(void)
 {
     static const int ns[] = {1, 2, 3, 5, 17, 70};

@@ -4,7 +4,7 @@
  * other weights; the third mode, each case alone chunked, runs in integ_model_cli and
  * `cairn check-logits`). Kept to what fits the suite's time under ASan. See oracle_common.h.
  * The kernels are the ones `cairn serve` picks (cpu_init: the best ISA, and q4/q8 packed for
- * AVX-512 VNNI where present); tests/integration/cpu_isa_oracle.sh runs every ISA. */
+ * the VNNI kernels where present); tests/integration/cpu_isa_oracle.sh runs every ISA. */
 #include "cpu/cpu.h"
 #include "oracle_common.h"
 
