@@ -1,0 +1,241 @@
+/* The backend seam: the op table every backend fills (cpu/, cuda/), and the plain views its
+ * kernels read. model/ runs a forward step only through this table; it never calls cpu_* or
+ * CUDA directly, and kernels never see kv/ or an architecture.
+ *
+ * DESIGN
+ * - A `struct backend` is one device (the CPU, or one GPU). It owns its buffers, its per-weight
+ *   data and its threads or streams. Pointers called "device" below are addresses in the
+ *   backend's memory: host memory on the CPU (host_visible = 1), GPU memory on CUDA. Only
+ *   buf_upload / buf_download / buf_copy move bytes between host and device; model/ never
+ *   dereferences a device pointer.
+ * - Activations are f32, contiguous, row-major ([n_tokens, dim]); accumulation is in f32 on
+ *   every backend. Token ids, positions, slots, sequence offsets and block tables are int32
+ *   device arrays that the caller uploads once per step.
+ * - Weights are `struct tensor` (tensor.h): `data`/`scales`/`biases` point at the checkpoint's
+ *   bytes in host memory (mmap). weight_prepare makes a weight usable by this backend: the CPU
+ *   packs MLX q4/q8 for its VNNI kernel, CUDA uploads (and may repack) it to device memory. The
+ *   result hangs off `tensor.be_data`, opaque to everyone but the backend that set it.
+ * - Ops are issued in order on the backend's one queue (the CPU runs each op to completion on
+ *   its pool; CUDA enqueues on its stream). step_begin / step_end bracket one forward step:
+ *   step_end waits for the step's work and returns the first error any op hit (asynchronous
+ *   device errors surface there). Ops themselves return nothing: invalid arguments are
+ *   programmer errors (CAIRN_ASSERT); device failures are latched and reported by step_end or
+ *   sync. A latched error fails the step, never the process.
+ * - Memory: every buffer is accounted (base/mem.h) under the tag the caller names; a backend
+ *   with its own memory (a GPU) also counts it on its own budget (backend_mem_stats).
+ *
+ * Threading: one backend may be used by several models (one scheduler thread each). A backend
+ * serializes steps itself: step_begin takes the backend's lock, step_end releases it; buffer and
+ * weight calls may run on any thread, outside a step. */
+#ifndef CAIRN_TENSOR_BACKEND_H
+#define CAIRN_TENSOR_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/mem.h"
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+enum backend_kind {
+    BACKEND_CPU = 0,
+    BACKEND_CUDA,
+};
+
+struct backend_ops;
+
+struct backend {
+    const struct backend_ops *ops;
+    enum backend_kind kind;
+    char name[32];        /* "cpu", "cuda:0" */
+    int host_visible;     /* device pointers are host pointers (the CPU) */
+    void *impl;           /* backend-private */
+};
+
+/* Paged KV, as kernels see it. K and V are each laid out
+ *   [n_blocks][n_layers][block_size][n_kv_heads][head_dim] of `dtype`,
+ * so element (block b, layer l, slot t, head h, dim d) of K is at byte
+ *   b * block_bytes + l * layer_block_bytes + ((t * n_kv_heads + h) * head_dim + d) * dtype_size
+ * from `k`. A token at absolute position p of a sequence with block table bt lives in block
+ * bt[p / block_size], slot p % block_size; its global slot is bt[p / block_size] * block_size +
+ * p % block_size. */
+struct backend_kv_view {
+    void *k;                  /* device */
+    void *v;                  /* device */
+    int n_blocks;
+    int n_layers;
+    int block_size;
+    int n_kv_heads;
+    int head_dim;
+    enum dtype dtype;         /* DTYPE_BF16 or DTYPE_F32 */
+    size_t layer_block_bytes; /* block_size * n_kv_heads * head_dim * dtype_size */
+    size_t block_bytes;       /* n_layers * layer_block_bytes */
+};
+
+/* Causal attention over paged KV for the sequences of one step. Query row r of sequence s
+ * (rows [seq_off[s], seq_off[s+1]) of q) at absolute position pos[r] attends to that sequence's
+ * positions [0, pos[r]], which kv_store has written. GQA: query head h reads KV head
+ * h / (n_heads / kv->n_kv_heads). Softmax in f32. The *_host arrays are host copies of the
+ * same metadata, for launch planning (split-K, tile counts) without a device round trip. */
+struct backend_attn {
+    const float *q;               /* device [n_tokens, n_heads, head_dim] */
+    float *out;                   /* device [n_tokens, n_heads, head_dim] */
+    int n_tokens;
+    int n_seqs;
+    int n_heads;
+    const int32_t *pos;           /* device [n_tokens] */
+    const int32_t *seq_off;       /* device [n_seqs + 1] */
+    const int32_t *block_tables;  /* device [n_seqs][bt_stride] */
+    int bt_stride;                /* entries per sequence row of block_tables */
+    const int32_t *seq_off_host;  /* host [n_seqs + 1] */
+    const int32_t *ctx_len_host;  /* host [n_seqs]: last position + 1 of each sequence */
+    const struct backend_kv_view *kv;
+    int layer;
+    float scale;                  /* usually 1/sqrt(head_dim) */
+};
+
+/* Gated DeltaNet over the n tokens of ONE sequence (qwen3_next, qwen3_5): causal depthwise conv
+ * with a rolling state, then the gated delta rule, then the gated RMSNorm, as model/gdn.h
+ * describes. Dimensions and weights are plain numbers and device vectors: kernels know no
+ * architecture. */
+struct backend_gdn {
+    int n_k_heads, n_v_heads;
+    int head_k_dim, head_v_dim;
+    int conv_kernel;
+    float eps;
+    const float *conv_w;          /* device [conv_dim, conv_kernel] */
+    const float *a_log;           /* device [n_v_heads] */
+    const float *dt_bias;         /* device [n_v_heads] */
+    const float *norm_w;          /* device [head_v_dim] */
+    void *state;                  /* device: conv state then delta state (gdn_state_floats) */
+    float *qkv;                   /* device [n, conv_dim], convolved in place */
+    const float *z;               /* device [n, n_v_heads * head_v_dim] */
+    const float *b;               /* device [n, n_v_heads] */
+    const float *a;               /* device [n, n_v_heads] */
+    int n;
+    float *out;                   /* device [n, n_v_heads * head_v_dim] */
+};
+
+/* Routed experts of a mixture-of-experts FFN over n tokens: out[t] = sum_k w[t,k] *
+ * expert_{ids[t,k]}(x[t]) with expert(x) = down(silu(gate(x)) * up(x)). The backend groups
+ * tokens by expert (the CPU gathers rows; a GPU runs a grouped GEMM). */
+struct backend_moe {
+    const float *x;               /* device [n, hidden] */
+    float *out;                   /* device [n, hidden], overwritten */
+    int n;
+    int hidden;
+    int inter;
+    int n_experts;
+    int top_k;
+    const int32_t *ids;           /* device [n, top_k] from moe_route */
+    const float *w;               /* device [n, top_k] */
+    const struct tensor *gate;    /* [n_experts] weights [inter, hidden], prepared */
+    const struct tensor *up;      /* [n_experts] [inter, hidden] */
+    const struct tensor *down;    /* [n_experts] [hidden, inter] */
+    float *scratch;               /* device, backend_moe_scratch_floats(...) floats */
+};
+
+struct backend_mem_stats {
+    uint64_t device_total;        /* bytes of device memory (0 on the CPU: see base/mem.h) */
+    uint64_t device_free;
+    uint64_t device_used_by_cairn;
+};
+
+struct backend_ops {
+    /* ---- lifetime ---- */
+    void (*destroy)(struct backend *be);
+    int (*mem_stats)(struct backend *be, struct backend_mem_stats *out);
+
+    /* ---- buffers (any thread, outside a step) ---- */
+    /* Zeroed, 64-byte (CPU) or 256-byte (GPU) aligned, accounted under tag. */
+    int (*buf_alloc)(struct backend *be, size_t bytes, enum cairn_mem_tag tag, void **dptr,
+                     struct cairn_err *err);
+    void (*buf_free)(struct backend *be, void *dptr, size_t bytes, enum cairn_mem_tag tag);
+    /* Synchronous copies (they also work inside a step, ordered after the ops issued so far). */
+    int (*buf_upload)(struct backend *be, void *dst, const void *src, size_t bytes,
+                      struct cairn_err *err);
+    int (*buf_download)(struct backend *be, void *dst, const void *src, size_t bytes,
+                        struct cairn_err *err);
+    int (*buf_copy)(struct backend *be, void *dst, const void *src, size_t bytes,
+                    struct cairn_err *err);
+
+    /* ---- weights ---- */
+    /* Makes w usable by the ops (sets w->be_data, or leaves it NULL where the host bytes are
+     * used in place); *extra_bytes: memory it holds for w (accounted under CAIRN_MEM_WEIGHTS).
+     * hint_release: the host bytes are not needed any more once this returns (the CPU then
+     * drops the file's pages it has copied; a GPU drops them after upload). */
+    int (*weight_prepare)(struct backend *be, struct tensor *w, int hint_release,
+                          size_t *extra_bytes, struct cairn_err *err);
+    void (*weight_release)(struct backend *be, struct tensor *w);
+    /* View of rows [row0, row0 + rows) of a prepared 2-D weight (one expert of a stacked
+     * [n_experts * out, in] weight), with be_data pointing into w's own. */
+    void (*weight_slice_rows)(struct backend *be, const struct tensor *w, int64_t row0,
+                              int64_t rows, struct tensor *view);
+
+    /* ---- steps ---- */
+    int (*step_begin)(struct backend *be, struct cairn_err *err);
+    int (*step_end)(struct backend *be, struct cairn_err *err);
+    int (*sync)(struct backend *be, struct cairn_err *err);
+
+    /* ---- ops (inside a step; all pointers device) ---- */
+    /* y[n, out] = x[n, in] . W[out, in]^T, W of any dtype (F32, F16, BF16, Q). */
+    void (*matmul)(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
+    /* y[i] = x . w[i]^T for count (<= 4) weights of the same input width (q/k/v, gate/up). */
+    void (*matmul_multi)(struct backend *be, const struct tensor *const *w, float *const *y,
+                         int count, const float *x, int n);
+    /* out[n, dim] = rows ids[i] of W[vocab, dim] (any dtype). */
+    void (*embed)(struct backend *be, const struct tensor *w, const int32_t *ids, int n,
+                  float *out);
+    /* y[r] = x[r] / rms(x[r]) * (w + w_offset) over n_rows rows of dim; y may alias x; w NULL:
+     * no weight. */
+    void (*rmsnorm)(struct backend *be, float *y, const float *x, const float *w, int n_rows,
+                    int dim, float eps, float w_offset);
+    /* Rotate-half RoPE in place on the first rot_dim dims of each head of x [n_tokens, n_heads,
+     * head_dim]; pos [n_tokens]; inv_freq [rot_dim / 2] (device). */
+    void (*rope)(struct backend *be, float *x, int n_tokens, int n_heads, int head_dim,
+                 int rot_dim, const int32_t *pos, const float *inv_freq);
+    /* out[i] = silu(gate[i]) * up[i]; out may alias gate or up. */
+    void (*silu_mul)(struct backend *be, float *out, const float *gate, const float *up,
+                     int64_t n);
+    /* y[i] += x[i] */
+    void (*add)(struct backend *be, float *y, const float *x, int64_t n);
+    /* y[r, i] += b[i] over n_rows rows */
+    void (*add_bias)(struct backend *be, float *y, const float *b, int n_rows, int dim);
+    /* y[i] *= sigmoid(g[i]) (gated attention output) */
+    void (*mul_sigmoid)(struct backend *be, float *y, const float *g, int64_t n);
+    /* y[r, i] += sigmoid(g[r]) * x[r, i] (shared-expert gate: g is [n_rows]) */
+    void (*add_sigmoid_scaled)(struct backend *be, float *y, const float *x, const float *g,
+                               int n_rows, int dim);
+    /* Splits rows of src [n_rows][2 * width] into a [n_rows][width] (first halves) and
+     * b [n_rows][width] (second halves); a and b must not alias src. */
+    void (*split_halves)(struct backend *be, float *a, float *b, const float *src, int n_rows,
+                         int width);
+    /* dst[i] = src[rows[i]] for n rows of dim floats; rows device [n]. */
+    void (*gather_rows)(struct backend *be, float *dst, const float *src, const int32_t *rows,
+                        int n, int dim);
+    /* Writes k, v [n_tokens, n_kv_heads, head_dim] (f32) of one layer into the pool at global
+     * slots[i] (see backend_kv_view), converting to kv->dtype. */
+    void (*kv_store)(struct backend *be, const struct backend_kv_view *kv, int layer,
+                     const int32_t *slots, int n_tokens, const float *k, const float *v);
+    void (*attention)(struct backend *be, const struct backend_attn *a);
+    /* Router: logits [n, n_experts] -> softmax -> top_k (ties: lower id) -> ids, w (renormalised
+     * to sum 1 when norm_topk). */
+    void (*moe_route)(struct backend *be, const float *logits, int n, int n_experts, int top_k,
+                      int norm_topk, int32_t *ids, float *w);
+    void (*moe_experts)(struct backend *be, const struct backend_moe *m);
+    void (*gdn)(struct backend *be, const struct backend_gdn *g);
+};
+
+/* Scratch floats moe_experts needs for up to n tokens (the same on every backend). */
+size_t backend_moe_scratch_floats(int n, int hidden, int inter, int top_k);
+
+/* Opens a backend by name: "cpu", "cuda" (= "cuda:0"), "cuda:N", or "auto" (the first GPU when
+ * one is usable, else the CPU). n_threads: CPU compute threads (<= 0: one per core). A name this
+ * build or machine cannot serve fails with CAIRN_ERR_UNSUPPORTED and says why (no CUDA in this
+ * build, no driver, no device). Caller frees with backend_close. */
+int backend_open(const char *name, int n_threads, struct backend **out, struct cairn_err *err);
+void backend_close(struct backend *be);
+/* Whether this build has the CUDA backend compiled in. */
+int backend_cuda_compiled(void);
+
+#endif
