@@ -310,6 +310,9 @@ static int fake_step_req(struct fake *fk, struct fake_req *r, int cancelled)
     if (r->pos + n > r->len) n = r->len - r->pos;
     while (r->pos + n < r->len && ((unsigned char)r->text[r->pos + n] & 0xC0) == 0x80) n++;
     ev.kind = ENGINE_EVENT_TOKEN;
+    ev.usage.prompt_tokens = r->n_prompt; /* as the engine: prompt and cached known at once */
+    ev.usage.cached_tokens = fk->cached < r->n_prompt ? fk->cached : r->n_prompt;
+    ev.usage.completion_tokens = r->n_out + 1;
     ev.token = (unsigned char)r->text[r->pos];
     ev.text = r->text + r->pos;
     ev.text_len = n;

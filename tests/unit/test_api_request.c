@@ -203,7 +203,7 @@ static void test_messages(void)
     CHECK(parse(API_KIND_COUNT_TOKENS, "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, &e) == 0);
     api_req_free(&r);
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens");
-    expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages.0");
+    expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.0");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}", "messages.0.content");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1.5}", "temperature");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"system\":5}", "system");
