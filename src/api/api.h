@@ -119,10 +119,11 @@ void api_call_cancel(struct api_call *c);
  * engine requests, every choice). No notify runs after this returns. */
 void api_call_release(struct api_call *c, int client_gone);
 
-/* Tests: makes the API's allocations fail from the n-th one on (n counts from 1; 0: off).
- * Covers the call, its buffers and encoders; jansson's allocations are hooked separately by
- * the test (json_set_alloc_funcs). */
-void api_test_fail_alloc_after(long n);
+/* Tests: makes the API's own allocations fail (the call, its buffers, queues and encoders):
+ * n > 0: the n-th from now fails once; n < 0: every one from the -n-th on; 0: none. Returns how
+ * many were made since the previous call. jansson's allocations are hooked by the test itself
+ * (json_set_alloc_funcs). */
+long api_test_fail_alloc(long n);
 
 /* Shutting down: new calls get 503, running ones are cancelled and streams end with the API's
  * error event. */

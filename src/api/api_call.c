@@ -19,20 +19,22 @@
 
 /* ---- allocation (with the tests' failure hook) ---- */
 
-static long api_fail_at;     /* atomic: 0 off, else the allocation number that starts failing */
-static long api_n_allocs;    /* atomic: allocations counted while the hook is on */
+static long api_fail_at;     /* atomic: 0 off; n > 0: allocation n fails; n < 0: from -n on */
+static long api_n_allocs;    /* atomic: allocations counted since the last api_test_fail_alloc */
 
-void api_test_fail_alloc_after(long n)
+long api_test_fail_alloc(long n)
 {
-    __atomic_store_n(&api_n_allocs, 0, __ATOMIC_RELAXED);
+    long counted = __atomic_exchange_n(&api_n_allocs, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&api_fail_at, n, __ATOMIC_RELAXED);
+    return counted;
 }
 
 static int api_alloc_fails(void)
 {
     long at = __atomic_load_n(&api_fail_at, __ATOMIC_RELAXED);
-    if (at <= 0) return 0;
-    return __atomic_add_fetch(&api_n_allocs, 1, __ATOMIC_RELAXED) >= at;
+    long k = __atomic_add_fetch(&api_n_allocs, 1, __ATOMIC_RELAXED);
+    if (at == 0) return 0;
+    return at > 0 ? k == at : k >= -at;
 }
 
 void *api_malloc(size_t n)
@@ -127,6 +129,7 @@ static void api_call_unref(struct api_call *c)
 /* Sets a whole-body answer (under c->mu). */
 static void api_call_answer(struct api_call *c, int status, const char *content_type, char *body)
 {
+    if (!body && status < 400) status = 503; /* the answer could not be built: out of memory */
     api_sbuf_free(&c->body);
     c->body.p = body;
     c->body.len = c->body.cap = body ? strlen(body) : 0;

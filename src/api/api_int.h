@@ -11,7 +11,7 @@
 #include "api/api_req.h"
 
 /* Allocation of the API room (api_call.c): plain malloc & co, with the test hook of
- * api_test_fail_alloc_after. Everything these return is freed with free(). */
+ * api_test_fail_alloc. Everything these return is freed with free(). */
 void *api_malloc(size_t n);
 void *api_calloc(size_t n, size_t size);
 void *api_realloc(void *p, size_t n);
