@@ -563,7 +563,9 @@ static void http_tick_conns(struct http_server *srv)
         int check_gone = hc->suspended && hc->call;
         pthread_mutex_unlock(&hc->mu);
         /* a suspended socket is not watched by MHD: a client that left would hold its engine
-         * request until the next byte is written */
+         * request until the next byte is written. (A client that half-closes its side after
+         * the request, which HTTP clients don't do, reads as gone too.) Lock order holds:
+         * srv->mu -> call->mu -> conn->mu (notify). */
         if (check_gone && http_peer_gone(hc->fd)) api_call_cancel(hc->call);
     }
     pthread_mutex_unlock(&srv->mu);
