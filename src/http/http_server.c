@@ -65,7 +65,8 @@ struct http_conn {
     struct http_server *srv;
     struct MHD_Connection *mc;
     int fd;                    /* the connection's socket (for the ticker) */
-    pthread_mutex_t mu;        /* guards suspended, wake_pending, timed_out */
+    pthread_mutex_t mu;        /* guards suspended, wake_pending, timed_out; answered, status
+                                * and call are written under it (read by the ticker) */
     int suspended;
     int wake_pending;
     int timed_out;             /* answered on the raw socket, which is shut (a 408 from the
@@ -116,6 +117,15 @@ static int http_wait(struct http_conn *hc)
     return 1;
 }
 
+/* answered / status / call are read by the ticker under conn->mu */
+static void http_mark_answered(struct http_conn *hc, int status)
+{
+    pthread_mutex_lock(&hc->mu);
+    hc->answered = 1;
+    hc->status = status;
+    pthread_mutex_unlock(&hc->mu);
+}
+
 static enum MHD_Result http_send(struct http_conn *hc, int status, const char *ctype,
                                  const char *body, size_t len, const char *warning)
 {
@@ -125,8 +135,7 @@ static enum MHD_Result http_send(struct http_conn *hc, int status, const char *c
     if (warning) MHD_add_response_header(r, "x-cairn-warning", warning);
     enum MHD_Result ret = MHD_queue_response(hc->mc, (unsigned)status, r);
     MHD_destroy_response(r);
-    hc->answered = 1;
-    hc->status = status;
+    http_mark_answered(hc, status);
     return ret;
 }
 
@@ -177,8 +186,7 @@ static enum MHD_Result http_answer_call(struct http_conn *hc)
     if (api_call_warning(c)) MHD_add_response_header(r, "x-cairn-warning", api_call_warning(c));
     enum MHD_Result ret = MHD_queue_response(hc->mc, 200, r);
     MHD_destroy_response(r);
-    hc->answered = 1;
-    hc->status = 200;
+    http_mark_answered(hc, 200);
     return ret;
 }
 
@@ -292,8 +300,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *mc, const c
             MHD_add_response_header(r, "Content-Type", a->mime);
             enum MHD_Result ret = MHD_queue_response(mc, 200, r);
             MHD_destroy_response(r);
-            hc->answered = 1;
-            hc->status = 200;
+            http_mark_answered(hc, 200);
             return ret;
         }
         if (strcmp(hc->path, "/health") && !http_authorized(hc))
@@ -360,7 +367,10 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *mc, const c
         };
         /* the anthropic-beta header and ?beta=true (Claude Code) select nothing here: cairn
          * accepts those requests as they are */
-        hc->call = api_call_begin(srv->api, &in);
+        struct api_call *call = api_call_begin(srv->api, &in);
+        pthread_mutex_lock(&hc->mu);
+        hc->call = call;
+        pthread_mutex_unlock(&hc->mu);
         free(hc->body);
         hc->body = NULL;
         if (!hc->call) return http_send_error(hc, 503, NULL, "out of memory");

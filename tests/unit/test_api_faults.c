@@ -22,8 +22,10 @@
 #include "testlib.h"
 
 static const char *SCRIPT =
-    "{\"models\":[{\"id\":\"fake\",\"context_length\":4096},{\"id\":\"small\",\"context_length\":20}],"
-    "\"replies\":[{\"match\":\"weather\",\"text\":\"<think>\\nHmm.\\n</think>\\n\\n<tool_call>\\n{\\\"name\\\": \\\"w\\\", "
+    "{\"models\":[{\"id\":\"fake\",\"context_length\":4096},{\"id\":\"small\",\"context_length\":"
+    "20}],"
+    "\"replies\":[{\"match\":\"weather\",\"text\":\"<think>\\nHmm.\\n</"
+    "think>\\n\\n<tool_call>\\n{\\\"name\\\": \\\"w\\\", "
     "\\\"arguments\\\": {\\\"c\\\": \\\"P\\\"}}\\n</tool_call>\"},"
     "{\"match\":\"fail\",\"text\":\"abcdefgh\",\"error_after\":2}],"
     "\"default\":\"Hello there, how are you?\",\"chunk_bytes\":4,\"cached_tokens\":2}";
@@ -52,7 +54,8 @@ static int run(struct api *a, const char *path, const char *body, struct out *o)
         return 1;
     }
     int i;
-    for (i = 0; i < 20000 && !api_call_ready(c); i++) usleep(200);
+    for (i = 0; i < 20000 && !api_call_ready(c); i++)
+        usleep(200);
     if (i == 20000) {
         api_call_release(c, 1);
         return 0;
@@ -100,7 +103,8 @@ static int well_formed(const char *path, const struct out *o, char *why, size_t 
         json_t *v = json_loadb(o->text, o->len, 0, &je);
         int ok = v != NULL;
         if (ok && o->status >= 400)
-            ok = anth ? json_is_object(json_object_get(v, "error")) && json_is_string(json_object_get(v, "type"))
+            ok = anth ? json_is_object(json_object_get(v, "error")) &&
+                            json_is_string(json_object_get(v, "type"))
                       : json_is_string(json_object_get(json_object_get(v, "error"), "message"));
         json_decref(v);
         if (!ok) snprintf(why, cap, "body not valid (%d): %.300s", o->status, o->text);
@@ -121,27 +125,40 @@ static int well_formed(const char *path, const struct out *o, char *why, size_t 
         p = e;
     }
     if (o->len && (o->len < 2 || strcmp(o->text + o->len - 2, "\n\n")))
-        return snprintf(why, cap, "stream ends inside an event: ...%.100s", o->text + (o->len > 100 ? o->len - 100 : 0)), 0;
+        return snprintf(why, cap, "stream ends inside an event: ...%.100s",
+                        o->text + (o->len > 100 ? o->len - 100 : 0)),
+               0;
     return 1;
 }
 
 static const struct {
     const char *path, *body;
 } REQS[] = {
-    {"/v1/chat/completions", "{\"model\":\"fake\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
-    {"/v1/chat/completions", "{\"model\":\"fake\",\"n\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-                             "\"logprobs\":true,\"top_logprobs\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
-    {"/v1/chat/completions", "{\"model\":\"fake\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\"}}],"
-                             "\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}]}"},
-    {"/v1/messages", "{\"model\":\"fake\",\"max_tokens\":50,\"stream\":true,\"tools\":[{\"name\":\"w\",\"input_schema\":{}}],"
-                     "\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"system\",\"content\":\"s\"}]}"},
-    {"/v1/messages", "{\"model\":\"fake\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\",\"content\":\"fail now\"}]}"},
-    {"/v1/messages", "{\"model\":\"fake\",\"max_tokens\":50,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"fail now\"}]}"},
-    {"/v1/responses", "{\"model\":\"fake\",\"stream\":true,\"input\":\"weather?\",\"tools\":[{\"type\":\"function\",\"name\":\"w\"}]}"},
+    {"/v1/chat/completions",
+     "{\"model\":\"fake\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
+    {"/v1/chat/completions",
+     "{\"model\":\"fake\",\"n\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+     "\"logprobs\":true,\"top_logprobs\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
+    {"/v1/chat/completions",
+     "{\"model\":\"fake\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\"}}],"
+     "\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}]}"},
+    {"/v1/messages", "{\"model\":\"fake\",\"max_tokens\":50,\"stream\":true,\"tools\":[{\"name\":"
+                     "\"w\",\"input_schema\":{}}],"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":"
+                     "\"system\",\"content\":\"s\"}]}"},
+    {"/v1/messages", "{\"model\":\"fake\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"fail now\"}]}"},
+    {"/v1/messages", "{\"model\":\"fake\",\"max_tokens\":50,\"stream\":true,\"messages\":[{"
+                     "\"role\":\"user\",\"content\":\"fail now\"}]}"},
+    {"/v1/responses", "{\"model\":\"fake\",\"stream\":true,\"input\":\"weather?\",\"tools\":[{"
+                      "\"type\":\"function\",\"name\":\"w\"}]}"},
     {"/v1/completions", "{\"model\":\"fake\",\"prompt\":\"abc\",\"echo\":true,\"logprobs\":1}"},
-    {"/v1/messages/count_tokens", "{\"model\":\"fake\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
-    {"/v1/messages", "{\"model\":\"small\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"a long prompt here\"}]}"},
-    {"/v1/chat/completions", "{\"model\":\"nope\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
+    {"/v1/messages/count_tokens",
+     "{\"model\":\"fake\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
+    {"/v1/messages", "{\"model\":\"small\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"a long prompt here\"}]}"},
+    {"/v1/chat/completions",
+     "{\"model\":\"nope\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"},
 };
 
 static void sweep(struct api *a, int persistent)
@@ -158,11 +175,13 @@ static void sweep(struct api *a, int persistent)
             long made = api_test_fail_alloc(0);
             usleep(2000); /* let the engine thread finish with the call before counting again */
             n_runs++;
-            CHECK_MSG(ended, "%s %s: hung with allocation %ld failing", REQS[r].path, REQS[r].body, n);
+            CHECK_MSG(ended, "%s %s: hung with allocation %ld failing", REQS[r].path, REQS[r].body,
+                      n);
             char why[512] = "";
             if (ended)
-                CHECK_MSG(well_formed(REQS[r].path, &o, why, sizeof(why)), "%s %s, allocation %ld%s: %s",
-                          REQS[r].path, REQS[r].body, n, persistent ? " on" : "", why);
+                CHECK_MSG(well_formed(REQS[r].path, &o, why, sizeof(why)),
+                          "%s %s, allocation %ld%s: %s", REQS[r].path, REQS[r].body, n,
+                          persistent ? " on" : "", why);
             if (o.status >= 400 && ref.status == 200) n_failed_status++;
             free(o.text);
             if (made < n) break; /* this run made fewer allocations: nothing left to fail */
@@ -172,7 +191,8 @@ static void sweep(struct api *a, int persistent)
         struct out after;
         CHECK(run(a, REQS[r].path, REQS[r].body, &after));
         CHECK_EQ_INT(after.status, ref.status);
-        CHECK_MSG(after.len == ref.len || strstr(REQS[r].path, "responses") || strstr(REQS[r].body, "stream"),
+        CHECK_MSG(after.len == ref.len || strstr(REQS[r].path, "responses") ||
+                      strstr(REQS[r].body, "stream"),
                   "%s: answer after the faults differs from before", REQS[r].path);
         free(after.text);
         free(ref.text);
@@ -184,17 +204,22 @@ static void sweep(struct api *a, int persistent)
 static void test_release_cancels_all_choices(void)
 {
     char script[512];
-    snprintf(script, sizeof(script), "{\"models\":[{\"id\":\"fake\"}],\"default\":\"%0400d\",\"chunk_bytes\":1,"
-                                     "\"token_delay_ms\":10,\"max_running\":200}", 0);
+    snprintf(script, sizeof(script),
+             "{\"models\":[{\"id\":\"fake\"}],\"default\":\"%0400d\",\"chunk_bytes\":1,"
+             "\"token_delay_ms\":10,\"max_running\":200}",
+             0);
     struct api_backend be;
     struct cairn_err err;
     CHECK(api_backend_fake_create_str(script, &be, &err) == 0);
     struct api_config cfg = {.keepalive_ms = 60000, .max_n = 100, .deterministic = 1};
     struct api *a;
     CHECK(api_create(&cfg, &be, &a, &err) == 0);
-    const char *body = "{\"model\":\"fake\",\"n\":90,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
-    struct api_call *c = api_call_start(a, "POST", "/v1/chat/completions", body, strlen(body), nop, NULL);
-    for (int i = 0; i < 5000 && !api_call_ready(c); i++) usleep(1000);
+    const char *body = "{\"model\":\"fake\",\"n\":90,\"stream\":true,\"messages\":[{\"role\":"
+                       "\"user\",\"content\":\"x\"}]}";
+    struct api_call *c =
+        api_call_start(a, "POST", "/v1/chat/completions", body, strlen(body), nop, NULL);
+    for (int i = 0; i < 5000 && !api_call_ready(c); i++)
+        usleep(1000);
     CHECK_EQ_INT(api_call_status(c), 200);
     usleep(50000); /* all 90 are generating (400 tokens of 10 ms: 4 s) */
     api_call_release(c, 1);
@@ -205,7 +230,8 @@ static void test_release_cancels_all_choices(void)
         size_t n;
         const char *b = api_call_body(st, &n);
         json_t *v = json_loadb(b, n, 0, NULL);
-        running = (int)json_integer_value(json_object_get(json_array_get(json_object_get(v, "models"), 0), "running"));
+        running = (int)json_integer_value(
+            json_object_get(json_array_get(json_object_get(v, "models"), 0), "running"));
         json_decref(v);
         api_call_release(st, 0);
     }
