@@ -828,17 +828,30 @@ void api_call_summarize(struct api_call *c, struct api_call_summary *o)
 
 void api_shutdown_begin(struct api *a)
 {
-    pthread_mutex_lock(&a->mu);
-    __atomic_store_n(&a->shutting_down, 1, __ATOMIC_RELEASE);
-    /* Cancel everything running; DONE(CANCELLED) then writes the error events. */
-    struct {
+    struct api_cancel_id {
         int model;
         uint64_t id;
-    } todo[1024];
+    };
+    pthread_mutex_lock(&a->mu);
+    __atomic_store_n(&a->shutting_down, 1, __ATOMIC_RELEASE);
+    /* Cancel everything running; DONE(CANCELLED) then writes the error events. Cancel must not
+     * run under the locks: the ids are collected first, every one of them (any number of calls
+     * and choices; a fixed array only if even that allocation fails). */
+    int cap = 0;
+    for (struct api_call *c = a->active; c; c = c->next) cap += c->n_subs;
+    struct api_cancel_id spare[64];
+    struct api_cancel_id *todo = cap > (int)CAIRN_ARRAY_LEN(spare) ? malloc((size_t)cap * sizeof(*todo)) : NULL;
+    if (!todo) {
+        if (cap > (int)CAIRN_ARRAY_LEN(spare))
+            LOG_ERROR("api", "out of memory at shutdown: cancelling the first %zu of %d requests",
+                      CAIRN_ARRAY_LEN(spare), cap);
+        todo = spare;
+        if (cap > (int)CAIRN_ARRAY_LEN(spare)) cap = (int)CAIRN_ARRAY_LEN(spare);
+    }
     int n = 0;
     for (struct api_call *c = a->active; c; c = c->next) {
         pthread_mutex_lock(&c->mu);
-        for (int i = 0; i < c->n_subs && n < 1024; i++)
+        for (int i = 0; i < c->n_subs && n < cap; i++)
             if (c->subs[i].submitted && !c->subs[i].done) {
                 todo[n].model = c->model_idx;
                 todo[n].id = c->subs[i].engine_id;
@@ -848,6 +861,7 @@ void api_shutdown_begin(struct api *a)
     }
     pthread_mutex_unlock(&a->mu);
     for (int i = 0; i < n; i++) a->be.cancel(a->be.ctx, todo[i].model, todo[i].id);
+    if (todo != spare) free(todo);
 }
 
 int api_n_active(struct api *a)

@@ -200,13 +200,27 @@ static void sweep(struct api *a, int persistent)
     }
 }
 
-/* api_call_release cancels every choice, beyond 64 too (max_n is configurable). */
-static void test_release_cancels_all_choices(void)
+static int status_running(struct api *a)
+{
+    struct api_call *st = api_call_start(a, "GET", "/api/status", "", 0, nop, NULL);
+    size_t n;
+    const char *b = api_call_body(st, &n);
+    json_t *v = json_loadb(b, n, 0, NULL);
+    int running = (int)json_integer_value(json_object_get(json_array_get(json_object_get(v, "models"), 0), "running"));
+    json_decref(v);
+    api_call_release(st, 0);
+    return running;
+}
+
+/* Every choice is cancelled, beyond any fixed count (max_n is configurable): by
+ * api_call_release when the client leaves (was: the first 64), and by api_shutdown_begin (was:
+ * the first 1024 of all calls). Each choice would run 4 s (400 tokens of 10 ms). */
+static void test_cancels_all_choices(int shutdown)
 {
     char script[512];
     snprintf(script, sizeof(script),
              "{\"models\":[{\"id\":\"fake\"}],\"default\":\"%0400d\",\"chunk_bytes\":1,"
-             "\"token_delay_ms\":10,\"max_running\":200}",
+             "\"token_delay_ms\":10,\"max_running\":4000}",
              0);
     struct api_backend be;
     struct cairn_err err;
@@ -214,34 +228,34 @@ static void test_release_cancels_all_choices(void)
     struct api_config cfg = {.keepalive_ms = 60000, .max_n = 100, .deterministic = 1};
     struct api *a;
     CHECK(api_create(&cfg, &be, &a, &err) == 0);
-    const char *body = "{\"model\":\"fake\",\"n\":90,\"stream\":true,\"messages\":[{\"role\":"
-                       "\"user\",\"content\":\"x\"}]}";
-    struct api_call *c =
-        api_call_start(a, "POST", "/v1/chat/completions", body, strlen(body), nop, NULL);
-    for (int i = 0; i < 5000 && !api_call_ready(c); i++)
-        usleep(1000);
-    CHECK_EQ_INT(api_call_status(c), 200);
-    usleep(50000); /* all 90 are generating (400 tokens of 10 ms: 4 s) */
-    api_call_release(c, 1);
+    const char *body = "{\"model\":\"fake\",\"n\":90,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    int n_calls = shutdown ? 13 : 1; /* 13 x 90 = 1170 choices */
+    struct api_call *c[13];
+    for (int k = 0; k < n_calls; k++) {
+        c[k] = api_call_start(a, "POST", "/v1/chat/completions", body, strlen(body), nop, NULL);
+        for (int i = 0; i < 5000 && !api_call_ready(c[k]); i++) usleep(1000);
+        CHECK_EQ_INT(api_call_status(c[k]), 200);
+    }
+    usleep(50000);
+    CHECK_EQ_INT(status_running(a), 90 * n_calls);
+    if (shutdown) api_shutdown_begin(a);
+    else api_call_release(c[0], 1);
     int running = -1;
     for (int i = 0; i < 100 && running != 0; i++) {
         usleep(20000);
-        struct api_call *st = api_call_start(a, "GET", "/api/status", "", 0, nop, NULL);
-        size_t n;
-        const char *b = api_call_body(st, &n);
-        json_t *v = json_loadb(b, n, 0, NULL);
-        running = (int)json_integer_value(
-            json_object_get(json_array_get(json_object_get(v, "models"), 0), "running"));
-        json_decref(v);
-        api_call_release(st, 0);
+        running = status_running(a);
     }
-    CHECK_MSG(running == 0, "%d of 90 choices still running 2 s after the client left", running);
+    CHECK_MSG(running == 0, "%d of %d choices still running 2 s after the %s", running, 90 * n_calls,
+              shutdown ? "shutdown began" : "client left");
+    if (shutdown)
+        for (int k = 0; k < n_calls; k++) api_call_release(c[k], 0);
     api_destroy(a);
 }
 
 int main(void)
 {
-    test_release_cancels_all_choices();
+    test_cancels_all_choices(0);
+    test_cancels_all_choices(1);
     struct api_backend be;
     struct cairn_err err;
     if (api_backend_fake_create_str(SCRIPT, &be, &err) != 0) {
