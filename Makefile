@@ -3,10 +3,11 @@
 #   make test   build with ASan+UBSan (clang) and run every test
 #   make run    serve the bundled demo model on 127.0.0.1:8000
 #   make fuzz   fuzz every parser longer, with random seeds
+#   make test-agents  the real agent CLIs (Claude Code, Codex, OpenCode) against cairn serve
 JOBS ?= $(shell nproc)
 PORT ?= 8000
 
-.PHONY: all build test run fuzz clean bootstrap bootstrap-test
+.PHONY: all build test run fuzz clean bootstrap bootstrap-test bootstrap-agents test-agents
 
 all: build
 
@@ -24,6 +25,15 @@ test: bootstrap-test
 	@CC=clang cmake -S . -B build-test -DCAIRN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@cmake --build build-test -j$(JOBS)
 	@cd build-test && ctest --output-on-failure -j$(JOBS)
+
+bootstrap-agents:
+	@scripts/bootstrap.sh agents
+
+test-agents: bootstrap-agents
+	@CC=clang cmake -S . -B build-test -DCAIRN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build build-test -j$(JOBS) --target cairn
+	@CAIRN_SRC=$(CURDIR) CAIRN_BIN=$(CURDIR)/build-test/cairn ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 bash tests/agents/agents_cli.sh
 
 run: build
 	@scripts/run-demo.sh $(PORT)

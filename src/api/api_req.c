@@ -528,10 +528,20 @@ static int api_req_anthropic_messages(json_t *o, struct api_req *r, struct api_r
         snprintf(param, sizeof(param), "messages.%zu", i);
         if (!json_is_object(m)) return api_req_fail(e, param, "'%s' must be an object", param);
         const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
-            return api_req_fail(e, param, "'%s.role' must be user or assistant", param);
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
+            return api_req_fail(e, param, "%s.role: Input should be 'user', 'assistant' or 'system'", param);
         json_t *content = json_object_get(m, "content");
         snprintf(param, sizeof(param), "messages.%zu.content", i);
+        if (!strcmp(role, "system")) {
+            /* A system message inside the conversation (Claude Code sends them): kept in place
+             * as a system turn; api_call_prepare merges it into the leading system prompt when
+             * the chat template refuses one there (api_req_merge_system). */
+            char *st;
+            if (api_req_anthropic_text(content, param, &st, e)) return -1;
+            json_array_append_new(r->messages, api_req_msg("system", st));
+            free(st);
+            continue;
+        }
         if (json_is_string(content)) {
             json_array_append_new(r->messages, api_req_msg(role, json_string_value(content)));
             continue;
@@ -865,6 +875,56 @@ static int api_req_parse_responses(json_t *o, struct api_req *r, struct api_req_
     return 0;
 }
 
+int api_req_merge_system(json_t *messages)
+{
+    json_t *first = json_array_get(messages, 0);
+    const char *r0 = first ? json_string_value(json_object_get(first, "role")) : NULL;
+    int have_first = r0 && !strcmp(r0, "system");
+    int moved = 0;
+    struct {
+        char *p;
+        size_t len;
+    } acc = {NULL, 0};
+    /* message 0 is the leading system message, or not a system message at all */
+    for (size_t i = 1; i < json_array_size(messages);) {
+        json_t *m = json_array_get(messages, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || strcmp(role, "system")) {
+            i++;
+            continue;
+        }
+        const char *t = json_string_value(json_object_get(m, "content"));
+        size_t n = strlen(t ? t : "");
+        char *p = realloc(acc.p, acc.len + n + 3);
+        if (!p) break; /* out of memory: what was merged so far stands */
+        acc.p = p;
+        if (acc.len) memcpy(acc.p + acc.len, "\n\n", 2), acc.len += 2;
+        memcpy(acc.p + acc.len, t ? t : "", n);
+        acc.len += n;
+        acc.p[acc.len] = 0;
+        json_array_remove(messages, i);
+        moved = 1;
+    }
+    if (!moved) {
+        free(acc.p);
+        return 0;
+    }
+    if (have_first) {
+        const char *old = json_string_value(json_object_get(first, "content"));
+        size_t n = strlen(old ? old : "") + acc.len + 3;
+        char *s = malloc(n);
+        if (s) {
+            snprintf(s, n, "%s%s%s", old && *old ? old : "", old && *old ? "\n\n" : "", acc.p);
+            json_object_set_new(first, "content", json_string(s));
+            free(s);
+        }
+    } else {
+        json_array_insert_new(messages, 0, api_req_msg("system", acc.p));
+    }
+    free(acc.p);
+    return 1;
+}
+
 void api_req_free(struct api_req *r)
 {
     json_decref(r->messages);
@@ -892,7 +952,12 @@ int api_req_parse(enum api_kind kind, const char *body, size_t len, int max_n,
     json_t *o = json_loadb(body ? body : "", len, 0, &je);
     int rc = -1;
     if (!o) {
-        api_req_fail(e, "", "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+        /* jansson's text names its own flag for a NUL escape: say what is wrong instead */
+        if (strstr(je.text, "\\u0000"))
+            api_req_fail(e, "", "malformed JSON at line %d column %d: a string contains \\u0000 (a NUL "
+                         "character), which is not supported", je.line, je.column);
+        else
+            api_req_fail(e, "", "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
         goto done;
     }
     if (!json_is_object(o)) {

@@ -43,7 +43,8 @@ struct api_req {
     struct engine_sampling sampling;
     unsigned sampling_given; /* API_GIVEN_* bits: fields the request set (the rest may take the
                                 model's generation_config.json defaults) */
-    struct engine_logit_bias logit_bias[API_MAX_LOGIT_BIAS];
+    struct engine_logit_bias logit_bias[API_MAX_LOGIT_BIAS]; /* sampling.logit_bias points here:
+                                * point it again after copying the struct */
     int max_tokens;          /* -1: not given */
     char *stop[API_MAX_STOP]; /* owned */
     int n_stop;
@@ -68,5 +69,9 @@ struct api_req_err {
 int api_req_parse(enum api_kind kind, const char *body, size_t len, int max_n,
                   struct api_req *req, struct api_req_err *err);
 void api_req_free(struct api_req *req);
+/* Moves every system message after the first message into the leading system message (made
+ * when there is none), joined by blank lines, for chat templates that allow a system message
+ * only first. Returns 1 if it moved any, 0 if there were none. */
+int api_req_merge_system(json_t *messages);
 
 #endif

@@ -128,12 +128,14 @@ struct engine_event {
     int n_top;
     const int32_t *top_ids;   /* [n_top], by decreasing logprob */
     const float *top_logprobs;
+    /* both kinds: usage so far. prompt_tokens and cached_tokens (the prefix-cache lookup)
+     * are final from the first TOKEN event on, so an API can report them before the end. */
+    struct engine_usage usage;
     /* ENGINE_EVENT_DONE */
     enum engine_finish finish;
     const char *stop_text;    /* matched stop string, or NULL */
     int32_t stop_token;       /* EOS/stop id that ended it, or -1 */
     const char *error;        /* ENGINE_FINISH_ERROR: message */
-    struct engine_usage usage;
 };
 
 typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);

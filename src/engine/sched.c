@@ -332,6 +332,7 @@ static int sched_sample(struct engine *e, struct engine_seq *s, const float *log
     ev.text = text;
     ev.text_len = len;
     ev.stop_token = -1;
+    ev.usage = s->usage; /* prompt and cached counts for the API's first event (engine.h) */
     if (s->sampler.p.logprobs || s->sampler.p.top_logprobs) {
         ev.logprob = s->sampler.logprob;
         ev.n_top = s->sampler.n_top;

@@ -203,7 +203,7 @@ static void test_messages(void)
     CHECK(parse(API_KIND_COUNT_TOKENS, "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, &e) == 0);
     api_req_free(&r);
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens");
-    expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages.0");
+    expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.0");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}", "messages.0.content");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1.5}", "temperature");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"system\":5}", "system");
@@ -248,11 +248,83 @@ static void test_responses(void)
     expect_err(API_KIND_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"instructions\":3}", "instructions");
 }
 
+/* What Claude Code sends, field by field: accepted, and each does what it should. */
+static void test_messages_claude_code(void)
+{
+    struct api_req r;
+    struct api_req_err e;
+#define CC_BASE "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+    static const struct {
+        const char *extra;
+        int thinking; /* kwargs.enable_thinking: 1 true, 0 false, -1 absent */
+    } fields[] = {
+        {",\"thinking\":{\"type\":\"adaptive\"}", 1},
+        {",\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048}", 1},
+        {",\"thinking\":{\"type\":\"disabled\"}", 0},
+        {",\"context_management\":{\"edits\":[{\"type\":\"clear_tool_uses_20250919\",\"trigger\":{\"type\":\"input_tokens\",\"value\":30000}}]}", -1},
+        {",\"output_config\":{\"effort\":\"high\"}", -1},
+        {",\"metadata\":{\"user_id\":\"user_abc\"}", -1},
+        {",\"betas\":[\"interleaved-thinking-2025-05-14\"]", -1},
+        {",\"system\":[{\"type\":\"text\",\"text\":\"S\",\"cache_control\":{\"type\":\"ephemeral\"}}]", -1},
+        {",\"tools\":[{\"name\":\"Read\",\"input_schema\":{\"type\":\"object\"},\"cache_control\":{\"type\":\"ephemeral\"}},"
+         "{\"type\":\"web_search_20250305\",\"name\":\"web_search\",\"max_uses\":5}]", -1},
+    };
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(fields); i++) {
+        char body[1024];
+        snprintf(body, sizeof(body), CC_BASE "%s}", fields[i].extra);
+        int rc = parse(API_KIND_MESSAGES, body, &r, &e);
+        CHECK_MSG(rc == 0, "refused %s: %s", fields[i].extra, e.message);
+        if (rc) continue;
+        json_t *th = json_object_get(r.kwargs, "enable_thinking");
+        if (fields[i].thinking < 0) CHECK_MSG(th == NULL, "%s set enable_thinking", fields[i].extra);
+        else CHECK_MSG(th && json_is_true(th) == fields[i].thinking, "%s: enable_thinking", fields[i].extra);
+        api_req_free(&r);
+    }
+    /* tools: the server tool (no input_schema) is left out, Read kept */
+    CHECK(parse(API_KIND_MESSAGES, CC_BASE ",\"tools\":[{\"name\":\"Read\",\"input_schema\":{}},{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}]}", &r, &e) == 0);
+    CHECK_EQ_INT((int)json_array_size(r.tools), 1);
+    api_req_free(&r);
+
+    /* a system turn inside messages: kept in place, as a system message */
+    const char *mid = "{\"model\":\"c\",\"max_tokens\":10,\"system\":\"S\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                      "{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"R1\"}]},{\"role\":\"assistant\",\"content\":\"b\"},"
+                      "{\"role\":\"system\",\"content\":\"R2\"},{\"role\":\"user\",\"content\":\"c\"}]}";
+    CHECK(parse(API_KIND_MESSAGES, mid, &r, &e) == 0);
+    char *m = dump(r.messages);
+    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"a\"},"
+                    "{\"role\":\"system\",\"content\":\"R1\"},{\"role\":\"assistant\",\"content\":\"b\"},"
+                    "{\"role\":\"system\",\"content\":\"R2\"},{\"role\":\"user\",\"content\":\"c\"}]");
+    free(m);
+    /* ... and merged into the leading one for a template that refuses it there */
+    CHECK_EQ_INT(api_req_merge_system(r.messages), 1);
+    m = dump(r.messages);
+    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"S\\n\\nR1\\n\\nR2\"},{\"role\":\"user\",\"content\":\"a\"},"
+                    "{\"role\":\"assistant\",\"content\":\"b\"},{\"role\":\"user\",\"content\":\"c\"}]");
+    free(m);
+    CHECK_EQ_INT(api_req_merge_system(r.messages), 0); /* nothing left to move */
+    api_req_free(&r);
+    /* no leading system prompt: one is made */
+    CHECK(parse(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                                   "{\"role\":\"system\",\"content\":\"R\"}]}", &r, &e) == 0);
+    CHECK_EQ_INT(api_req_merge_system(r.messages), 1);
+    m = dump(r.messages);
+    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"R\"},{\"role\":\"user\",\"content\":\"a\"}]");
+    free(m);
+    api_req_free(&r);
+    /* a system turn's content must be text */
+    expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"system\",\"content\":5}]}", "messages.0.content");
+    /* a NUL escape: the message names it, not jansson's flag */
+    CHECK(parse(API_KIND_MESSAGES, CC_BASE ",\"system\":\"a\\u0000b\"}", &r, &e) == -1);
+    CHECK_MSG(strstr(e.message, "\\u0000 (a NUL character)") && !strstr(e.message, "JSON_ALLOW_NUL"), "%s", e.message);
+#undef CC_BASE
+}
+
 int main(void)
 {
     test_chat();
     test_completions();
     test_messages();
+    test_messages_claude_code();
     test_responses();
     return test_summary("test_api_request");
 }

@@ -409,6 +409,48 @@ static void test_cancel(void)
     }
 }
 
+/* A client gone during a long prefill: the sequence is dropped at the next step boundary, even
+ * mid-prefill, so at most the chunk in flight is computed (issue 16: four 20K-token prompts kept
+ * the server busy 3.5 s after their clients left). */
+static void test_cancel_mid_prefill(void)
+{
+    struct fake f;
+    fake_init(&f, 0);
+    int chunk = 32, n_prompt = 480; /* 15 prefill chunks */
+    struct engine *e = make_engine(&f, 8, 128, chunk, 4);
+    int32_t p[480];
+    make_prompt(p, n_prompt, 7);
+    struct collect a;
+    struct engine_request r = collect_request(&a, p, n_prompt, 4);
+    uint64_t id = 0;
+    fake_gate(&f, 1);
+    CHECK(engine_submit(e, &r, &id, NULL) == CAIRN_OK);
+    fake_wait_entered(&f, 1); /* chunk 1 of 15 is in the forward */
+    engine_cancel(e, id);
+    fake_gate(&f, 0);
+    CHECK(collect_wait(&a, 1));
+    collect_wait_idle(e, 1);
+    CHECK_EQ_INT(a.finish, ENGINE_FINISH_CANCELLED);
+    CHECK_EQ_INT(a.n_tokens, 0);
+    CHECK_MSG(atomic_load(&f.n_forward) == 1, "%d forwards ran for a request cancelled during its first chunk",
+              atomic_load(&f.n_forward));
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    CHECK_EQ_INT(st.n_running, 0);
+    CHECK_EQ_INT(st.n_blocks_used, 0);
+    /* the engine goes on: the same prompt again runs to the end (reusing the cancelled
+     * sequence's published chunk) */
+    struct collect b;
+    r = collect_request(&b, p, n_prompt, 4);
+    CHECK(engine_submit(e, &r, NULL, NULL) == CAIRN_OK);
+    CHECK(collect_wait(&b, 1));
+    CHECK_EQ_INT(b.finish, ENGINE_FINISH_LENGTH);
+    CHECK_EQ_INT(b.n_tokens, 4);
+    CHECK_EQ_INT(b.tokens[0], fake_ref_next(p, n_prompt));
+    CHECK_EQ_INT(atomic_load(&f.n_errors), 0);
+    engine_destroy(e);
+}
+
 static void test_seeded_batch_independent(void)
 {
     struct fake f;
@@ -783,6 +825,7 @@ int main(void)
     test_shared_prompt_once();
     test_preemption();
     test_cancel();
+    test_cancel_mid_prefill();
     test_seeded_batch_independent();
     test_stops();
     test_submit_errors();
