@@ -20,6 +20,12 @@
 #define GRAM_MAX_RULES (1 << 16)
 #define GRAM_MAX_DEPTH 512         /* stack frames at run time (nesting of recursive rules) */
 
+/* UTF-8 as a small DFA, for "clean string text": characters JSON strings take unescaped (not
+ * '"', '\' or a control), complete or a valid unfinished last one. State 0 = at a character
+ * boundary; GRAM_U8_BAD = invalid or not clean. */
+#define GRAM_U8_BAD 255
+uint8_t gram_u8_next(uint8_t state, uint8_t byte);
+
 enum { GRAM_EDGE_BYTE = 0, GRAM_EDGE_CALL, GRAM_EDGE_EPS };
 
 struct gram_bedge {
@@ -114,10 +120,9 @@ struct grammar_vocab {
     int32_t *tok_mid;         /*   and tokens below: ids[tok_mid .. tok_hi) */
     int32_t *tok_hi;
     int32_t *ids;             /* token ids in trie order */
-    int32_t *uni;             /* [n_nodes] index into unions (bytes used strictly below), -1 if
-                               * the subtree is small (walked byte by byte) */
-    uint32_t (*unions)[8];
-    int n_unions;
+    uint8_t *sclean;          /* [n_nodes] 1: every token strictly below has clean text after this
+                               * node's prefix (see grammar_vocab.c), so a set inside a JSON string
+                               * accepts the whole subtree */
     int max_depth;
     uint32_t *eos_mask;       /* [(n_vocab + 31) / 32] */
     int32_t *eos;

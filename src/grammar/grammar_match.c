@@ -22,7 +22,7 @@
 #define GM_DEAD (-1)
 #define GM_FAIL (-3)
 #define GM_AFTER_EOS (-4)   /* history entry after an accepted eos */
-#define GM_LOOP_MIN_TOKENS 8 /* see grammar_vocab.c: nodes with a union */
+#define GM_STRLIKE_MAX_PAIRS 64
 
 struct gm_frame {
     int32_t state, below, depth;
@@ -32,11 +32,10 @@ struct gm_set {
     uint32_t off, n;     /* configs[off .. off + n) */
     uint32_t hash;
     uint8_t accepting;
-    uint8_t loop_done;
+    uint8_t strlike;     /* 0 unknown, 1 inside a JSON string (gm_strlike), 2 not */
     int32_t mask;        /* index into masks, -1 */
     int32_t mask_count;
     int32_t *trans;      /* [256] or NULL */
-    uint32_t loop[8];    /* bytes b with step(set, b) == set (when loop_done) */
 };
 
 struct grammar_matcher {
@@ -400,19 +399,40 @@ int grammar_matcher_finished(const struct grammar_matcher *m)
 
 /* ---- masks ---- */
 
-/* Bytes that lead from s back to s (computed once per set). */
-static int gm_loops(struct grammar_matcher *m, int32_t s)
+/* 1 if set s behaves as the inside of an unbounded JSON string: every clean character (see
+ * gram_u8_next) leads back to s, and every valid unfinished one stays alive. Checked by walking
+ * the product of the sets and the UTF-8 DFA over all bytes; computed once per set. <0: error. */
+static int gm_strlike(struct grammar_matcher *m, int32_t s)
 {
-    if (m->sets[s].loop_done) return 0;
-    uint32_t loop[8] = {0};
-    for (int b = 0; b < 256; b++) {
-        int32_t t = gm_step(m, s, (uint8_t)b);
-        if (t == GM_FAIL) return -1;
-        if (t == s) loop[b >> 5] |= 1u << (b & 31);
+    if (m->sets[s].strlike) return m->sets[s].strlike == 1;
+    int32_t ps[GM_STRLIKE_MAX_PAIRS];
+    uint8_t pu[GM_STRLIKE_MAX_PAIRS];
+    int n = 0, ok = 1;
+    ps[n] = s;
+    pu[n++] = 0;
+    for (int k = 0; k < n && ok; k++) {
+        for (int b = 0; b < 256 && ok; b++) {
+            uint8_t u = gram_u8_next(pu[k], (uint8_t)b);
+            if (u == GRAM_U8_BAD) continue;
+            int32_t t = gm_step(m, ps[k], (uint8_t)b);
+            if (t == GM_FAIL) return -1;
+            if (t == GM_DEAD) ok = 0;
+            else if (u == 0) ok = t == s;
+            else {
+                int seen = 0;
+                for (int j = 0; j < n && !seen; j++) seen = ps[j] == t && pu[j] == u;
+                if (!seen) {
+                    if (n == GM_STRLIKE_MAX_PAIRS) ok = 0;
+                    else {
+                        ps[n] = t;
+                        pu[n++] = u;
+                    }
+                }
+            }
+        }
     }
-    memcpy(m->sets[s].loop, loop, sizeof(loop));
-    m->sets[s].loop_done = 1;
-    return 0;
+    m->sets[s].strlike = ok ? 1 : 2;
+    return ok;
 }
 
 static void gm_set_bits(uint32_t *mask, const int32_t *ids, int32_t lo, int32_t hi)
@@ -447,12 +467,10 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint32_t *mask)
             }
             walk[d] = ns;
             gm_set_bits(mask, v->ids, v->tok_lo[i], v->tok_mid[i]);
-            if (v->uni[i] >= 0 && m->sets[ns].n) {
-                if (gm_loops(m, ns)) return CAIRN_ERR_LIMIT;
-                const uint32_t *u = v->unions[v->uni[i]], *l = m->sets[ns].loop;
-                int all = 1;
-                for (int k = 0; k < 8 && all; k++) all = (u[k] & ~l[k]) == 0;
-                if (all) { /* every byte below loops on ns: the whole subtree is allowed */
+            if (v->sclean[i] && m->sets[ns].n) {
+                int sl = gm_strlike(m, ns);
+                if (sl < 0) return CAIRN_ERR_LIMIT;
+                if (sl) { /* inside a string and only clean text below: the whole subtree */
                     gm_set_bits(mask, v->ids, v->tok_mid[i], v->tok_hi[i]);
                     i = v->end[i];
                     continue;

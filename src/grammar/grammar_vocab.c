@@ -7,7 +7,43 @@
 
 #include "grammar/grammar_int.h"
 
-#define GV_UNION_MIN_TOKENS 8 /* subtrees with fewer tokens below are walked byte by byte */
+uint8_t gram_u8_next(uint8_t u, uint8_t b)
+{
+    switch (u) {
+    case 0:
+        if (b < 0x80) return b >= 0x20 && b != '"' && b != '\\' ? 0 : GRAM_U8_BAD;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b == 0xE0) return 4;
+        if (b == 0xED) return 5;
+        if (b >= 0xE1 && b <= 0xEF) return 2;
+        if (b == 0xF0) return 6;
+        if (b >= 0xF1 && b <= 0xF3) return 3;
+        if (b == 0xF4) return 7;
+        return GRAM_U8_BAD;
+    case 1: return b >= 0x80 && b <= 0xBF ? 0 : GRAM_U8_BAD;
+    case 2: return b >= 0x80 && b <= 0xBF ? 1 : GRAM_U8_BAD;
+    case 3: return b >= 0x80 && b <= 0xBF ? 2 : GRAM_U8_BAD;
+    case 4: return b >= 0xA0 && b <= 0xBF ? 1 : GRAM_U8_BAD;
+    case 5: return b >= 0x80 && b <= 0x9F ? 1 : GRAM_U8_BAD;
+    case 6: return b >= 0x90 && b <= 0xBF ? 2 : GRAM_U8_BAD;
+    case 7: return b >= 0x80 && b <= 0x8F ? 2 : GRAM_U8_BAD;
+    default: return GRAM_U8_BAD;
+    }
+}
+
+/* The first offset d such that p[d..n) is clean text (a character boundary, clean characters, a
+ * valid unfinished last one); n if only the empty tail is. */
+static size_t gv_clean_from(const uint8_t *p, size_t n)
+{
+    for (size_t d = 0; d < n; d++) {
+        if (p[d] >= 0x80 && p[d] <= 0xBF) continue;
+        uint8_t u = 0;
+        size_t k = d;
+        while (k < n && (u = gram_u8_next(u, p[k])) != GRAM_U8_BAD) k++;
+        if (k == n) return d;
+    }
+    return n;
+}
 
 struct gv_sort {
     const uint8_t *const *bytes;
@@ -35,8 +71,7 @@ void grammar_vocab_free(struct grammar_vocab *v)
     free(v->tok_mid);
     free(v->tok_hi);
     free(v->ids);
-    free(v->uni);
-    free(v->unions);
+    free(v->sclean);
     free(v->eos_mask);
     free(v->eos);
     free(v->tb);
@@ -150,20 +185,30 @@ int grammar_vocab_create(const uint8_t *const *bytes, const size_t *lens, int n,
         v->tok_mid[i] = v->tok_lo[i] + (int32_t)ends[i];
         if (v->depth[i] > v->max_depth) v->max_depth = v->depth[i];
     }
-    /* byte unions of big subtrees */
-    v->uni = malloc((size_t)nn * sizeof(int32_t));
-    if (!v->uni) goto nomem;
-    int n_uni = 0;
-    for (int32_t i = 0; i < nn; i++) n_uni += v->tok_hi[i] - v->tok_mid[i] >= GV_UNION_MIN_TOKENS;
-    v->unions = calloc((size_t)n_uni + 1, sizeof(*v->unions));
-    if (!v->unions) goto nomem;
-    for (int32_t i = 0; i < nn; i++) {
-        v->uni[i] = -1;
-        if (v->tok_hi[i] - v->tok_mid[i] < GV_UNION_MIN_TOKENS) continue;
-        uint32_t *u = v->unions[v->n_unions];
-        for (int32_t j = i + 1; j < v->end[i]; j++) u[v->byte[j] >> 5] |= 1u << (v->byte[j] & 31);
-        v->uni[i] = v->n_unions++;
+    /* sclean[i]: for every child c, c's byte starts a character and every token under c is clean
+     * from depth(i) on (its clean-from offset <= depth(i)); from the leaves up */
+    v->sclean = calloc((size_t)nn, 1);
+    int32_t *maxm = malloc((size_t)nn * sizeof(int32_t));
+    if (!v->sclean || !maxm) {
+        free(maxm);
+        goto nomem;
     }
+    for (int32_t i = nn; i-- > 0;) {
+        int32_t mm = -1;
+        for (int32_t k = v->tok_lo[i]; k < v->tok_mid[i]; k++) {
+            int32_t id = v->ids[k];
+            int32_t c = (int32_t)gv_clean_from(bytes[id], lens[id]);
+            if (c > mm) mm = c;
+        }
+        int ok = v->end[i] > i + 1;
+        for (int32_t c = i + 1; c < v->end[i]; c = v->end[c]) {
+            if (maxm[c] > mm) mm = maxm[c];
+            if ((v->byte[c] >= 0x80 && v->byte[c] <= 0xBF) || maxm[c] > v->depth[i]) ok = 0;
+        }
+        maxm[i] = mm;
+        v->sclean[i] = (uint8_t)ok;
+    }
+    free(maxm);
     free(order);
     free(ends);
     free(path);
