@@ -20,7 +20,8 @@
  *     examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, strict, name) are
  *     ignored. Any other keyword is an error naming it and where it was (CAIRN_ERR_UNSUPPORTED).
  *     Output is compact JSON: objects list properties in declared order, a single optional space
- *     is allowed after ':' and ',' and nowhere else (a model can't pad forever). `pattern` is
+ *     is allowed after ':' and ',' and nowhere else (a model can't pad forever); numbers have at
+ *     most 16 digits before and after the point and 3 in the exponent. `pattern` is
  *     matched against the whole string (a full match is also a search match, so it validates).
  *   Regex (UTF-8 text): literals, escapes (\d \w \s \D \W \S \n \t \r \f \v \xHH \uHHHH and
  *     escaped punctuation), classes [a-z] [^...] (codepoints, turned into UTF-8 byte ranges),

@@ -14,6 +14,8 @@
 #include "grammar/grammar_int.h"
 
 #define GS_MAX_ITEMS 4096   /* minItems / maxItems / minLength / maxLength unrolled up to this */
+#define GS_MAX_DIGITS 16    /* digits of an integer part or a fraction, 3 of an exponent: past a
+                             * double's precision anyway, and a model can't write digits forever */
 
 struct gs_memo {
     const json_t *node;
@@ -150,6 +152,14 @@ static struct gram_frag gs_digits_same(struct gs *s, const char *x, const char *
     return gram_f_alt(b, f, gram_f_seq(b, gram_f_range(b, (uint8_t)y[0], (uint8_t)y[0]), gs_digits_same(s, zeros, y + 1, L - 1)));
 }
 
+static struct gram_frag gs_emit_digit(struct gs *s, void *ctx)
+{
+    (void)ctx;
+    return gram_f_range(s->b, '0', '9');
+}
+
+static struct gram_frag gs_digits(struct gs *s, long lo, long hi) { return gs_rep(s, gs_emit_digit, NULL, lo, hi); }
+
 /* Magnitudes in [a, c] (c_inf: unbounded above), as decimal text. a <= c. */
 static struct gram_frag gs_uint_range(struct gs *s, unsigned long long a, unsigned long long c, int c_inf)
 {
@@ -170,10 +180,10 @@ static struct gram_frag gs_uint_range(struct gs *s, unsigned long long a, unsign
         struct gram_frag g = gs_digits_same(s, lo, hi, L);
         f = f.s < 0 ? g : gram_f_alt(b, f, g);
     }
-    if (c_inf) { /* any longer number */
+    if (c_inf && la < GS_MAX_DIGITS) { /* any longer number, up to GS_MAX_DIGITS digits */
         struct gram_frag g = gram_f_range(b, '1', '9');
         for (int i = 0; i < la; i++) g = gram_f_seq(b, g, gram_f_range(b, '0', '9'));
-        g = gram_f_seq(b, g, gram_f_star(b, gram_f_range(b, '0', '9')));
+        g = gram_f_seq(b, g, gs_digits(s, 0, GS_MAX_DIGITS - 1 - la));
         f = gram_f_alt(b, f, g);
     }
     return f;
@@ -251,12 +261,7 @@ static void gs_int_bounds(const struct gs_bounds *bd, long long *ilo, long long 
     *ihi = bd->has_hi ? (bd->hi_ex ? (long long)ceil(bd->hi) - 1 : (long long)floor(bd->hi)) : 0;
 }
 
-static struct gram_frag gs_frac(struct gs *s)
-{
-    struct gram_builder *b = s->b;
-    struct gram_frag d = gram_f_range(b, '0', '9');
-    return gram_f_seq(b, gs_lit(s, "."), gram_f_seq(b, d, gram_f_star(b, gram_f_range(b, '0', '9'))));
-}
+static struct gram_frag gs_frac(struct gs *s) { return gram_f_seq(s->b, gs_lit(s, "."), gs_digits(s, 1, GS_MAX_DIGITS)); }
 
 static struct gram_frag gs_number(struct gs *s, const json_t *node, int integer)
 {
@@ -275,7 +280,7 @@ static struct gram_frag gs_number(struct gs *s, const json_t *node, int integer)
         f = gram_f_seq(b, f, gram_f_opt(b, gs_frac(s)));
         struct gram_frag e = gram_f_alt(b, gs_lit(s, "e"), gs_lit(s, "E"));
         e = gram_f_seq(b, e, gram_f_opt(b, gram_f_alt(b, gs_lit(s, "+"), gs_lit(s, "-"))));
-        e = gram_f_seq(b, e, gram_f_seq(b, gram_f_range(b, '0', '9'), gram_f_star(b, gram_f_range(b, '0', '9'))));
+        e = gram_f_seq(b, e, gs_digits(s, 1, 3));
         return gram_f_seq(b, f, gram_f_opt(b, e));
     }
     struct gram_frag f = {-1, -1};
