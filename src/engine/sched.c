@@ -301,6 +301,10 @@ static int sched_sample(struct engine *e, struct engine_seq *s, const float *log
     int n_gen = s->n_tokens - s->n_prompt;
     if (s->gm) { /* grammar hook: mask before sampling (only constrained sequences pay) */
         int n_ok = grammar_matcher_fill_mask(s->gm, s->gmask);
+        if (n_ok == 0 && grammar_matcher_finished(s->gm)) { /* complete, eos already taken (ignore_eos) */
+            *fin = ENGINE_FINISH_STOP;
+            return 1;
+        }
         if (n_ok <= 0) {
             s->error_msg = n_ok == 0 ? "grammar: no token can continue the output" : "grammar: matcher out of memory";
             *fin = ENGINE_FINISH_ERROR;

@@ -14,9 +14,11 @@
 
 #include "grammar/grammar_int.h"
 
-#define GM_MAX_FRAMES (1 << 21)
-#define GM_MAX_SETS (1 << 18)
-#define GM_MAX_CONFIGS (1 << 23)
+/* Per-matcher caps: sets (with their 1 KiB transition rows) and frames are the memory; about
+ * 80 MiB at most, far above what the schemas here use (a few thousand sets). */
+#define GM_MAX_FRAMES (1 << 20)
+#define GM_MAX_SETS (1 << 16)
+#define GM_MAX_CONFIGS (1 << 22)
 #define GM_MAX_MASKS 64
 #define GM_UNKNOWN (-2)
 #define GM_DEAD (-1)
