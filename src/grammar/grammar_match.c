@@ -155,7 +155,7 @@ static int32_t gm_set(struct grammar_matcher *m, const int32_t *c, int n, int ac
         if (id < 0) break;
         const struct gm_set *s = &m->sets[id];
         if (s->hash == hv && (int)s->n == n && s->accepting == accepting &&
-            !memcmp(m->cfg + s->off, c, (size_t)n * sizeof(int32_t)))
+            (n == 0 || !memcmp(m->cfg + s->off, c, (size_t)n * sizeof(int32_t))))
             return id;
         h = (h + 1) & m->sh_mask;
     }
@@ -170,7 +170,7 @@ static int32_t gm_set(struct grammar_matcher *m, const int32_t *c, int n, int ac
         m->cfg = p;
         m->cap_cfg = cap;
     }
-    memcpy(m->cfg + m->n_cfg, c, (size_t)n * sizeof(int32_t));
+    if (n) memcpy(m->cfg + m->n_cfg, c, (size_t)n * sizeof(int32_t));
     int32_t id = m->n_sets++;
     struct gm_set *s = &m->sets[id];
     memset(s, 0, sizeof(*s));
@@ -228,7 +228,7 @@ static int32_t gm_close(struct grammar_matcher *m, int n_work)
         }
     }
     if (n_out == 0 && !accepting) return GM_DEAD;
-    qsort(m->out, (size_t)n_out, sizeof(int32_t), gm_cmp_i32);
+    if (n_out > 1) qsort(m->out, (size_t)n_out, sizeof(int32_t), gm_cmp_i32);
     return gm_set(m, m->out, n_out, accepting);
 }
 
