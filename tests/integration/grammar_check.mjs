@@ -23,7 +23,7 @@ const oa = new OpenAI({ baseURL: base + '/v1', apiKey: key, maxRetries: 0, timeo
 const an = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0, timeout: 600000 });
 const schemas = JSON.parse(readFileSync(schemasPath, 'utf8'));
 const models = modelsCsv.split(',');
-const MAX = 700;
+const MAX = 500;
 let pass = 0, fail = 0;
 function check(desc, cond, extra) {
   if (cond) pass++;
