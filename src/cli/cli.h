@@ -15,6 +15,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_synth_model(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench_engine(int argc, char **argv);
+int cmd_bench_grammar(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_render_template(int argc, char **argv);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "grammar/grammar.h"
 #include "kv/kv_tier.h"
 #include "model/model.h"
 #include "tensor/tensor.h"
@@ -151,6 +152,13 @@ struct engine_request {
     const char *const *stop;  /* stop strings, excluded from the output; copied */
     int n_stop;
     uint8_t cache_salt[32];   /* mixed into block hashes (zeroes = none) */
+    /* Constrained decoding (NULL = none): before each sampling step the tokens the grammar does
+     * not allow get -inf logits, after it the grammar advances by the sampled token. The engine
+     * retains the grammar (the caller keeps its own reference). grammar_vocab is the model's
+     * vocabulary as byte strings (ids beyond it are never allowed); it must outlive the request.
+     * The model's EOS ids are allowed only where the grammar accepts the output. */
+    struct grammar *grammar;
+    const struct grammar_vocab *grammar_vocab;
     engine_event_fn on_event;
     void *user;
 };

@@ -80,7 +80,7 @@ static void test_chat(void)
     CHECK_NEAR(r.sampling.temperature, 1.0, 1e-6);
     CHECK_EQ_INT(r.n, 1);
     CHECK(!r.stream && !r.tools && !r.sampling.has_seed);
-    CHECK(r.warning[0] == 0);
+    CHECK(r.grammar_kind == API_GRAMMAR_NONE && r.grammar == NULL);
     api_req_free(&r);
 
     /* tool_choice none drops tools; a named function keeps only it */
@@ -90,16 +90,28 @@ static void test_chat(void)
     CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", &r, &e) == 0);
     CHECK(r.tools && json_array_size(r.tools) == 1);
     CHECK(r.tool_required);
-    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "content")),
-                 "You must answer by calling the provided tool.");
+    /* the call is forced by a grammar, not asked for in the prompt */
+    CHECK(r.grammar_kind == API_GRAMMAR_TOOLS && r.grammar != NULL);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "role")), "user");
     api_req_free(&r);
 
-    /* response_format becomes an instruction and a warning */
+    /* response_format compiles to a grammar; the prompt is untouched */
     CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":{\"type\":\"object\"}}}}", &r, &e) == 0);
-    CHECK(r.warning[0] != 0);
-    const char *sys = json_string_value(json_object_get(json_array_get(r.messages, 0), "content"));
-    CHECK(sys && strstr(sys, "{\"type\":\"object\"}") != NULL);
-    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "role")), "system");
+    CHECK(r.grammar_kind == API_GRAMMAR_SCHEMA && r.grammar != NULL);
+    CHECK_EQ_INT(json_array_size(r.messages), 1);
+    api_req_free(&r);
+    /* unsupported schema keywords, bad regexes and two constraints at once are 400s naming them */
+    CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"string\",\"contentMediaType\":\"x\"}}}}", &r, &e) < 0);
+    CHECK_EQ_STR(e.param, "response_format");
+    CHECK(e.status == 400 && strstr(e.message, "contentMediaType"));
+    CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"cairn\":{\"regex\":\"(?=a)\"}}", &r, &e) < 0);
+    CHECK_EQ_STR(e.param, "cairn.regex");
+    CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"},\"cairn\":{\"regex\":\"a\"}}", &r, &e) < 0);
+    CHECK_EQ_STR(e.param, "cairn.regex");
+    CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{}}}}],\"tool_choice\":\"required\"}", &r, &e) < 0);
+    CHECK(!strcmp(e.param, "tools") && strstr(e.message, "patternProperties"));
+    CHECK(parse(API_KIND_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"x\",\"cairn\":{\"grammar\":\"root ::= [a-z]+\"}}", &r, &e) == 0);
+    CHECK(r.grammar_kind == API_GRAMMAR_GBNF && r.grammar != NULL);
     api_req_free(&r);
 
     expect_err(API_KIND_CHAT, "{\"model\":\"m\"", "");
@@ -191,8 +203,9 @@ static void test_messages(void)
     CHECK(r.stream && r.thinking == 1);
     CHECK(json_is_true(json_object_get(r.kwargs, "enable_thinking")));
     char *m = dump(r.messages);
-    /* tool_choice any: asked for in the system prompt */
-    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"sys\\n\\nYou must answer by calling the provided tool.\"},{\"role\":\"user\",\"content\":\"weather?\"},"
+    /* tool_choice any: forced by a grammar, the system prompt untouched */
+    CHECK(r.grammar_kind == API_GRAMMAR_TOOLS && r.grammar != NULL);
+    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"sys\"},{\"role\":\"user\",\"content\":\"weather?\"},"
                     "{\"role\":\"assistant\",\"content\":\"checking\",\"reasoning_content\":\"hmm\",\"tool_calls\":[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":{\"c\":\"P\"}}}]},"
                     "{\"role\":\"tool\",\"content\":\"sunny\",\"tool_call_id\":\"t1\"},{\"role\":\"user\",\"content\":\"thanks\"}]");
     free(m);
@@ -232,13 +245,13 @@ static void test_responses(void)
         "\"text\":{\"format\":{\"type\":\"json_object\"}}}";
     CHECK(parse(API_KIND_RESPONSES, body, &r, &e) == 0);
     m = dump(r.messages);
-    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"Respond only with a valid JSON object.\"},{\"role\":\"user\",\"content\":\"w?\"},"
+    CHECK_EQ_STR(m, "[{\"role\":\"user\",\"content\":\"w?\"},"
                     "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":{}}},"
                     "{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"v\",\"arguments\":{\"q\":1}}}]},"
                     "{\"role\":\"tool\",\"content\":\"sun\",\"tool_call_id\":\"c1\"}]");
     free(m);
     CHECK(r.tools && json_array_size(r.tools) == 1);
-    CHECK(r.warning[0] != 0);
+    CHECK(r.grammar_kind == API_GRAMMAR_SCHEMA && r.grammar != NULL);
     api_req_free(&r);
     expect_err(API_KIND_RESPONSES, "{\"model\":\"m\"}", "input");
     expect_err(API_KIND_RESPONSES, "{\"model\":\"m\",\"input\":5}", "input");
