@@ -3,6 +3,7 @@
  * from a recurrent-state snapshot. */
 #include "base/mem.h"
 #include "engine_oracle_util.h"
+#include "test_backend.h"
 #include "cpu/cpu.h"
 #include "model/model.h"
 
@@ -20,7 +21,7 @@ static void run_hybrid(const char *name)
     uint64_t state_mem0 = cairn_mem_used(CAIRN_MEM_STATE);
     struct model *m = NULL;
     struct cairn_err err = {0};
-    int rc = model_load(dir, &m, &err);
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
     if (rc) return;
     CHECK(model_get_info(m)->state_bytes > 0);

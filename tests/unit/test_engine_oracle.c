@@ -16,6 +16,7 @@
 #include "cpu/cpu.h"
 #include "model/model.h"
 #include "testlib.h"
+#include "test_backend.h"
 
 static void run_model(const char *name, int full)
 {
@@ -27,7 +28,7 @@ static void run_model(const char *name, int full)
     CHECK_MSG(oracle_read(exp, &o), "%s: cannot read %s", name, exp);
     struct model *m = NULL;
     struct cairn_err err = {0};
-    int rc = model_load(dir, &m, &err);
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
     if (rc) return;
     const struct model_info *info = model_get_info(m);

@@ -7,6 +7,7 @@
 
 #include "cpu/cpu.h"
 #include "testlib.h"
+#include "test_backend.h"
 
 #include "model/check.h"
 #include "model/model.h"
@@ -33,7 +34,7 @@ static void *run_checks(void *arg)
     snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
     struct cairn_err err = {0};
     struct model *m = NULL;
-    if (model_load(dir, &m, &err) != CAIRN_OK) {
+    if (model_load(dir, test_cpu_be(), &m, &err) != CAIRN_OK) {
         j->failed = -1;
         return NULL;
     }
