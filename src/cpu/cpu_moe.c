@@ -3,7 +3,7 @@
  * SwiGLU by cpu_matmul, results scattered back weighted). Moved from model/moe.c with the same
  * arithmetic in the same order, so results are bit-identical to it.
  *
- * Scratch (backend_moe.scratch, backend_moe_scratch_floats floats):
+ * Scratch (backend_moe.scratch, backend_moe_scratch_floats floats, tensor/backend.c):
  *   xg [n, hidden] gathered rows | yg [n, hidden] expert output | g, u [n, inter] | list [n*top_k]
  * A token picks an expert at most once, so at most n rows go to one expert. */
 #include <math.h>
@@ -11,12 +11,6 @@
 
 #include "cpu/cpu.h"
 #include "cpu/cpu_int.h"
-
-size_t backend_moe_scratch_floats(int n, int hidden, int inter, int top_k)
-{
-    size_t N = (size_t)(n > 0 ? n : 0);
-    return N * (size_t)hidden * 2 + N * (size_t)inter * 2 + N * (size_t)top_k + 16;
-}
 
 void cpu_moe_route(const float *logits, int n, int n_experts, int top_k, int norm_topk, int32_t *ids,
                    float *w)

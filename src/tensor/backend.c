@@ -63,6 +63,14 @@ int backend_open(const char *name, int n_threads, struct backend **out, struct c
     return cpu_backend_open(n_threads, out, err);
 }
 
+/* xg, yg [n, hidden] (gathered rows, expert output), g, u [n, inter], the token list [n * top_k]
+ * (int32), as cpu/cpu_moe.c lays it out; other backends take the same amount. */
+size_t backend_moe_scratch_floats(int n, int hidden, int inter, int top_k)
+{
+    size_t N = (size_t)(n > 0 ? n : 0);
+    return N * (size_t)hidden * 2 + N * (size_t)inter * 2 + N * (size_t)top_k + 16;
+}
+
 void backend_close(struct backend *be)
 {
     if (be) be->ops->destroy(be);

@@ -4,6 +4,7 @@
  * (scalar, avx2, avx512; the VNNI q4/q8 path on and off), at the cases' stated tolerances
  * (tol_scale 1). A GPU backend runs the same cases (backend_cases_run on cuda:0). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend_cases.h"
 #include "cpu/cpu.h"
@@ -21,8 +22,39 @@ static void run_cases(struct backend *be, const char *label)
     test_n_pass += r.n_checks - r.n_failed;
 }
 
+/* backend_open by name: cpu and auto (the CPU without a usable GPU), cuda refused in a build
+ * without CUDA, malformed names refused with the expected forms named. */
+static void test_open_names(void)
+{
+    struct backend *be = NULL;
+    struct cairn_err err = {0};
+    CHECK_EQ_INT(backend_open("auto", 1, &be, &err), CAIRN_OK);
+    if (be && !backend_cuda_compiled()) CHECK_EQ_STR(be->name, "cpu");
+    backend_close(be);
+    be = NULL;
+    CHECK_EQ_INT(backend_open(NULL, 1, &be, &err), CAIRN_OK); /* NULL: auto */
+    backend_close(be);
+    if (!backend_cuda_compiled()) {
+        static const char *const cuda[] = {"cuda", "cuda:0", "cuda:3"};
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(cuda); i++) {
+            be = (struct backend *)1;
+            memset(&err, 0, sizeof(err));
+            CHECK_EQ_INT(backend_open(cuda[i], 1, &be, &err), CAIRN_ERR_UNSUPPORTED);
+            CHECK(be == NULL);
+            CHECK_MSG(strstr(err.msg, "without CUDA") != NULL, "%s: %s", cuda[i], err.msg);
+        }
+    }
+    static const char *const bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cpu ", "CPU", "cuda:99999"};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(bad); i++) {
+        memset(&err, 0, sizeof(err));
+        CHECK_MSG(backend_open(bad[i], 1, &be, &err) == CAIRN_ERR_INVALID, "'%s'", bad[i]);
+        CHECK_MSG(strstr(err.msg, "expected auto, cpu, cuda or cuda:N") != NULL, "'%s': %s", bad[i], err.msg);
+    }
+}
+
 int main(void)
 {
+    test_open_names();
     struct backend *be = NULL;
     struct cairn_err err = {0};
     CHECK_MSG(backend_open("cpu", 0, &be, &err) == CAIRN_OK, "%s", err.msg);

@@ -4,7 +4,6 @@
 #include "base/mem.h"
 #include "engine_oracle_util.h"
 #include "test_backend.h"
-#include "cpu/cpu.h"
 #include "model/model.h"
 
 /* Hybrid models (recurrent state + attention): oracle greedy alone and batched, and a prefix hit
@@ -82,8 +81,7 @@ static void run_hybrid(const char *name)
 int main(void)
 {
     /* the real kernels (SIMD, thread pool), as the server runs them */
-    struct cairn_err err = {0};
-    CHECK_MSG(cpu_init(0, &err) == CAIRN_OK, "%s", err.msg);
+    CHECK(test_cpu_be() != NULL);
     run_hybrid("qwen3_5-tiny");
     return test_summary("test_engine_hybrid");
 }

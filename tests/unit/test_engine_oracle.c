@@ -13,7 +13,6 @@
 #include "engine/engine.h"
 #include "engine_oracle_util.h"
 #include "engine_testutil.h"
-#include "cpu/cpu.h"
 #include "model/model.h"
 #include "testlib.h"
 #include "test_backend.h"
@@ -185,8 +184,7 @@ static void run_model(const char *name, int full)
 int main(void)
 {
     /* the real kernels (SIMD, thread pool), as the server runs them */
-    struct cairn_err err = {0};
-    CHECK_MSG(cpu_init(0, &err) == CAIRN_OK, "%s", err.msg);
+    CHECK(test_cpu_be() != NULL);
     run_model("qwen3-tiny", 1);
     run_model("llama-tiny", 0);
     return test_summary("test_engine_oracle");
