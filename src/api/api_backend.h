@@ -97,6 +97,7 @@ struct api_real_opts {
      * engine options; tiers_opts->sig is ignored), so models sharing --ssd-cache-dir never see
      * each other's blocks. Budgets apply per model. Takes precedence over tiers/tier_clear. */
     const struct kv_tiers_opts *tiers_opts;
+    struct backend *device;       /* where models are loaded (tensor/backend.h); not owned */
 };
 int api_backend_real_create(const struct api_real_opts *opts, struct api_backend *out,
                             struct cairn_err *err);

@@ -181,7 +181,7 @@ static void real_sampling_defaults(void *ctx, int idx, struct engine_sampling *s
 static int real_load(struct real *r, struct real_model *m, struct cairn_err *err)
 {
     double t0 = cairn_now();
-    int rc = model_load(m->dir, &m->m, err);
+    int rc = model_load(m->dir, r->opts.device, &m->m, err);
     if (rc == 0) rc = tok_load(m->dir, &m->tok, err);
     if (rc == 0) {
         int trc = tmpl_load_from_dir(m->dir, &m->tmpl, &m->bos, &m->eos, err);

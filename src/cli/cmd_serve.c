@@ -15,7 +15,6 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "cli/cli.h"
-#include "cpu/cpu.h"
 #include "http/http.h"
 #include "kv/tiers.h"
 
@@ -33,7 +32,8 @@ static void serve_usage(FILE *f)
             "  --max-concurrent-requests N  API requests in flight before 429 (default 1024)\n"
             "  --max-body-size SIZE         largest request body (default 32M)\n"
             "  --log-level LEVEL            debug|info|warn|error|off (default info)\n"
-            "  --threads N                  compute threads (default: one per core)\n"
+            "  --threads N                  CPU compute threads (default: one per core)\n"
+            CLI_DEVICE_HELP
             "  --http-threads N             HTTP threads (default 4)\n"
             "  --kv-cache-size SIZE         device KV cache budget per model (e.g. 2G, 10%%)\n"
             "  --max-batch-tokens N         token budget per engine step\n"
@@ -57,8 +57,8 @@ int cmd_serve(int argc, char **argv)
     enum {
         O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
-        O_CHECK, O_HELP, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT, O_IDLE_TIMEOUT,
-        O_ACCESS_LOG, O_USAGE_SCALE,
+        O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
+        O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -70,6 +70,7 @@ int cmd_serve(int argc, char **argv)
         {"max-body-size", required_argument, 0, O_MAX_BODY},
         {"log-level", required_argument, 0, O_LOG},
         {"threads", required_argument, 0, O_THREADS},
+        {"device", required_argument, 0, O_DEVICE},
         {"http-threads", required_argument, 0, O_HTTP_THREADS},
         {"kv-cache-size", required_argument, 0, O_KV},
         {"hot-cache-max-size", required_argument, 0, O_HOT_MAX},
@@ -90,7 +91,7 @@ int cmd_serve(int argc, char **argv)
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
-    const char *model_dir = NULL, *fake = NULL, *port_file = NULL;
+    const char *model_dir = NULL, *fake = NULL, *port_file = NULL, *device = "auto";
     const char *models[SERVE_MAX_MODELS];
     int n_models = 0, preload = 0, n_threads = 0, keepalive_ms = 5000, check_only = 0;
     struct http_config hc = {.host = "127.0.0.1", .port = 8000, .n_threads = 4,
@@ -135,6 +136,7 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case O_THREADS: n_threads = atoi(optarg); break;
+        case O_DEVICE: device = optarg; break;
         case O_HTTP_THREADS: hc.n_threads = atoi(optarg); break;
         case O_KV:
             if (!cairn_parse_size(optarg, &v)) {
@@ -250,10 +252,8 @@ int cmd_serve(int argc, char **argv)
     int rc = 0;
     struct api *api = NULL;
     struct http_server *srv = NULL;
-    if (cpu_init(n_threads, &err) != 0) {
-        fprintf(stderr, "cairn serve: %s\n", err.msg);
-        return 1;
-    }
+    struct backend *dev = NULL;
+    if (cli_device_open("serve", device, n_threads, &dev) != 0) return 2;
     struct api_backend be;
     if (fake) {
         rc = api_backend_fake_create(fake, &be, &err);
@@ -261,16 +261,17 @@ int cmd_serve(int argc, char **argv)
         ro.model_dir = model_dir;
         ro.models = models;
         ro.n_models = n_models;
+        ro.device = dev;
         rc = api_backend_real_create(&ro, &be, &err);
     }
     if (rc) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
-        cpu_shutdown();
+        backend_close(dev);
         return 1;
     }
     if (check_only) {
         be.destroy(be.ctx);
-        cpu_shutdown();
+        backend_close(dev);
         return 0;
     }
     if (preload) {
@@ -282,7 +283,7 @@ int cmd_serve(int argc, char **argv)
             if (be.get_model(be.ctx, d[i].id, &idx, &err) != 0) {
                 fprintf(stderr, "cairn serve: loading %s: %s\n", d[i].id, err.msg);
                 be.destroy(be.ctx);
-                cpu_shutdown();
+                backend_close(dev);
                 return 1;
             }
         }
@@ -292,13 +293,13 @@ int cmd_serve(int argc, char **argv)
     if (api_create(&ac, &be, &api, &err) != 0) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
         be.destroy(be.ctx);
-        cpu_shutdown();
+        backend_close(dev);
         return 1;
     }
     if (http_server_start(&hc, api, &srv, &err) != 0) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
         api_destroy(api);
-        cpu_shutdown();
+        backend_close(dev);
         return 1;
     }
     int port = http_server_port(srv);
@@ -315,7 +316,7 @@ int cmd_serve(int argc, char **argv)
     LOG_INFO("serve", "signal %d: shutting down", sig);
     http_server_stop(srv, 5000);
     api_destroy(api);
-    cpu_shutdown();
+    backend_close(dev);
     LOG_INFO("serve", "stopped");
     return 0;
 }

@@ -83,7 +83,7 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
         goto fail;
     }
     if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
-    rc = kv_pool_init(&e->pool, e->info.n_kv_layers, (int)n_blocks, o->block_size,
+    rc = kv_pool_init(&e->pool, ops->be, e->info.n_kv_layers, (int)n_blocks, o->block_size,
                       e->info.n_kv_heads > 0 ? e->info.n_kv_heads : 1,
                       e->info.head_dim > 0 ? e->info.head_dim : 1, o->kv_dtype, err);
     if (rc) goto fail;

@@ -27,6 +27,8 @@
 #include "model/model.h"
 #include "tensor/tensor.h"
 
+struct kv_pool;
+
 struct engine;
 
 /* Detokenizer the engine uses to turn tokens into text (for stop strings and events). The
@@ -178,6 +180,7 @@ struct engine_model_ops {
     int (*forward)(void *ctx, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
                    struct cairn_err *err);
     void (*state_init)(void *ctx, void *state);                       /* may be NULL: zeroes */
+    struct backend *be;  /* where the KV pool lives (the model's backend); NULL: host memory */
 };
 int engine_create_ops(const struct engine_model_ops *ops, const struct engine_opts *opts,
                       struct engine **out, struct cairn_err *err);
