@@ -458,8 +458,12 @@ static int cuda_device_usable(int device, struct cudaDeviceProp *prop, struct ca
     cudaError_t rc = cudaGetDeviceCount(&n);
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
-        return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "cuda: no usable GPU: %s (%s)",
-                             cudaGetErrorString(rc), cudaGetErrorName(rc));
+        return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "cuda: no usable GPU: %s (%s)%s",
+                             cudaGetErrorString(rc), cudaGetErrorName(rc),
+                             rc == cudaErrorInsufficientDriver
+                                 ? "; no NVIDIA driver is loaded, or it is older than this build's "
+                                   "CUDA runtime"
+                                 : "");
     }
     if (device < 0 || device >= n)
         return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "cuda:%d: no such GPU (%d found)", device, n);
