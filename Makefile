@@ -3,10 +3,12 @@
 #   make test   build with ASan+UBSan (clang) and run every test
 #   make run    serve the bundled demo model on 127.0.0.1:8000
 #   make fuzz   fuzz every parser longer, with random seeds
+#   make test-cuda  on a machine with an NVIDIA GPU: a Release build with the CUDA backend in
+#               build-cuda, then the GPU tests (ctest label cuda: tests/cuda/)
 JOBS ?= $(shell nproc)
 PORT ?= 8000
 
-.PHONY: all build test run fuzz clean bootstrap bootstrap-test
+.PHONY: all build test test-cuda run fuzz clean bootstrap bootstrap-test
 
 all: build
 
@@ -24,6 +26,11 @@ test: bootstrap-test
 	@CC=clang cmake -S . -B build-test -DCAIRN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@cmake --build build-test -j$(JOBS)
 	@cd build-test && ctest --output-on-failure -j$(JOBS)
+
+test-cuda:
+	@cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCAIRN_CUDA_TESTS=ON >/dev/null
+	@cmake --build build-cuda -j$(JOBS)
+	@cd build-cuda && ctest --output-on-failure -L cuda
 
 run: build
 	@scripts/run-demo.sh $(PORT)
