@@ -10,7 +10,9 @@
  *                              weight_prepare fail with CAIRN_ERR_NOMEM (default: no limit
  *                              other than the device's own memory)
  *   CAIRN_CUDA_GEMV_MAX_ROWS=N matmuls of up to N rows (1..8, default 8) take the GEMV kernel,
- *                              larger ones cuBLASLt; 0 sends every matmul to cuBLASLt */
+ *                              larger ones cuBLASLt; 0 sends every matmul to cuBLASLt
+ *   CAIRN_CUDA_SYNC=1          wait for the GPU after every kernel launch, so that a fault is
+ *                              reported with the launch that caused it (debugging; slow) */
 #ifndef CAIRN_CUDA_CUDA_H
 #define CAIRN_CUDA_CUDA_H
 

@@ -6,7 +6,8 @@
  *
  * One kernel serves decode and prefill rows: a block of CUDA_ATTN_THREADS threads takes one
  * (row, head, split), where the split is a range of split_len positions; it walks the range in
- * chunks of CUDA_ATTN_CHUNK positions (one thread per position computes q.k, the chunk's
+ * chunks of CUDA_ATTN_CHUNK positions (one thread per position computes q.k, with 16-byte
+ * loads of its K row when rows are 16-byte aligned, and the chunk's
  * softmax is folded into a running max and sum, and threads then own head dims and accumulate
  * p.v over the chunk, coalesced across the block). When a step has few rows (decode), the
  * context is split so that the grid fills the GPU (flash-decoding split-K) and a second kernel
@@ -40,6 +41,7 @@ struct cuda_attn_args {
     int n_splits;
     int split_len;    /* positions per split, a multiple of CUDA_ATTN_CHUNK */
     float scale;
+    int k_vec;        /* K rows are 16-byte aligned (head_dim * dtype size % 16 == 0): vector loads */
     struct backend_kv_view kv;
     int layer;
 };
@@ -94,7 +96,26 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_kernel(str
             const uint8_t *kb = kbase + (size_t)blk * kv.block_bytes;
             int64_t e0 = ((int64_t)off * kv.n_kv_heads + kvh) * hd;
             float dot = 0;
-            for (int d = 0; d < hd; d++) dot += qs[d] * cuda_attn_kv_load(kv, kb, e0 + d);
+            if (a.k_vec && kv.dtype == DTYPE_BF16) { /* 16-byte loads: 8 bf16 */
+                const uint4 *kr = (const uint4 *)((const uint16_t *)kb + e0);
+                for (int d8 = 0; d8 < hd / 8; d8++) {
+                    uint4 c = kr[d8];
+                    const uint32_t u[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        dot += qs[d8 * 8 + 2 * j] * cuda_bf16_f32((uint16_t)(u[j] & 0xffffu));
+                        dot += qs[d8 * 8 + 2 * j + 1] * cuda_bf16_f32((uint16_t)(u[j] >> 16));
+                    }
+                }
+            } else if (a.k_vec) { /* 16-byte loads: 4 f32 */
+                const float4 *kr = (const float4 *)((const float *)kb + e0);
+                for (int d4 = 0; d4 < hd / 4; d4++) {
+                    float4 c = kr[d4];
+                    dot += qs[d4 * 4] * c.x + qs[d4 * 4 + 1] * c.y + qs[d4 * 4 + 2] * c.z + qs[d4 * 4 + 3] * c.w;
+                }
+            } else {
+                for (int d = 0; d < hd; d++) dot += qs[d] * cuda_attn_kv_load(kv, kb, e0 + d);
+            }
             dot *= a.scale;
             sc[i] = dot;
             m_loc = fmaxf(m_loc, dot);
@@ -211,6 +232,8 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
     a.scale = at->scale;
     a.kv = *at->kv;
     a.layer = at->layer;
+    size_t row_bytes = (size_t)at->kv->head_dim * (at->kv->dtype == DTYPE_F32 ? 4 : 2);
+    a.k_vec = row_bytes % 16 == 0 && (uintptr_t)at->kv->k % 16 == 0 && at->kv->layer_block_bytes % 16 == 0;
     cuda_attn_plan(at->n_tokens, at->n_heads, max_ctx, n_sms, &a.n_splits, &a.split_len);
     if (a.n_splits > 65535) return (int)cudaErrorInvalidValue;
     dim3 grid((unsigned)at->n_tokens, (unsigned)at->n_heads, (unsigned)a.n_splits);

@@ -58,6 +58,14 @@ int cuda_check_result(struct cuda_impl *c, struct cairn_err *err, enum cuda_res_
     return e.status;
 }
 
+int cuda_check_launch_at(struct cuda_impl *c, int code, const char *text, const char *file, int line)
+{
+    int st = cuda_check_result(c, NULL, CUDA_RES_RT, code, text, file, line);
+    if (st == CAIRN_OK && c->sync_each_op)
+        st = cuda_check_result(c, NULL, CUDA_RES_RT, (int)cudaStreamSynchronize(c->stream), text, file, line);
+    return st;
+}
+
 /* ---- memory ---- */
 
 int cuda_dev_alloc(struct cuda_impl *c, size_t bytes, enum cairn_mem_tag tag, int zero, void **out,
@@ -506,6 +514,8 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     c->gemv_max_rows = CUDA_GEMV_MAX_N;
     const char *s = getenv("CAIRN_CUDA_GEMV_MAX_ROWS");
     if (s && *s) c->gemv_max_rows = CAIRN_MAX(0, CAIRN_MIN(CUDA_GEMV_MAX_N, atoi(s)));
+    s = getenv("CAIRN_CUDA_SYNC");
+    c->sync_each_op = s && *s && strcmp(s, "0") != 0;
     s = getenv("CAIRN_CUDA_MEM_LIMIT");
     if (s && *s && !cairn_parse_size(s, &c->mem_limit)) {
         st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_MEM_LIMIT: cannot parse \"%s\"", s);

@@ -56,6 +56,7 @@ struct cuda_impl {
     size_t l2_bytes;
     char dev_name[256];
     int gemv_max_rows;          /* matmuls of up to this many rows use the GEMV kernel */
+    int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     uint64_t mem_limit;         /* CAIRN_CUDA_MEM_LIMIT, 0: none */
     uint64_t mem_used;          /* atomic: device bytes cairn holds */
     pthread_mutex_t step_lock;  /* held from step_begin to step_end */
@@ -97,6 +98,13 @@ enum cuda_res_kind {
 
 #define cuda_res_kind_of(call)                                                                     \
     _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS)
+
+/* A kernel launcher's result (cuda_kernels.h), checked like a runtime call; with
+ * CAIRN_CUDA_SYNC=1 the stream is also waited for, so an asynchronous fault is reported at
+ * the launch that caused it rather than at step_end. Returns the status. */
+#define cuda_check_launch(c, call)                                                                 \
+    cuda_check_launch_at((c), (call), #call, __FILE__, __LINE__)
+int cuda_check_launch_at(struct cuda_impl *c, int code, const char *text, const char *file, int line);
 
 /* Evaluates call once; see DESIGN. */
 #define cuda_check(c, err, call)                                                                   \

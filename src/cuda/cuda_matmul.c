@@ -96,7 +96,7 @@ static void cuda_mm_gemv_rows(struct cuda_impl *c, const struct cuda_wdesc *d, c
 {
     for (int t0 = 0; t0 < n && c->err_status == CAIRN_OK; t0 += CUDA_GEMV_MAX_N) {
         int nt = CAIRN_MIN(CUDA_GEMV_MAX_N, n - t0);
-        (void)cuda_check(c, NULL, (cudaError_t)cuda_k_gemv(c->stream, d, x + (int64_t)t0 * d->cols,
+        (void)cuda_check_launch(c, cuda_k_gemv(c->stream, d, x + (int64_t)t0 * d->cols,
                                                            y + (int64_t)t0 * d->rows, nt));
     }
 }
@@ -123,15 +123,15 @@ void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, 
         if (d.type == CUDA_W_Q) {
             uint16_t *wb = cuda_ws_get(c, CUDA_WS_DEQ, (size_t)(d.rows * d.cols) * 2);
             if (!wb) return;
-            if (cuda_check(c, NULL, (cudaError_t)cuda_k_dequant_bf16(c->stream, &d, wb))) return;
+            if (cuda_check_launch(c, cuda_k_dequant_bf16(c->stream, &d, wb))) return;
             wp = wb;
             lda = d.cols;
         }
         if (d.type == CUDA_W_F16) {
-            if (cuda_check(c, NULL, (cudaError_t)cuda_k_f32_to_f16(c->stream, xb, x, elems))) return;
+            if (cuda_check_launch(c, cuda_k_f32_to_f16(c->stream, xb, x, elems))) return;
             rc = cuda_mm_lt(c, CUDA_R_16F, wp, lda, CUDA_R_16F, xb, y, d.rows, n, d.cols);
         } else {
-            if (cuda_check(c, NULL, (cudaError_t)cuda_k_f32_to_bf16(c->stream, xb, x, elems))) return;
+            if (cuda_check_launch(c, cuda_k_f32_to_bf16(c->stream, xb, x, elems))) return;
             rc = cuda_mm_lt(c, CUDA_R_16BF, wp, lda, CUDA_R_16BF, xb, y, d.rows, n, d.cols);
         }
     }

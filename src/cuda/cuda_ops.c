@@ -12,7 +12,7 @@
     do {                                                                                           \
         struct cuda_impl *c_ = cuda_impl_of(be);                                                   \
         if (c_->err_status != CAIRN_OK) break;                                                     \
-        (void)cuda_check(c_, NULL, (cudaError_t)(call));                                           \
+        (void)cuda_check_launch(c_, (call));                                           \
     } while (0)
 
 #define CUDA_S(be) (cuda_impl_of(be)->stream)
@@ -103,7 +103,7 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
         ws = cuda_ws_get(c, CUDA_WS_ATTN, floats * sizeof(float));
         if (!ws) return;
     }
-    (void)cuda_check(c, NULL, (cudaError_t)cuda_k_attention(c->stream, a, max_ctx, c->n_sms, ws));
+    (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, ws));
 }
 
 void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,
@@ -174,13 +174,13 @@ void cuda_op_moe_experts(struct backend *be, const struct backend_moe *m)
         int cnt = off[e + 1] - off[e];
         if (!cnt) continue;
         const int32_t *le = dev_list + off[e];
-        if (cuda_check(c, NULL, (cudaError_t)cuda_k_moe_gather(c->stream, xg, m->x, le, cnt, K, H))) return;
+        if (cuda_check_launch(c, cuda_k_moe_gather(c->stream, xg, m->x, le, cnt, K, H))) return;
         cuda_op_matmul(be, &m->gate[e], xg, g, cnt);
         cuda_op_matmul(be, &m->up[e], xg, u, cnt);
         cuda_op_silu_mul(be, g, g, u, (int64_t)cnt * I);
         cuda_op_matmul(be, &m->down[e], g, yg, cnt);
         if (c->err_status != CAIRN_OK) return;
-        (void)cuda_check(c, NULL, (cudaError_t)cuda_k_moe_scatter(c->stream, m->out, yg, m->w, le, cnt, K, H));
+        (void)cuda_check_launch(c, cuda_k_moe_scatter(c->stream, m->out, yg, m->w, le, cnt, K, H));
     }
 }
 

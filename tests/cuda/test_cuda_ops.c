@@ -695,6 +695,8 @@ static void test_attention(void)
         const int ctxd[2] = {1001, 700}, rowsd[2] = {1, 1};
         test_attn_case(kdt, 80, 4, 4, 5, 2, ctxd, rowsd);
         test_attn_case(kdt, 128, 8, 1, 16, 2, ctxd, rowsd);
+        /* K rows not 16-byte aligned: the element-wise loads */
+        test_attn_case(kdt, 34, 4, 2, 16, 3, ctx3, rows3);
     }
 }
 
