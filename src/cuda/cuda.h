@@ -11,6 +11,9 @@
  *                              other than the device's own memory)
  *   CAIRN_CUDA_GEMV_MAX_ROWS=N matmuls of up to N rows (1..8, default 8) take the GEMV kernel,
  *                              larger ones cuBLASLt; 0 sends every matmul to cuBLASLt
+ *   CAIRN_CUDA_ATTN=auto|split|tiled  attention kernel: auto (default) takes the tiled prefill
+ *                              kernel for steps of >= 8 rows per sequence, split-K otherwise;
+ *                              split or tiled force one (tiled still needs head_dim <= 128)
  *   CAIRN_CUDA_SYNC=1          wait for the GPU after every kernel launch, so that a fault is
  *                              reported with the launch that caused it (debugging; slow) */
 #ifndef CAIRN_CUDA_CUDA_H

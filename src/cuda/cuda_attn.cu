@@ -15,8 +15,9 @@
  * takes a row's whole context and writes out directly.
  * Bytes per call: every (row, head) reads its context's K and V once (KV heads are re-read by
  * each query head of their group, mostly from L2): decode is bound by KV bandwidth; prefill is
- * far from the tensor-core bound (this is the correct f32 kernel; a tiled tensor-core prefill
- * kernel is the next step). CPU reference: ref_attention_head in cpu/ref_ops.c. */
+ * far from the tensor-core bound. Steps with many rows per sequence (prefill chunks) take the
+ * tiled kernel below instead, which reads each KV tile once per CUDA_ATTN_TQ rows.
+ * CPU reference: ref_attention_head in cpu/ref_ops.c. */
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
@@ -190,6 +191,125 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_combine_ke
     }
 }
 
+/* ---- tiled prefill: CUDA_ATTN_TQ query rows of one sequence x one head per block ----
+ * The block walks KV tiles of CUDA_ATTN_TK positions up to the tile's last position: K and V
+ * go to shared memory once for all TQ rows (TQ times less KV traffic than a block per row);
+ * 8 threads per query row compute its TK scores (the causal mask sets p > pos to -inf), fold
+ * them into the row's running max and sum (shuffles among the 8), and accumulate p.v for
+ * head_dim / 8 dims each, in registers. f32 on the CUDA cores: a correct tiled kernel; the
+ * tensor-core (wmma/wgmma, bf16) version is the next step. */
+#define CUDA_ATTN_TQ 16             /* query rows per tile */
+#define CUDA_ATTN_TK 32             /* KV positions per tile */
+#define CUDA_ATTN_TILE_THREADS 128  /* 8 threads per query row */
+#define CUDA_ATTN_TILE_MAX_HD 128   /* shared memory (43 KB at 128) stays under the 48 KB default */
+#define CUDA_ATTN_TILE_DPT (CUDA_ATTN_TILE_MAX_HD / 8) /* output dims per thread */
+
+static size_t cuda_attn_tile_smem(int hd)
+{
+    return sizeof(float) * ((size_t)CUDA_ATTN_TQ * (hd + 1) + (size_t)CUDA_ATTN_TK * (hd + 1) +
+                            (size_t)CUDA_ATTN_TK * hd + (size_t)CUDA_ATTN_TQ * (CUDA_ATTN_TK + 1));
+}
+
+static __global__ void __launch_bounds__(CUDA_ATTN_TILE_THREADS)
+cuda_attn_tiled_kernel(struct cuda_attn_args a, const int32_t *tiles)
+{
+    extern __shared__ float smem[];
+    const struct backend_kv_view &kv = a.kv;
+    int hd = kv.head_dim, ld = hd + 1;
+    float *qs = smem;                              /* [TQ][hd + 1] */
+    float *ks = qs + CUDA_ATTN_TQ * ld;            /* [TK][hd + 1] */
+    float *vs = ks + CUDA_ATTN_TK * ld;            /* [TK][hd] */
+    float *ps = vs + CUDA_ATTN_TK * hd;            /* [TQ][TK + 1] */
+    int h = blockIdx.y, tid = threadIdx.x;
+    int r0 = tiles[2 * blockIdx.x], s = tiles[2 * blockIdx.x + 1];
+    int nq = min(CUDA_ATTN_TQ, a.seq_off[s + 1] - r0);
+    int kvh = h / a.group;
+    const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
+    for (int idx = tid; idx < CUDA_ATTN_TQ * hd; idx += CUDA_ATTN_TILE_THREADS) {
+        int i = idx / hd, d = idx % hd;
+        qs[i * ld + d] = i < nq ? a.q[((int64_t)(r0 + i) * a.n_heads + h) * hd + d] : 0.0f;
+    }
+    int max_pos = 0;
+    for (int i = 0; i < nq; i++) max_pos = max(max_pos, a.pos[r0 + i]);
+    int row = tid / 8, sub = tid % 8;
+    int my_pos = row < nq ? a.pos[r0 + row] : 0; /* rows past the sequence: finite, not written */
+    const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
+    const uint8_t *vbase = (const uint8_t *)kv.v + (size_t)a.layer * kv.layer_block_bytes;
+    float m_run = -INFINITY, l_run = 0;
+    float acc[CUDA_ATTN_TILE_DPT];
+#pragma unroll
+    for (int k = 0; k < CUDA_ATTN_TILE_DPT; k++) acc[k] = 0;
+    for (int k0 = 0; k0 <= max_pos; k0 += CUDA_ATTN_TK) {
+        __syncthreads(); /* the previous tile's ks, vs, ps are read; qs is written */
+        for (int idx = tid; idx < CUDA_ATTN_TK * hd; idx += CUDA_ATTN_TILE_THREADS) {
+            int j = idx / hd, d = idx % hd, p = k0 + j;
+            float kf = 0, vf = 0;
+            if (p <= max_pos) {
+                int blk = bt[p / kv.block_size], off = p % kv.block_size;
+                int64_t e = ((int64_t)off * kv.n_kv_heads + kvh) * hd + d;
+                kf = cuda_attn_kv_load(kv, kbase + (size_t)blk * kv.block_bytes, e);
+                vf = cuda_attn_kv_load(kv, vbase + (size_t)blk * kv.block_bytes, e);
+            }
+            ks[j * ld + d] = kf;
+            vs[j * hd + d] = vf;
+        }
+        __syncthreads();
+        float sc[CUDA_ATTN_TK / 8], mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < CUDA_ATTN_TK / 8; c++) {
+            int j = sub + 8 * c;
+            float dot = 0;
+            for (int d = 0; d < hd; d++) dot += qs[row * ld + d] * ks[j * ld + d];
+            dot = k0 + j > my_pos ? -INFINITY : dot * a.scale;
+            sc[c] = dot;
+            mx = fmaxf(mx, dot);
+        }
+        /* the 8 lanes of a row are consecutive and 8-aligned: xor 4, 2, 1 stays among them */
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        float m_new = fmaxf(m_run, mx); /* finite: position 0 is in every row's first tile */
+        float corr = expf(m_run - m_new), sum = 0;
+#pragma unroll
+        for (int c = 0; c < CUDA_ATTN_TK / 8; c++) {
+            float e = expf(sc[c] - m_new);
+            ps[row * (CUDA_ATTN_TK + 1) + sub + 8 * c] = e;
+            sum += e;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        l_run = l_run * corr + sum;
+        m_run = m_new;
+        __syncwarp(); /* ps of this row was written by lanes of this warp */
+#pragma unroll
+        for (int k = 0; k < CUDA_ATTN_TILE_DPT; k++) {
+            int d = sub + 8 * k;
+            if (d < hd) {
+                float o = acc[k] * corr;
+                for (int j = 0; j < CUDA_ATTN_TK; j++) o += ps[row * (CUDA_ATTN_TK + 1) + j] * vs[j * hd + d];
+                acc[k] = o;
+            }
+        }
+    }
+    if (row < nq) {
+        float *o = a.out + ((int64_t)(r0 + row) * a.n_heads + h) * hd;
+#pragma unroll
+        for (int k = 0; k < CUDA_ATTN_TILE_DPT; k++) {
+            int d = sub + 8 * k;
+            if (d < hd) o[d] = acc[k] / l_run;
+        }
+    }
+}
+
+/* Whether a step takes the tiled kernel: many rows per sequence (prefill), head_dim it holds. */
+static bool cuda_attn_use_tiled(const struct backend_attn *at, int mode)
+{
+    if (mode == CUDA_ATTN_SPLIT || at->kv->head_dim > CUDA_ATTN_TILE_MAX_HD) return false;
+    if (mode == CUDA_ATTN_TILED) return true;
+    return at->n_tokens >= CUDA_ATTN_TILED_MIN_ROWS * at->n_seqs;
+}
+
 /* Splits per (row, head) and positions per split for a step. */
 static void cuda_attn_plan(int n_tokens, int n_heads, int max_ctx, int n_sms, int *n_splits,
                            int *split_len)
@@ -205,15 +325,16 @@ static void cuda_attn_plan(int n_tokens, int n_heads, int max_ctx, int n_sms, in
     if (*n_splits < 1) *n_splits = 1;
 }
 
-extern "C" size_t cuda_attn_ws_floats(int n_tokens, int n_heads, int head_dim, int max_ctx, int n_sms)
+extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode)
 {
+    if (cuda_attn_use_tiled(a, mode)) return 2 * (size_t)(a->n_tokens + a->n_seqs); /* tile list */
     int ns, len;
-    cuda_attn_plan(n_tokens, n_heads, max_ctx, n_sms, &ns, &len);
-    return ns == 1 ? 0 : (size_t)n_tokens * n_heads * ns * (size_t)(head_dim + 2);
+    cuda_attn_plan(a->n_tokens, a->n_heads, max_ctx, n_sms, &ns, &len);
+    return ns == 1 ? 0 : (size_t)a->n_tokens * a->n_heads * ns * (size_t)(a->kv->head_dim + 2);
 }
 
 extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, int max_ctx,
-                                int n_sms, float *ws)
+                                int n_sms, int mode, float *ws, int32_t *tiles_host)
 {
     if (at->n_tokens <= 0) return (int)cudaGetLastError();
     if (at->kv->head_dim > CUDA_ATTN_MAX_HEAD_DIM || at->n_heads > 65535)
@@ -234,6 +355,27 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
     a.layer = at->layer;
     size_t row_bytes = (size_t)at->kv->head_dim * (at->kv->dtype == DTYPE_F32 ? 4 : 2);
     a.k_vec = row_bytes % 16 == 0 && (uintptr_t)at->kv->k % 16 == 0 && at->kv->layer_block_bytes % 16 == 0;
+    if (cuda_attn_use_tiled(at, mode)) {
+        /* Tiles of up to TQ rows that never cross a sequence: (first row, sequence) pairs. */
+        int n_tiles = 0;
+        for (int q = 0; q < at->n_seqs; q++)
+            for (int r0 = at->seq_off_host[q]; r0 < at->seq_off_host[q + 1]; r0 += CUDA_ATTN_TQ) {
+                tiles_host[2 * n_tiles] = r0;
+                tiles_host[2 * n_tiles + 1] = q;
+                n_tiles++;
+            }
+        if (!n_tiles) return (int)cudaGetLastError();
+        /* pageable: staged before the call returns, so tiles_host may be reused at once */
+        cudaError_t rc = cudaMemcpyAsync(ws, tiles_host, sizeof(int32_t) * 2 * (size_t)n_tiles,
+                                         cudaMemcpyHostToDevice, s);
+        if (rc != cudaSuccess) return (int)rc;
+        a.n_splits = 1;
+        a.split_len = 0;
+        dim3 grid((unsigned)n_tiles, (unsigned)at->n_heads);
+        cuda_attn_tiled_kernel<<<grid, CUDA_ATTN_TILE_THREADS, cuda_attn_tile_smem(at->kv->head_dim), s>>>(
+            a, (const int32_t *)ws);
+        return (int)cudaGetLastError();
+    }
     cuda_attn_plan(at->n_tokens, at->n_heads, max_ctx, n_sms, &a.n_splits, &a.split_len);
     if (a.n_splits > 65535) return (int)cudaErrorInvalidValue;
     dim3 grid((unsigned)at->n_tokens, (unsigned)at->n_heads, (unsigned)a.n_splits);

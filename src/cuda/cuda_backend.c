@@ -411,6 +411,7 @@ static void cuda_destroy(struct backend *be)
         pthread_mutex_destroy(&c->step_lock);
         free(c->moe_ids_host);
         free(c->moe_list_host);
+        free(c->attn_tiles_host);
         free(c);
     }
     free(be);
@@ -516,6 +517,15 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     if (s && *s) c->gemv_max_rows = CAIRN_MAX(0, CAIRN_MIN(CUDA_GEMV_MAX_N, atoi(s)));
     s = getenv("CAIRN_CUDA_SYNC");
     c->sync_each_op = s && *s && strcmp(s, "0") != 0;
+    s = getenv("CAIRN_CUDA_ATTN");
+    if (s && *s) {
+        if (strcmp(s, "split") == 0) c->attn_mode = CUDA_ATTN_SPLIT;
+        else if (strcmp(s, "tiled") == 0) c->attn_mode = CUDA_ATTN_TILED;
+        else if (strcmp(s, "auto") != 0) {
+            st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_ATTN must be auto, split or tiled, not \"%s\"", s);
+            goto cleanup;
+        }
+    }
     s = getenv("CAIRN_CUDA_MEM_LIMIT");
     if (s && *s && !cairn_parse_size(s, &c->mem_limit)) {
         st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_MEM_LIMIT: cannot parse \"%s\"", s);

@@ -57,6 +57,9 @@ struct cuda_impl {
     char dev_name[256];
     int gemv_max_rows;          /* matmuls of up to this many rows use the GEMV kernel */
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
+    int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
+    int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
+    size_t attn_tiles_cap;      /* ints it holds */
     uint64_t mem_limit;         /* CAIRN_CUDA_MEM_LIMIT, 0: none */
     uint64_t mem_used;          /* atomic: device bytes cairn holds */
     pthread_mutex_t step_lock;  /* held from step_begin to step_end */

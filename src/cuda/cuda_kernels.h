@@ -96,10 +96,16 @@ int cuda_k_moe_scatter(cudaStream_t s, float *out, const float *y, const float *
                        const int32_t *list, int cnt, int top_k, int dim);
 
 /* ---- cuda_attn.cu: paged attention ---- */
-/* Floats of workspace cuda_k_attention needs for a step of n_tokens rows whose longest
- * sequence has max_ctx positions, on a GPU of n_sms multiprocessors (0: none needed). */
-size_t cuda_attn_ws_floats(int n_tokens, int n_heads, int head_dim, int max_ctx, int n_sms);
-int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int n_sms, float *ws);
+/* Attention kernels: CUDA_ATTN_AUTO picks the tiled prefill kernel when the step has at least
+ * CUDA_ATTN_TILED_MIN_ROWS rows per sequence (and head_dim <= 128), else split-K. */
+enum cuda_attn_mode { CUDA_ATTN_AUTO = 0, CUDA_ATTN_SPLIT, CUDA_ATTN_TILED };
+#define CUDA_ATTN_TILED_MIN_ROWS 8
+/* Floats of device workspace cuda_k_attention needs for this step (max_ctx: its longest
+ * sequence; n_sms: the GPU's multiprocessors); 0: none. */
+size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode);
+/* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list). */
+int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int n_sms, int mode,
+                     float *ws, int32_t *tiles_host);
 /* Largest head_dim cuda_k_attention takes. */
 #define CUDA_ATTN_HEAD_DIM_MAX 256
 

@@ -97,13 +97,26 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
     }
     int max_ctx = 0;
     for (int s = 0; s < a->n_seqs; s++) max_ctx = CAIRN_MAX(max_ctx, a->ctx_len_host[s]);
-    size_t floats = cuda_attn_ws_floats(a->n_tokens, a->n_heads, a->kv->head_dim, max_ctx, c->n_sms);
+    size_t floats = cuda_attn_ws_floats(a, max_ctx, c->n_sms, c->attn_mode);
     float *ws = NULL;
     if (floats) {
         ws = cuda_ws_get(c, CUDA_WS_ATTN, floats * sizeof(float));
         if (!ws) return;
     }
-    (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, ws));
+    size_t tiles = 2 * (size_t)(a->n_tokens + a->n_seqs);
+    if (c->attn_tiles_cap < tiles) {
+        int32_t *t = realloc(c->attn_tiles_host, tiles * sizeof(int32_t));
+        if (!t) {
+            struct cairn_err e;
+            cairn_err_set(&e, CAIRN_ERR_NOMEM, "cuda: attention: no host memory for %zu tiles", tiles / 2);
+            cuda_latch(c, &e);
+            return;
+        }
+        c->attn_tiles_host = t;
+        c->attn_tiles_cap = tiles;
+    }
+    (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, c->attn_mode, ws,
+                                                c->attn_tiles_host));
 }
 
 void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,

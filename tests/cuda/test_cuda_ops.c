@@ -648,9 +648,10 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     be->ops->attention(be, &a);
     step_end();
     dev_to(got, dout, qn * 4);
-    char what[96];
-    snprintf(what, sizeof(what), "attention %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d", dtype_name(kdt),
-             hd, n_heads, n_kv, block_size, n_seqs, n_tok);
+    char what[160];
+    const char *mode = getenv("CAIRN_CUDA_ATTN");
+    snprintf(what, sizeof(what), "attention[%s] %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d", mode ? mode : "auto",
+             dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs, n_tok);
     check_close(what, got, want, NULL, qn, 2e-5);
 
     dev_free(dq, qn * 4);
@@ -681,10 +682,28 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     free(p);
 }
 
+/* Reopens the backend with CAIRN_CUDA_ATTN=mode (NULL: the default). */
+static void reopen_with_attn(const char *mode)
+{
+    struct cairn_err err;
+    be->ops->destroy(be);
+    be = NULL;
+    if (mode) setenv("CAIRN_CUDA_ATTN", mode, 1);
+    else unsetenv("CAIRN_CUDA_ATTN");
+    int st = cuda_backend_open(0, &be, &err);
+    if (st != CAIRN_OK) {
+        fprintf(stderr, "reopen: %s\n", err.msg);
+        exit(1);
+    }
+}
+
 static void test_attention(void)
 {
-    for (int i = 0; i < 2; i++) {
-        enum dtype kdt = i ? DTYPE_BF16 : DTYPE_F32;
+    /* each case through the default choice, then forced split-K, then forced tiled */
+    static const char *const modes[] = {NULL, "split", "tiled"};
+    for (int i = 0; i < 6; i++) {
+        if (i % 2 == 0) reopen_with_attn(modes[i / 2]);
+        enum dtype kdt = i % 2 ? DTYPE_BF16 : DTYPE_F32;
         /* prefill from 0, a decode row deep in its context, a chunk over a cached prefix */
         const int ctx3[3] = {37, 301, 25}, rows3[3] = {37, 1, 5};
         test_attn_case(kdt, 64, 6, 2, 16, 3, ctx3, rows3);
@@ -698,6 +717,7 @@ static void test_attention(void)
         /* K rows not 16-byte aligned: the element-wise loads */
         test_attn_case(kdt, 34, 4, 2, 16, 3, ctx3, rows3);
     }
+    reopen_with_attn(NULL);
 }
 
 /* ---- MoE ---- */
