@@ -164,5 +164,7 @@ void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_exp
                        int norm_topk, int32_t *ids, float *w);
 void cuda_op_moe_experts(struct backend *be, const struct backend_moe *m);
 void cuda_op_gdn(struct backend *be, const struct backend_gdn *g);
+void cuda_op_copy_rows(struct backend *be, float *dst, int64_t dst_stride, const float *src,
+                       int64_t src_stride, int n_rows, int width);
 
 #endif
