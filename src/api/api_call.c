@@ -844,7 +844,10 @@ void api_call_summarize(struct api_call *c, struct api_call_summary *o)
 {
     memset(o, 0, sizeof(*o));
     pthread_mutex_lock(&c->mu);
-    snprintf(o->model, sizeof(o->model), "%s", c->model);
+    /* The access log shows at most sizeof(o->model) - 1 bytes of the id (cut on purpose). */
+    size_t n_model = strnlen(c->model, sizeof(o->model) - 1);
+    memcpy(o->model, c->model, n_model);
+    o->model[n_model] = 0;
     o->prompt_tokens = api_scaled(c, c->subs[0].have_usage ? c->subs[0].usage.prompt_tokens : c->n_prompt);
     o->cached_tokens = api_scaled(c, c->subs[0].usage.cached_tokens);
     for (int i = 0; i < c->n_subs; i++) o->completion_tokens += api_scaled(c, c->subs[i].usage.completion_tokens);

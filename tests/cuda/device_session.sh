@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU checks and benchmarks, for a session that built cairn on the
+# development machine and carried it to the GPU machine (whose image cannot build cairn: no
+# -dev headers, no libmicrohttpd/libutf8proc).
+#   tests/cuda/device_session.sh check   op test, run.sh (bf16 reference, check-logits on every
+#                                        dense oracle model, batched == solo), demo model parity
+#   tests/cuda/device_session.sh bench   cairn bench --device cuda on the 1B and 8B shapes
+#                                        (BF16, MLX q8/q4), synthesized on the device's disk
+# Env: BIN_DIR (default .devcarry: cairn, test_cuda_ops and the shared libraries the device
+# lacks), OUT (where logs go; the device tool brings $OUT back), MODELS (default /tmp/cairn-bench).
+set -u
+cd "$(dirname "$0")/../.."
+BIN_DIR=${BIN_DIR:-.devcarry}
+OUT=${OUT:-$(mktemp -d)}
+MODELS=${MODELS:-/tmp/cairn-bench}
+export LD_LIBRARY_PATH="$PWD/$BIN_DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0
+BIN=$BIN_DIR/cairn
+nvidia-smi -L > "$OUT/gpu.txt" 2>&1
+
+case "${1:-check}" in
+check)
+    "$BIN_DIR/test_cuda_ops" > "$OUT/ops.log" 2>&1
+    echo "test_cuda_ops rc=$?: $(tail -1 "$OUT/ops.log")"
+    grep -E "FAIL|copy" "$OUT/ops.log" | head -40
+    mkdir -p "$OUT/run"
+    CAIRN_BUILD=$BIN_DIR CAIRN_BIN=$BIN OUT=$OUT/run timeout 360 bash tests/cuda/run.sh --no-op-test \
+        > "$OUT/run.log" 2>&1
+    echo "run.sh rc=$?"
+    cat "$OUT/run/summary.txt" 2>/dev/null
+    # The trained demo model: GPU logits against the expected ones the CPU tests use.
+    for kv in bf16 f32; do
+        "$BIN" check-logits --device cuda models/demo tests/data/demo/expected.safetensors --tol 5e-2 \
+            --kv $kv 2>&1 | tail -1
+    done
+    ;;
+bench)
+    mkdir -p "$MODELS"
+    b() { # name config dtype prompt gen reps
+        local dir="$MODELS/$1"
+        [ -d "$dir" ] || "$BIN" synth-model --config "$2" --dtype "$3" --out "$dir" > "$OUT/synth-$1.log" 2>&1 ||
+            { echo "synth $1 failed: $(tail -2 "$OUT/synth-$1.log")"; return; }
+        "$BIN" bench --model "$dir" --device cuda -p "$4" -n "$5" --reps "$6" --json > "$OUT/bench-$1-p$4.json" \
+            2> "$OUT/bench-$1-p$4.err"
+        echo "$1 p$4 n$5: $(grep -o '"pp_tps_median": [0-9.]*\|"tg_tps_median": [0-9.]*' "$OUT/bench-$1-p$4.json" |
+            tr '\n' ' ') $(tail -1 "$OUT/bench-$1-p$4.err")"
+    }
+    b llama1b-bf16 bench/configs/llama-3.2-1b.json bf16 512 128 3
+    b llama8b-bf16 bench/configs/llama-3.1-8b.json bf16 512 128 3
+    b llama8b-bf16 bench/configs/llama-3.1-8b.json bf16 4096 16 2
+    rm -rf "$MODELS/llama8b-bf16"
+    b llama8b-q8 bench/configs/llama-3.1-8b.json q8 512 128 3
+    rm -rf "$MODELS/llama8b-q8"
+    b llama8b-q4 bench/configs/llama-3.1-8b.json q4 512 128 3
+    ;;
+esac
