@@ -66,7 +66,8 @@ static void cpu_be_buf_free(struct backend *be, void *dptr, size_t bytes, enum c
     if (dptr) cairn_mem_free(dptr, bytes ? bytes : 1, tag);
 }
 
-static int cpu_be_copy(struct backend *be, void *dst, const void *src, size_t bytes, struct cairn_err *err)
+static int cpu_be_copy(struct backend *be, void *dst, const void *src, size_t bytes,
+                       struct cairn_err *err)
 {
     if (bytes) memmove(dst, src, bytes);
     return CAIRN_OK;
@@ -83,8 +84,8 @@ static void cpu_be_drop_pages(const void *p, size_t bytes)
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-static int cpu_be_weight_prepare(struct backend *be, struct tensor *w, int hint_release, size_t *extra_bytes,
-                                 struct cairn_err *err)
+static int cpu_be_weight_prepare(struct backend *be, struct tensor *w, int hint_release,
+                                 size_t *extra_bytes, struct cairn_err *err)
 {
     *extra_bytes = 0;
     w->be_data = NULL;
@@ -93,7 +94,8 @@ static int cpu_be_weight_prepare(struct backend *be, struct tensor *w, int hint_
     if (!bytes) return CAIRN_OK;
     uint8_t *p = cairn_mem_alloc(bytes + CPU_BE_PACK_HDR, CAIRN_MEM_WEIGHTS);
     if (!p)
-        return cairn_err_set(err, CAIRN_ERR_NOMEM, "cpu: out of memory packing a [%lld, %lld] q%d weight (%zu bytes)",
+        return cairn_err_set(err, CAIRN_ERR_NOMEM,
+                             "cpu: out of memory packing a [%lld, %lld] q%d weight (%zu bytes)",
                              (long long)w->shape[0], (long long)w->shape[1], w->bits, bytes);
     size_t total = bytes + CPU_BE_PACK_HDR;
     memcpy(p, &total, sizeof(total));
@@ -119,8 +121,8 @@ static void cpu_be_weight_release(struct backend *be, struct tensor *w)
     w->be_data = NULL;
 }
 
-static void cpu_be_weight_slice_rows(struct backend *be, const struct tensor *w, int64_t row0, int64_t rows,
-                                     struct tensor *view)
+static void cpu_be_weight_slice_rows(struct backend *be, const struct tensor *w, int64_t row0,
+                                     int64_t rows, struct tensor *view)
 {
     CAIRN_ASSERT(w->n_dims == 2 && row0 >= 0 && rows >= 0 && row0 + rows <= w->shape[0]);
     *view = *w;
@@ -152,44 +154,53 @@ static int cpu_be_step_end(struct backend *be, struct cairn_err *err)
     return CAIRN_OK;
 }
 
-static int cpu_be_sync(struct backend *be, struct cairn_err *err) { return CAIRN_OK; }
+static int cpu_be_sync(struct backend *be, struct cairn_err *err)
+{
+    return CAIRN_OK;
+}
 
 /* ---- ops ---- */
 
-static void cpu_be_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
+static void cpu_be_matmul(struct backend *be, const struct tensor *w, const float *x, float *y,
+                          int n)
 {
     cpu_matmul(w, x, y, n);
 }
 
-static void cpu_be_matmul_multi(struct backend *be, const struct tensor *const *w, float *const *y, int count,
-                                const float *x, int n)
+static void cpu_be_matmul_multi(struct backend *be, const struct tensor *const *w, float *const *y,
+                                int count, const float *x, int n)
 {
     cpu_matmul_multi(w, y, count, x, n);
 }
 
-static void cpu_be_embed(struct backend *be, const struct tensor *w, const int32_t *ids, int n, float *out)
+static void cpu_be_embed(struct backend *be, const struct tensor *w, const int32_t *ids, int n,
+                         float *out)
 {
     cpu_embed(w, ids, n, out);
 }
 
-static void cpu_be_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int n_rows, int dim,
-                           float eps, float w_offset)
+static void cpu_be_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int n_rows,
+                           int dim, float eps, float w_offset)
 {
     cpu_rmsnorm(y, x, w, n_rows, dim, eps, w_offset);
 }
 
-static void cpu_be_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_dim, int rot_dim,
-                        const int32_t *pos, const float *inv_freq)
+static void cpu_be_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_dim,
+                        int rot_dim, const int32_t *pos, const float *inv_freq)
 {
     cpu_rope(x, n_tokens, n_heads, head_dim, rot_dim, pos, inv_freq);
 }
 
-static void cpu_be_silu_mul(struct backend *be, float *out, const float *gate, const float *up, int64_t n)
+static void cpu_be_silu_mul(struct backend *be, float *out, const float *gate, const float *up,
+                            int64_t n)
 {
     cpu_silu_mul(out, gate, up, n);
 }
 
-static void cpu_be_add(struct backend *be, float *y, const float *x, int64_t n) { cpu_add(y, x, n); }
+static void cpu_be_add(struct backend *be, float *y, const float *x, int64_t n)
+{
+    cpu_add(y, x, n);
+}
 
 static void cpu_be_add_bias(struct backend *be, float *y, const float *b, int n_rows, int dim)
 {
@@ -199,28 +210,32 @@ static void cpu_be_add_bias(struct backend *be, float *y, const float *b, int n_
 /* The small gating ops run on the calling thread: they are a sliver of a step. */
 static void cpu_be_mul_sigmoid(struct backend *be, float *y, const float *g, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] *= 1.0f / (1.0f + expf(-g[i]));
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
-static void cpu_be_add_sigmoid_scaled(struct backend *be, float *y, const float *x, const float *g, int n_rows,
-                                      int dim)
+static void cpu_be_add_sigmoid_scaled(struct backend *be, float *y, const float *x, const float *g,
+                                      int n_rows, int dim)
 {
     for (int t = 0; t < n_rows; t++) {
         float s = 1.0f / (1.0f + expf(-g[t]));
-        for (int j = 0; j < dim; j++) y[(size_t)t * dim + j] += s * x[(size_t)t * dim + j];
+        for (int j = 0; j < dim; j++)
+            y[(size_t)t * dim + j] += s * x[(size_t)t * dim + j];
     }
 }
 
-static void cpu_be_split_halves(struct backend *be, float *a, float *b, const float *src, int n_rows, int width)
+static void cpu_be_split_halves(struct backend *be, float *a, float *b, const float *src,
+                                int n_rows, int width)
 {
     for (int r = 0; r < n_rows; r++) {
         memcpy(a + (size_t)r * width, src + (size_t)r * 2 * width, sizeof(float) * (size_t)width);
-        memcpy(b + (size_t)r * width, src + (size_t)r * 2 * width + width, sizeof(float) * (size_t)width);
+        memcpy(b + (size_t)r * width, src + (size_t)r * 2 * width + width,
+               sizeof(float) * (size_t)width);
     }
 }
 
-static void cpu_be_gather_rows(struct backend *be, float *dst, const float *src, const int32_t *rows, int n,
-                               int dim)
+static void cpu_be_gather_rows(struct backend *be, float *dst, const float *src,
+                               const int32_t *rows, int n, int dim)
 {
     for (int i = 0; i < n; i++)
         memcpy(dst + (size_t)i * dim, src + (size_t)rows[i] * dim, sizeof(float) * (size_t)dim);
@@ -233,8 +248,8 @@ static void cpu_be_copy_rows(struct backend *be, float *dst, int64_t dst_stride,
         memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * (size_t)width);
 }
 
-static void cpu_be_kv_store(struct backend *be, const struct backend_kv_view *kv, int layer, const int32_t *slots,
-                            int n_tokens, const float *k, const float *v)
+static void cpu_be_kv_store(struct backend *be, const struct backend_kv_view *kv, int layer,
+                            const int32_t *slots, int n_tokens, const float *k, const float *v)
 {
     CAIRN_ASSERT(layer >= 0 && layer < kv->n_layers);
     cpu_kv_store(kv, layer, slots, n_tokens, k, v);
@@ -243,7 +258,8 @@ static void cpu_be_kv_store(struct backend *be, const struct backend_kv_view *kv
 static void cpu_be_attention(struct backend *be, const struct backend_attn *a)
 {
     const int64_t qd = (int64_t)a->n_heads * a->kv->head_dim;
-    CAIRN_ASSERT(a->n_heads % a->kv->n_kv_heads == 0 && a->layer >= 0 && a->layer < a->kv->n_layers);
+    CAIRN_ASSERT(a->n_heads % a->kv->n_kv_heads == 0 && a->layer >= 0 &&
+                 a->layer < a->kv->n_layers);
     for (int s = 0; s < a->n_seqs; s++) {
         int off = a->seq_off[s], n = a->seq_off[s + 1] - off;
         if (n <= 0) continue;
@@ -262,15 +278,21 @@ static void cpu_be_attention(struct backend *be, const struct backend_attn *a)
     }
 }
 
-static void cpu_be_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,
-                             int norm_topk, int32_t *ids, float *w)
+static void cpu_be_moe_route(struct backend *be, const float *logits, int n, int n_experts,
+                             int top_k, int norm_topk, int32_t *ids, float *w)
 {
     cpu_moe_route(logits, n, n_experts, top_k, norm_topk, ids, w);
 }
 
-static void cpu_be_moe_experts(struct backend *be, const struct backend_moe *m) { cpu_moe_experts(m); }
+static void cpu_be_moe_experts(struct backend *be, const struct backend_moe *m)
+{
+    cpu_moe_experts(m);
+}
 
-static void cpu_be_gdn(struct backend *be, const struct backend_gdn *g) { cpu_gdn(g); }
+static void cpu_be_gdn(struct backend *be, const struct backend_gdn *g)
+{
+    cpu_gdn(g);
+}
 
 static const struct backend_ops cpu_be_ops = {
     .destroy = cpu_be_destroy,

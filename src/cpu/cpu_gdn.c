@@ -14,8 +14,14 @@
 #include "cpu/cpu.h"
 #include "cpu/cpu_int.h"
 
-static float cpu_gdn_silu(float x) { return x / (1.0f + expf(-x)); }
-static float cpu_gdn_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static float cpu_gdn_silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+static float cpu_gdn_softplus(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x));
+}
 
 /* Causal depthwise conv over one token: x[c] becomes silu(sum_j w[c,j] * window[j]) where the
  * window is the K-1 stored inputs followed by x itself; then the window slides. */
@@ -26,7 +32,8 @@ static void cpu_gdn_conv_step(int cd, int kernel, const float *conv_w, float *co
         float *st = conv_state + (size_t)c * km1;
         const float *w = conv_w + (size_t)c * kernel;
         float acc = w[km1] * x[c];
-        for (int j = 0; j < km1; j++) acc += w[j] * st[j];
+        for (int j = 0; j < km1; j++)
+            acc += w[j] * st[j];
         if (km1 > 0) {
             memmove(st, st + 1, sizeof(float) * (km1 - 1));
             st[km1 - 1] = x[c];
@@ -38,9 +45,11 @@ static void cpu_gdn_conv_step(int cd, int kernel, const float *conv_w, float *co
 static void cpu_gdn_l2norm(float *x, int n)
 {
     double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
     float inv = (float)(1.0 / sqrt(ss + 1e-6));
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
 void cpu_gdn(const struct backend_gdn *g)
@@ -62,13 +71,16 @@ void cpu_gdn(const struct backend_gdn *g)
             memcpy(k, x + key_dim + kh * dk, sizeof(float) * dk);
             cpu_gdn_l2norm(q, dk);
             cpu_gdn_l2norm(k, dk);
-            for (int i = 0; i < dk; i++) q[i] *= scale;
+            for (int i = 0; i < dk; i++)
+                q[i] *= scale;
             const float *v = x + 2 * key_dim + h * dv;
-            float gate = -expf(g->a_log[h]) * cpu_gdn_softplus(g->a[(size_t)t * nv + h] + g->dt_bias[h]);
+            float gate =
+                -expf(g->a_log[h]) * cpu_gdn_softplus(g->a[(size_t)t * nv + h] + g->dt_bias[h]);
             float decay = expf(gate);
             float beta = 1.0f / (1.0f + expf(-g->b[(size_t)t * nv + h]));
             float *S = delta_state + (size_t)h * dk * dv; /* S[i][j]: key dim i, value dim j */
-            for (int j = 0; j < dv; j++) kv_mem[j] = 0;
+            for (int j = 0; j < dv; j++)
+                kv_mem[j] = 0;
             for (int i = 0; i < dk; i++) {
                 float *row = S + (size_t)i * dv;
                 for (int j = 0; j < dv; j++) {
@@ -76,9 +88,11 @@ void cpu_gdn(const struct backend_gdn *g)
                     kv_mem[j] += row[j] * k[i];
                 }
             }
-            for (int j = 0; j < dv; j++) kv_mem[j] = (v[j] - kv_mem[j]) * beta; /* delta */
+            for (int j = 0; j < dv; j++)
+                kv_mem[j] = (v[j] - kv_mem[j]) * beta; /* delta */
             float *o = g->out + (size_t)t * nv * dv + (size_t)h * dv;
-            for (int j = 0; j < dv; j++) o[j] = 0;
+            for (int j = 0; j < dv; j++)
+                o[j] = 0;
             for (int i = 0; i < dk; i++) {
                 float *row = S + (size_t)i * dv;
                 for (int j = 0; j < dv; j++) {
@@ -88,10 +102,12 @@ void cpu_gdn(const struct backend_gdn *g)
             }
             /* Gated RMSNorm over this head's output. */
             double ss = 0;
-            for (int j = 0; j < dv; j++) ss += (double)o[j] * o[j];
+            for (int j = 0; j < dv; j++)
+                ss += (double)o[j] * o[j];
             float inv = (float)(1.0 / sqrt(ss / dv + g->eps));
             const float *zh = g->z + (size_t)t * nv * dv + (size_t)h * dv;
-            for (int j = 0; j < dv; j++) o[j] = o[j] * inv * g->norm_w[j] * cpu_gdn_silu(zh[j]);
+            for (int j = 0; j < dv; j++)
+                o[j] = o[j] * inv * g->norm_w[j] * cpu_gdn_silu(zh[j]);
         }
     }
 }

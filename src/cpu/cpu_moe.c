@@ -12,8 +12,8 @@
 #include "cpu/cpu.h"
 #include "cpu/cpu_int.h"
 
-void cpu_moe_route(const float *logits, int n, int n_experts, int top_k, int norm_topk, int32_t *ids,
-                   float *w)
+void cpu_moe_route(const float *logits, int n, int n_experts, int top_k, int norm_topk,
+                   int32_t *ids, float *w)
 {
     int E = n_experts, K = top_k;
     CAIRN_ASSERT(E > 0 && K > 0 && K <= E);
@@ -22,19 +22,22 @@ void cpu_moe_route(const float *logits, int n, int n_experts, int top_k, int nor
         /* Softmax in f32 (sum in double), then top-k by probability (ties: lower id first). */
         const float *lg = logits + (size_t)t * E;
         float m = lg[0];
-        for (int e = 1; e < E; e++) m = lg[e] > m ? lg[e] : m;
+        for (int e = 1; e < E; e++)
+            m = lg[e] > m ? lg[e] : m;
         double sum = 0;
         for (int e = 0; e < E; e++) {
             pr[e] = expf(lg[e] - m);
             sum += pr[e];
         }
-        for (int e = 0; e < E; e++) pr[e] = (float)(pr[e] / sum);
+        for (int e = 0; e < E; e++)
+            pr[e] = (float)(pr[e] / sum);
         double wsum = 0;
         for (int k = 0; k < K; k++) {
             int best = -1;
             for (int e = 0; e < E; e++) {
                 int taken = 0;
-                for (int j = 0; j < k; j++) taken |= ids[t * K + j] == e;
+                for (int j = 0; j < k; j++)
+                    taken |= ids[t * K + j] == e;
                 if (!taken && (best < 0 || pr[e] > pr[best])) best = e;
             }
             ids[t * K + k] = best;
@@ -42,7 +45,8 @@ void cpu_moe_route(const float *logits, int n, int n_experts, int top_k, int nor
             wsum += pr[best];
         }
         if (norm_topk)
-            for (int k = 0; k < K; k++) w[t * K + k] = (float)(w[t * K + k] / wsum);
+            for (int k = 0; k < K; k++)
+                w[t * K + k] = (float)(w[t * K + k] / wsum);
     }
 }
 
@@ -73,7 +77,8 @@ void cpu_moe_experts(const struct backend_moe *m)
             float wt = m->w[list[i]];
             float *o = m->out + (size_t)(list[i] / K) * H;
             const float *y = yg + (size_t)i * H;
-            for (int j = 0; j < H; j++) o[j] += wt * y[j];
+            for (int j = 0; j < H; j++)
+                o[j] += wt * y[j];
         }
     }
 }

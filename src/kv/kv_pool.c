@@ -19,7 +19,8 @@ int kv_pool_init(struct kv_pool *p, struct backend *be, int n_layers, int n_bloc
     p->n_kv_heads = n_kv_heads;
     p->head_dim = head_dim;
     p->dtype = dtype;
-    p->layer_block_bytes = (size_t)block_size * (size_t)n_kv_heads * (size_t)head_dim * dtype_size(dtype);
+    p->layer_block_bytes =
+        (size_t)block_size * (size_t)n_kv_heads * (size_t)head_dim * dtype_size(dtype);
     p->block_bytes = (size_t)n_layers * p->layer_block_bytes;
     size_t total = p->block_bytes * (size_t)n_blocks;
     if (total == 0) total = 64; /* a model without attention layers still gets valid pointers */
@@ -77,11 +78,13 @@ int kv_pool_block_read(const struct kv_pool *p, int block, void *k, void *v, str
         return CAIRN_OK;
     }
     int rc = p->be->ops->buf_download(p->be, k, kv_pool_k(p, block, 0), p->block_bytes, err);
-    if (rc == CAIRN_OK) rc = p->be->ops->buf_download(p->be, v, kv_pool_v(p, block, 0), p->block_bytes, err);
+    if (rc == CAIRN_OK)
+        rc = p->be->ops->buf_download(p->be, v, kv_pool_v(p, block, 0), p->block_bytes, err);
     return rc;
 }
 
-int kv_pool_block_write(struct kv_pool *p, int block, const void *k, const void *v, struct cairn_err *err)
+int kv_pool_block_write(struct kv_pool *p, int block, const void *k, const void *v,
+                        struct cairn_err *err)
 {
     CAIRN_ASSERT(block >= 0 && block < p->n_blocks);
     if (!p->be) {
@@ -90,6 +93,7 @@ int kv_pool_block_write(struct kv_pool *p, int block, const void *k, const void 
         return CAIRN_OK;
     }
     int rc = p->be->ops->buf_upload(p->be, kv_pool_k(p, block, 0), k, p->block_bytes, err);
-    if (rc == CAIRN_OK) rc = p->be->ops->buf_upload(p->be, kv_pool_v(p, block, 0), v, p->block_bytes, err);
+    if (rc == CAIRN_OK)
+        rc = p->be->ops->buf_upload(p->be, kv_pool_v(p, block, 0), v, p->block_bytes, err);
     return rc;
 }

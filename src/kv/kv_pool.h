@@ -23,18 +23,18 @@
 #include "tensor/tensor.h"
 
 struct kv_pool {
-    struct backend *be;       /* where k and v live (not owned); NULL: host memory */
-    int n_layers;             /* attention layers (model_info.n_kv_layers) */
+    struct backend *be; /* where k and v live (not owned); NULL: host memory */
+    int n_layers;       /* attention layers (model_info.n_kv_layers) */
     int n_blocks;
-    int block_size;           /* tokens per block */
+    int block_size; /* tokens per block */
     int n_kv_heads;
     int head_dim;
-    enum dtype dtype;         /* DTYPE_BF16 or DTYPE_F32 */
-    size_t layer_block_bytes; /* block_size * n_kv_heads * head_dim * dtype_size */
-    size_t block_bytes;       /* n_layers * layer_block_bytes: K (or V) of one block */
-    uint8_t *k;               /* device */
-    uint8_t *v;               /* device */
-    size_t alloc_bytes;       /* of k (and of v) */
+    enum dtype dtype;            /* DTYPE_BF16 or DTYPE_F32 */
+    size_t layer_block_bytes;    /* block_size * n_kv_heads * head_dim * dtype_size */
+    size_t block_bytes;          /* n_layers * layer_block_bytes: K (or V) of one block */
+    uint8_t *k;                  /* device */
+    uint8_t *v;                  /* device */
+    size_t alloc_bytes;          /* of k (and of v) */
     struct backend_kv_view view; /* what kernels read (kv_pool_view) */
 };
 
@@ -42,8 +42,14 @@ int kv_pool_init(struct kv_pool *p, struct backend *be, int n_layers, int n_bloc
                  int n_kv_heads, int head_dim, enum dtype dtype, struct cairn_err *err);
 void kv_pool_free(struct kv_pool *p);
 
-static inline const struct backend_kv_view *kv_pool_view(const struct kv_pool *p) { return &p->view; }
-static inline int kv_pool_host_visible(const struct kv_pool *p) { return !p->be || p->be->host_visible; }
+static inline const struct backend_kv_view *kv_pool_view(const struct kv_pool *p)
+{
+    return &p->view;
+}
+static inline int kv_pool_host_visible(const struct kv_pool *p)
+{
+    return !p->be || p->be->host_visible;
+}
 
 /* K or V of (block, layer): [block_size][n_kv_heads][head_dim] (a device pointer). */
 static inline void *kv_pool_k(const struct kv_pool *p, int block, int layer)
@@ -57,6 +63,7 @@ static inline void *kv_pool_v(const struct kv_pool *p, int block, int layer)
 
 /* Copies block's K and V (block_bytes each) to host k, v / from host k, v into the pool. */
 int kv_pool_block_read(const struct kv_pool *p, int block, void *k, void *v, struct cairn_err *err);
-int kv_pool_block_write(struct kv_pool *p, int block, const void *k, const void *v, struct cairn_err *err);
+int kv_pool_block_write(struct kv_pool *p, int block, const void *k, const void *v,
+                        struct cairn_err *err);
 
 #endif

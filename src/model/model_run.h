@@ -26,7 +26,7 @@ struct model_run_opts {
 };
 
 struct model_run {
-    struct model *m;      /* not owned */
+    struct model *m; /* not owned */
     struct kv_pool kv;
     int n_seqs;
     int blocks_per_seq;   /* ceil(max_ctx / block_size) */
@@ -56,10 +56,11 @@ int32_t *model_run_table(struct model_run *r, int s);
 void model_run_reset(struct model_run *r, int s);
 /* One model_forward over the items (at most one per sequence). Fails with CAIRN_ERR_LIMIT when
  * a sequence would pass max_ctx. */
-int model_run_step(struct model_run *r, const struct model_run_item *items, int n, struct cairn_err *err);
+int model_run_step(struct model_run *r, const struct model_run_item *items, int n,
+                   struct cairn_err *err);
 /* Prefills n tokens of sequence s in steps of `chunk`; logits of the last token into logits
  * ([vocab]; NULL: none). */
-int model_run_prefill(struct model_run *r, int s, const int32_t *tokens, int n, int chunk, float *logits,
-                      struct cairn_err *err);
+int model_run_prefill(struct model_run *r, int s, const int32_t *tokens, int n, int chunk,
+                      float *logits, struct cairn_err *err);
 
 #endif

@@ -54,7 +54,8 @@ int backend_open(const char *name, int n_threads, struct backend **out, struct c
     int dev = backend_cuda_index(name);
     if (dev >= 0) return backend_open_cuda(dev, out, err);
     if (strcmp(name, "auto") != 0)
-        return cairn_err_set(err, CAIRN_ERR_INVALID, "device '%s': expected auto, cpu, cuda or cuda:N", name);
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "device '%s': expected auto, cpu, cuda or cuda:N", name);
     if (backend_cuda_compiled()) {
         struct cairn_err cerr = {0};
         if (backend_open_cuda(0, out, &cerr) == CAIRN_OK) return CAIRN_OK;

@@ -17,7 +17,7 @@ struct bc {
     double tol_scale;
     struct backend_cases_result *res;
     struct cairn_err *err;
-    int rc;                     /* first backend failure */
+    int rc; /* first backend failure */
     void *bufs[BC_MAX_BUFS];
     size_t sizes[BC_MAX_BUFS];
     int n_bufs;
@@ -32,14 +32,16 @@ static float bc_rand(struct bc *c)
 
 static void bc_fill(struct bc *c, float *x, size_t n, float scale)
 {
-    for (size_t i = 0; i < n; i++) x[i] = bc_rand(c) * scale;
+    for (size_t i = 0; i < n; i++)
+        x[i] = bc_rand(c) * scale;
 }
 
 /* Device copy of n bytes of host (NULL: zeroed); NULL after a failure (c->rc set). */
 static void *bc_dev(struct bc *c, const void *host, size_t bytes)
 {
     if (c->rc != CAIRN_OK || c->n_bufs == BC_MAX_BUFS) {
-        if (c->rc == CAIRN_OK) c->rc = cairn_err_set(c->err, CAIRN_ERR_INTERNAL, "backend_cases: too many buffers");
+        if (c->rc == CAIRN_OK)
+            c->rc = cairn_err_set(c->err, CAIRN_ERR_INTERNAL, "backend_cases: too many buffers");
         return NULL;
     }
     void *d = NULL;
@@ -58,7 +60,8 @@ static void bc_get(struct bc *c, void *host, const void *dev, size_t bytes)
 
 static void bc_free_all(struct bc *c)
 {
-    for (int i = 0; i < c->n_bufs; i++) c->be->ops->buf_free(c->be, c->bufs[i], c->sizes[i], CAIRN_MEM_SCRATCH);
+    for (int i = 0; i < c->n_bufs; i++)
+        c->be->ops->buf_free(c->be, c->bufs[i], c->sizes[i], CAIRN_MEM_SCRATCH);
     c->n_bufs = 0;
 }
 
@@ -76,8 +79,8 @@ static void bc_end(struct bc *c)
 
 /* Compares n values: |got - want| <= tol * tol_scale * scale[i] (scale NULL: 1 + |want|);
  * tol 0: exact. One check. */
-static void bc_cmp(struct bc *c, const char *what, const float *got, const double *want, const double *scale,
-                   size_t n, double tol)
+static void bc_cmp(struct bc *c, const char *what, const float *got, const double *want,
+                   const double *scale, size_t n, double tol)
 {
     if (c->rc != CAIRN_OK) return;
     c->res->n_checks++;
@@ -87,14 +90,15 @@ static void bc_cmp(struct bc *c, const char *what, const float *got, const doubl
         double d = fabs((double)got[i] - want[i]);
         if (!(d <= t * s)) {
             c->res->n_failed++;
-            fprintf(stderr, "backend_cases %s: [%zu] got %.9g want %.9g (|d| %.3g > %.3g)\n", what, i, got[i], want[i],
-                    d, t * s);
+            fprintf(stderr, "backend_cases %s: [%zu] got %.9g want %.9g (|d| %.3g > %.3g)\n", what,
+                    i, got[i], want[i], d, t * s);
             return;
         }
     }
 }
 
-static void bc_cmp_i32(struct bc *c, const char *what, const int32_t *got, const int32_t *want, size_t n)
+static void bc_cmp_i32(struct bc *c, const char *what, const int32_t *got, const int32_t *want,
+                       size_t n)
 {
     if (c->rc != CAIRN_OK) return;
     c->res->n_checks++;
@@ -109,16 +113,16 @@ static void bc_cmp_i32(struct bc *c, const char *what, const int32_t *got, const
 /* ---- weights ---- */
 
 struct bc_weight {
-    struct tensor t;        /* host bytes in data/scales/biases; be_data from weight_prepare */
+    struct tensor t; /* host bytes in data/scales/biases; be_data from weight_prepare */
     void *data;
     uint16_t *sc, *bi;
-    double *ref;            /* [out, in] dequantized, the reference's view */
+    double *ref; /* [out, in] dequantized, the reference's view */
     int prepared;
 };
 
 /* value of MLX affine code: scale * code + bias; codes LSB-first in uint32 words (32/bits each) */
-static void bc_weight_make(struct bc *c, struct bc_weight *w, enum dtype dt, int64_t out, int64_t in, int bits,
-                           int gs)
+static void bc_weight_make(struct bc *c, struct bc_weight *w, enum dtype dt, int64_t out,
+                           int64_t in, int bits, int gs)
 {
     memset(w, 0, sizeof(*w));
     w->t.dtype = dt;
@@ -138,10 +142,12 @@ static void bc_weight_make(struct bc *c, struct bc_weight *w, enum dtype dt, int
         }
         for (int64_t r = 0; r < out; r++)
             for (int64_t i = 0; i < in; i++) {
-                uint32_t code = (uint32_t)((bc_rand(c) + 1.0f) * 0.5f * (float)(1u << bits)) & ((1u << bits) - 1);
+                uint32_t code = (uint32_t)((bc_rand(c) + 1.0f) * 0.5f * (float)(1u << bits)) &
+                                ((1u << bits) - 1);
                 d[r * words + i / per] |= code << (bits * (i % per));
                 int64_t g = r * groups + i / gs;
-                w->ref[r * in + i] = (double)bf16_to_f32(w->sc[g]) * code + (double)bf16_to_f32(w->bi[g]);
+                w->ref[r * in + i] =
+                    (double)bf16_to_f32(w->sc[g]) * code + (double)bf16_to_f32(w->bi[g]);
             }
         w->data = d;
         w->t.bits = bits;
@@ -179,8 +185,10 @@ static void bc_weight_free(struct bc *c, struct bc_weight *w)
     free(w->ref);
 }
 
-/* y[n, out] = x . W^T in double, and scale[n, out] = sum |w x| + 1e-3 (the rounding bound's size). */
-static void bc_ref_matmul(const double *W, int64_t out, int64_t in, const float *x, int n, double *y, double *scale)
+/* y[n, out] = x . W^T in double, and scale[n, out] = sum |w x| + 1e-3 (the rounding bound's size).
+ */
+static void bc_ref_matmul(const double *W, int64_t out, int64_t in, const float *x, int n,
+                          double *y, double *scale)
 {
     for (int t = 0; t < n; t++)
         for (int64_t r = 0; r < out; r++) {
@@ -196,10 +204,10 @@ static void bc_ref_matmul(const double *W, int64_t out, int64_t in, const float 
 
 /* ---- cases ---- */
 
-#define BC_TOL_MM 2e-5   /* matmul: relative to sum |w x| (f32 accumulation; int8 digits on VNNI) */
-#define BC_TOL_EW 2e-6   /* element-wise and row ops: relative to 1 + |ref| */
-#define BC_TOL_ATT 2e-5  /* attention (online softmax in f32) */
-#define BC_TOL_GDN 1e-4  /* the DeltaNet recurrence in f32 over several tokens */
+#define BC_TOL_MM 2e-5  /* matmul: relative to sum |w x| (f32 accumulation; int8 digits on VNNI) */
+#define BC_TOL_EW 2e-6  /* element-wise and row ops: relative to 1 + |ref| */
+#define BC_TOL_ATT 2e-5 /* attention (online softmax in f32) */
+#define BC_TOL_GDN 1e-4 /* the DeltaNet recurrence in f32 over several tokens */
 
 static void bc_case_matmul(struct bc *c)
 {
@@ -235,8 +243,8 @@ static void bc_case_matmul(struct bc *c)
                 snprintf(what, sizeof(what), "matmul q%d g%d %lldx%lld n=%d", ws[k].bits, ws[k].gs,
                          (long long)ws[k].out, (long long)ws[k].in, n);
             else
-                snprintf(what, sizeof(what), "matmul %s %lldx%lld n=%d", dtype_name(ws[k].dt), (long long)ws[k].out,
-                         (long long)ws[k].in, n);
+                snprintf(what, sizeof(what), "matmul %s %lldx%lld n=%d", dtype_name(ws[k].dt),
+                         (long long)ws[k].out, (long long)ws[k].in, n);
             bc_cmp(c, what, y, yr, sc, ny, BC_TOL_MM);
             free(x);
             free(y);
@@ -268,7 +276,8 @@ static void bc_case_matmul_multi(struct bc *c)
         bc_fill(c, x, (size_t)n * in, 1.0f);
         const struct tensor *tw[3];
         for (int i = 0; i < 3; i++) {
-            bc_weight_make(c, &w[i], sets[s][i].dt, sets[s][i].out, in, sets[s][i].bits, sets[s][i].gs);
+            bc_weight_make(c, &w[i], sets[s][i].dt, sets[s][i].out, in, sets[s][i].bits,
+                           sets[s][i].gs);
             tw[i] = &w[i].t;
             dy[i] = bc_dev(c, NULL, (size_t)n * (size_t)sets[s][i].out * 4);
         }
@@ -299,7 +308,11 @@ static void bc_case_embed(struct bc *c)
     static const struct {
         enum dtype dt;
         int bits, gs;
-    } ws[] = {{DTYPE_F32, 0, 0}, {DTYPE_BF16, 0, 0}, {DTYPE_F16, 0, 0}, {DTYPE_Q, 4, 32}, {DTYPE_Q, 8, 64}};
+    } ws[] = {{DTYPE_F32, 0, 0},
+              {DTYPE_BF16, 0, 0},
+              {DTYPE_F16, 0, 0},
+              {DTYPE_Q, 4, 32},
+              {DTYPE_Q, 8, 64}};
     const int64_t V = 29, D = 128;
     const int n = 7;
     int32_t ids[7] = {0, 28, 5, 5, 17, 1, 27};
@@ -315,7 +328,8 @@ static void bc_case_embed(struct bc *c)
         bc_get(c, out, dout, sizeof(out));
         double want[7 * 128];
         for (int t = 0; t < n; t++)
-            for (int64_t i = 0; i < D; i++) want[t * D + i] = w.ref[ids[t] * D + i];
+            for (int64_t i = 0; i < D; i++)
+                want[t * D + i] = w.ref[ids[t] * D + i];
         char what[48];
         snprintf(what, sizeof(what), "embed %s%d", dtype_name(ws[k].dt), ws[k].bits);
         bc_cmp(c, what, out, want, NULL, (size_t)n * D, BC_TOL_EW);
@@ -347,7 +361,8 @@ static void bc_case_rows(struct bc *c)
         bc_get(c, out, dy, sizeof(out));
         for (int r = 0; r < R; r++) {
             double ss = 0;
-            for (int i = 0; i < DIM; i++) ss += (double)x[r * DIM + i] * x[r * DIM + i];
+            for (int i = 0; i < DIM; i++)
+                ss += (double)x[r * DIM + i] * x[r * DIM + i];
             double inv = 1.0 / sqrt(ss / DIM + eps);
             for (int i = 0; i < DIM; i++)
                 want[r * DIM + i] = x[r * DIM + i] * inv * (v == 2 ? 1.0 : (double)w[i] + off);
@@ -361,15 +376,27 @@ static void bc_case_rows(struct bc *c)
      * mul_sigmoid, add_sigmoid_scaled */
     for (int op = 0; op < 5 && c->rc == CAIRN_OK; op++) {
         float *dy = bc_dev(c, op == 0 ? g : x, sizeof(x)), *dg = bc_dev(c, g, sizeof(g));
-        float *du = bc_dev(c, u, sizeof(u)), *db = bc_dev(c, b, sizeof(b)), *dgate = bc_dev(c, gate, sizeof(gate));
-        static const char *const names[5] = {"silu_mul", "add", "add_bias", "mul_sigmoid", "add_sigmoid_scaled"};
+        float *du = bc_dev(c, u, sizeof(u)), *db = bc_dev(c, b, sizeof(b)),
+              *dgate = bc_dev(c, gate, sizeof(gate));
+        static const char *const names[5] = {"silu_mul", "add", "add_bias", "mul_sigmoid",
+                                             "add_sigmoid_scaled"};
         if (bc_begin(c)) {
             switch (op) {
-            case 0: c->be->ops->silu_mul(c->be, dy, dy, du, N); break;
-            case 1: c->be->ops->add(c->be, dy, du, N); break;
-            case 2: c->be->ops->add_bias(c->be, dy, db, R, DIM); break;
-            case 3: c->be->ops->mul_sigmoid(c->be, dy, dg, N); break;
-            case 4: c->be->ops->add_sigmoid_scaled(c->be, dy, du, dgate, R, DIM); break;
+            case 0:
+                c->be->ops->silu_mul(c->be, dy, dy, du, N);
+                break;
+            case 1:
+                c->be->ops->add(c->be, dy, du, N);
+                break;
+            case 2:
+                c->be->ops->add_bias(c->be, dy, db, R, DIM);
+                break;
+            case 3:
+                c->be->ops->mul_sigmoid(c->be, dy, dg, N);
+                break;
+            case 4:
+                c->be->ops->add_sigmoid_scaled(c->be, dy, du, dgate, R, DIM);
+                break;
             }
             bc_end(c);
         }
@@ -377,11 +404,21 @@ static void bc_case_rows(struct bc *c)
         for (int i = 0; i < N; i++) {
             double gi = g[i], xi = x[i], ui = u[i];
             switch (op) {
-            case 0: want[i] = gi / (1.0 + exp(-gi)) * ui; break;
-            case 1: want[i] = xi + ui; break;
-            case 2: want[i] = xi + b[i % DIM]; break;
-            case 3: want[i] = xi / (1.0 + exp(-gi)); break;
-            case 4: want[i] = xi + ui / (1.0 + exp(-(double)gate[i / DIM])); break;
+            case 0:
+                want[i] = gi / (1.0 + exp(-gi)) * ui;
+                break;
+            case 1:
+                want[i] = xi + ui;
+                break;
+            case 2:
+                want[i] = xi + b[i % DIM];
+                break;
+            case 3:
+                want[i] = xi / (1.0 + exp(-gi));
+                break;
+            case 4:
+                want[i] = xi + ui / (1.0 + exp(-(double)gate[i / DIM]));
+                break;
             }
         }
         bc_cmp(c, names[op], out, want, NULL, N, BC_TOL_EW);
@@ -396,7 +433,8 @@ static void bc_case_copies(struct bc *c)
     double want_a[R * W], want_b[R * W], want_big[R * 40];
     bc_fill(c, src, R * 2 * W, 5.0f);
     /* split_halves */
-    float *ds = bc_dev(c, src, sizeof(src)), *da = bc_dev(c, NULL, sizeof(a)), *db = bc_dev(c, NULL, sizeof(b));
+    float *ds = bc_dev(c, src, sizeof(src)), *da = bc_dev(c, NULL, sizeof(a)),
+          *db = bc_dev(c, NULL, sizeof(b));
     /* gather_rows: rows 4, 0, 4, 5 of src seen as [R, 2W] */
     int32_t rows[4] = {4, 0, 4, 5};
     int32_t *drows = bc_dev(c, rows, sizeof(rows));
@@ -420,9 +458,11 @@ static void bc_case_copies(struct bc *c)
             want_b[r * W + i] = src[r * 2 * W + W + i];
         }
     for (int k = 0; k < 4; k++)
-        for (int i = 0; i < 2 * W; i++) want_g[k * 2 * W + i] = src[rows[k] * 2 * W + i];
+        for (int i = 0; i < 2 * W; i++)
+            want_g[k * 2 * W + i] = src[rows[k] * 2 * W + i];
     for (int r = 0; r < R; r++)
-        for (int i = 0; i < 40; i++) want_big[r * 40 + i] = i >= 20 && i < 29 ? src[r * 2 * W + 3 + i - 20] : 0.0;
+        for (int i = 0; i < 40; i++)
+            want_big[r * 40 + i] = i >= 20 && i < 29 ? src[r * 2 * W + 3 + i - 20] : 0.0;
     bc_cmp(c, "split_halves a", a, want_a, NULL, R * W, 0);
     bc_cmp(c, "split_halves b", b, want_b, NULL, R * W, 0);
     bc_cmp(c, "gather_rows", g, want_g, NULL, 4 * 2 * W, 0);
@@ -439,8 +479,10 @@ static void bc_case_rope(struct bc *c)
         float x[T * H * HD], out[T * H * HD], inv[HD / 2];
         int32_t pos[T] = {0, 1, 7, 100, 4095};
         bc_fill(c, x, T * H * HD, 1.0f);
-        for (int i = 0; i < rot / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / rot);
-        float *dx = bc_dev(c, x, sizeof(x)), *dinv = bc_dev(c, inv, sizeof(float) * (size_t)(rot / 2));
+        for (int i = 0; i < rot / 2; i++)
+            inv[i] = (float)pow(10000.0, -2.0 * i / rot);
+        float *dx = bc_dev(c, x, sizeof(x)),
+              *dinv = bc_dev(c, inv, sizeof(float) * (size_t)(rot / 2));
         int32_t *dpos = bc_dev(c, pos, sizeof(pos));
         if (bc_begin(c)) {
             c->be->ops->rope(c->be, dx, T, H, HD, rot, dpos, dinv);
@@ -452,7 +494,8 @@ static void bc_case_rope(struct bc *c)
             for (int h = 0; h < H; h++) {
                 const float *v = x + (t * H + h) * HD;
                 double *o = want + (t * H + h) * HD;
-                for (int i = 0; i < HD; i++) o[i] = v[i];
+                for (int i = 0; i < HD; i++)
+                    o[i] = v[i];
                 for (int i = 0; i < rot / 2; i++) { /* rotate-half: pairs (i, i + rot/2) */
                     double ang = (double)pos[t] * inv[i], cs = cos(ang), sn = sin(ang);
                     o[i] = v[i] * cs - v[i + rot / 2] * sn;
@@ -480,8 +523,12 @@ static void bc_case_attention(struct bc *c, enum dtype kv_dt, int n_heads, int n
     }
     int n_blocks = total_blocks + 2;
     size_t esz = dtype_size(kv_dt), row = (size_t)n_kv * hd;
-    struct backend_kv_view kv = {.n_blocks = n_blocks, .n_layers = LAYERS, .block_size = bs, .n_kv_heads = n_kv,
-                                 .head_dim = hd, .dtype = kv_dt};
+    struct backend_kv_view kv = {.n_blocks = n_blocks,
+                                 .n_layers = LAYERS,
+                                 .block_size = bs,
+                                 .n_kv_heads = n_kv,
+                                 .head_dim = hd,
+                                 .dtype = kv_dt};
     kv.layer_block_bytes = (size_t)bs * row * esz;
     kv.block_bytes = LAYERS * kv.layer_block_bytes;
     kv.k = bc_dev(c, NULL, kv.block_bytes * (size_t)n_blocks);
@@ -490,19 +537,24 @@ static void bc_case_attention(struct bc *c, enum dtype kv_dt, int n_heads, int n
     int32_t *bt = calloc((size_t)NS * max_blocks, sizeof(int32_t));
     int next = n_blocks - 1;
     for (int s = 0; s < NS; s++)
-        for (int j = 0; j < (ctx[s] + bs - 1) / bs; j++) bt[s * max_blocks + j] = next--;
+        for (int j = 0; j < (ctx[s] + bs - 1) / bs; j++)
+            bt[s * max_blocks + j] = next--;
     /* K, V of every position of every sequence (f32), stored in two steps: the past context
      * first (as earlier steps would have), then this step's new tokens. */
     int all = ctx[0] + ctx[1] + ctx[2];
-    float *k = malloc(sizeof(float) * (size_t)all * row), *v = malloc(sizeof(float) * (size_t)all * row);
+    float *k = malloc(sizeof(float) * (size_t)all * row),
+          *v = malloc(sizeof(float) * (size_t)all * row);
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)all);
     bc_fill(c, k, (size_t)all * row, 2.0f);
     bc_fill(c, v, (size_t)all * row, 1.0f);
     int off[NS + 1] = {0};
-    for (int s = 0; s < NS; s++) off[s + 1] = off[s] + ctx[s];
     for (int s = 0; s < NS; s++)
-        for (int p = 0; p < ctx[s]; p++) slots[off[s] + p] = bt[s * max_blocks + p / bs] * bs + p % bs;
-    float *dk = bc_dev(c, k, sizeof(float) * (size_t)all * row), *dv = bc_dev(c, v, sizeof(float) * (size_t)all * row);
+        off[s + 1] = off[s] + ctx[s];
+    for (int s = 0; s < NS; s++)
+        for (int p = 0; p < ctx[s]; p++)
+            slots[off[s] + p] = bt[s * max_blocks + p / bs] * bs + p % bs;
+    float *dk = bc_dev(c, k, sizeof(float) * (size_t)all * row),
+          *dv = bc_dev(c, v, sizeof(float) * (size_t)all * row);
     int32_t *dslots = bc_dev(c, slots, sizeof(int32_t) * (size_t)all);
     if (bc_begin(c)) {
         c->be->ops->kv_store(c->be, &kv, LAYER, dslots, all, dk, dv);
@@ -513,12 +565,16 @@ static void bc_case_attention(struct bc *c, enum dtype kv_dt, int n_heads, int n
     uint8_t *hk = malloc(pool_bytes), *hv = malloc(pool_bytes);
     bc_get(c, hk, kv.k, pool_bytes);
     bc_get(c, hv, kv.v, pool_bytes);
-    float *gk = malloc(sizeof(float) * (size_t)all * row), *gv = malloc(sizeof(float) * (size_t)all * row);
-    double *wk = malloc(sizeof(double) * (size_t)all * row), *wv = malloc(sizeof(double) * (size_t)all * row);
+    float *gk = malloc(sizeof(float) * (size_t)all * row),
+          *gv = malloc(sizeof(float) * (size_t)all * row);
+    double *wk = malloc(sizeof(double) * (size_t)all * row),
+           *wv = malloc(sizeof(double) * (size_t)all * row);
     for (int t = 0; t < all; t++) {
         int b = slots[t] / bs, o = slots[t] % bs;
-        const uint8_t *kb = hk + (size_t)b * kv.block_bytes + LAYER * kv.layer_block_bytes + (size_t)o * row * esz;
-        const uint8_t *vb = hv + (size_t)b * kv.block_bytes + LAYER * kv.layer_block_bytes + (size_t)o * row * esz;
+        const uint8_t *kb =
+            hk + (size_t)b * kv.block_bytes + LAYER * kv.layer_block_bytes + (size_t)o * row * esz;
+        const uint8_t *vb =
+            hv + (size_t)b * kv.block_bytes + LAYER * kv.layer_block_bytes + (size_t)o * row * esz;
         for (size_t i = 0; i < row; i++) {
             size_t j = (size_t)t * row + i;
             if (kv_dt == DTYPE_F32) {
@@ -548,19 +604,32 @@ static void bc_case_attention(struct bc *c, enum dtype kv_dt, int n_heads, int n
     for (int s = 0; s < NS; s++) {
         seq_off[s + 1] = seq_off[s] + new_tok[s];
         ctx_len[s] = ctx[s];
-        for (int i = 0; i < new_tok[s]; i++) pos[seq_off[s] + i] = ctx[s] - new_tok[s] + i;
+        for (int i = 0; i < new_tok[s]; i++)
+            pos[seq_off[s] + i] = ctx[s] - new_tok[s] + i;
     }
     size_t qn = (size_t)T * n_heads * hd;
     float *q = malloc(qn * 4), *out = malloc(qn * 4);
     double *want = malloc(qn * 8);
     bc_fill(c, q, qn, 1.0f);
     float *dq = bc_dev(c, q, qn * 4), *dout = bc_dev(c, NULL, qn * 4);
-    int32_t *dpos = bc_dev(c, pos, sizeof(int32_t) * (size_t)T), *doff = bc_dev(c, seq_off, sizeof(seq_off));
+    int32_t *dpos = bc_dev(c, pos, sizeof(int32_t) * (size_t)T),
+            *doff = bc_dev(c, seq_off, sizeof(seq_off));
     int32_t *dbt = bc_dev(c, bt, sizeof(int32_t) * (size_t)NS * max_blocks);
     float scale = 1.0f / sqrtf((float)hd);
-    struct backend_attn a = {.q = dq, .out = dout, .n_tokens = T, .n_seqs = NS, .n_heads = n_heads, .pos = dpos,
-                             .seq_off = doff, .block_tables = dbt, .bt_stride = max_blocks, .seq_off_host = seq_off,
-                             .ctx_len_host = ctx_len, .kv = &kv, .layer = LAYER, .scale = scale};
+    struct backend_attn a = {.q = dq,
+                             .out = dout,
+                             .n_tokens = T,
+                             .n_seqs = NS,
+                             .n_heads = n_heads,
+                             .pos = dpos,
+                             .seq_off = doff,
+                             .block_tables = dbt,
+                             .bt_stride = max_blocks,
+                             .seq_off_host = seq_off,
+                             .ctx_len_host = ctx_len,
+                             .kv = &kv,
+                             .layer = LAYER,
+                             .scale = scale};
     if (bc_begin(c)) {
         c->be->ops->attention(c->be, &a);
         bc_end(c);
@@ -577,19 +646,23 @@ static void bc_case_attention(struct bc *c, enum dtype kv_dt, int n_heads, int n
                 for (int t = 0; t < n_pos; t++) {
                     const double *kr = wk + ((size_t)(off[s] + t) * row + (size_t)kvh * hd);
                     double d = 0;
-                    for (int i = 0; i < hd; i++) d += qr[i] * kr[i];
+                    for (int i = 0; i < hd; i++)
+                        d += qr[i] * kr[i];
                     p[t] = d * scale;
                     m = p[t] > m ? p[t] : m;
                 }
-                for (int t = 0; t < n_pos; t++) l += (p[t] = exp(p[t] - m));
+                for (int t = 0; t < n_pos; t++)
+                    l += (p[t] = exp(p[t] - m));
                 double *o = want + ((size_t)r * n_heads + h) * hd;
                 for (int i = 0; i < hd; i++) {
                     double acc = 0;
-                    for (int t = 0; t < n_pos; t++) acc += p[t] * wv[(size_t)(off[s] + t) * row + (size_t)kvh * hd + i];
+                    for (int t = 0; t < n_pos; t++)
+                        acc += p[t] * wv[(size_t)(off[s] + t) * row + (size_t)kvh * hd + i];
                     o[i] = acc / l;
                 }
             }
-    snprintf(what, sizeof(what), "attention %s heads %d/%d dim %d block %d", dtype_name(kv_dt), n_heads, n_kv, hd, bs);
+    snprintf(what, sizeof(what), "attention %s heads %d/%d dim %d block %d", dtype_name(kv_dt),
+             n_heads, n_kv, hd, bs);
     bc_cmp(c, what, out, want, NULL, qn, BC_TOL_ATT);
     free(p);
     free(q);
@@ -626,14 +699,17 @@ static void bc_case_moe(struct bc *c)
         double want_w[N * K];
         for (int t = 0; t < N; t++) {
             double pr[E], mx = logits[t * E], sum = 0;
-            for (int e = 1; e < E; e++) mx = logits[t * E + e] > mx ? logits[t * E + e] : mx;
-            for (int e = 0; e < E; e++) sum += (pr[e] = exp(logits[t * E + e] - mx));
+            for (int e = 1; e < E; e++)
+                mx = logits[t * E + e] > mx ? logits[t * E + e] : mx;
+            for (int e = 0; e < E; e++)
+                sum += (pr[e] = exp(logits[t * E + e] - mx));
             double wsum = 0;
             for (int k = 0; k < K; k++) {
                 int best = -1;
                 for (int e = 0; e < E; e++) {
                     int taken = 0;
-                    for (int j = 0; j < k; j++) taken |= want_ids[t * K + j] == e;
+                    for (int j = 0; j < k; j++)
+                        taken |= want_ids[t * K + j] == e;
                     if (!taken && (best < 0 || pr[e] > pr[best])) best = e;
                 }
                 want_ids[t * K + k] = best;
@@ -641,7 +717,8 @@ static void bc_case_moe(struct bc *c)
                 wsum += pr[best] / sum;
             }
             if (norm)
-                for (int k = 0; k < K; k++) want_w[t * K + k] /= wsum;
+                for (int k = 0; k < K; k++)
+                    want_w[t * K + k] /= wsum;
         }
         bc_cmp_i32(c, norm ? "moe_route ids (norm)" : "moe_route ids", ids, want_ids, N * K);
         bc_cmp(c, norm ? "moe_route w (norm)" : "moe_route w", w, want_w, NULL, N * K, BC_TOL_EW);
@@ -668,25 +745,39 @@ static void bc_case_moe(struct bc *c)
             w[t * K + 1] = 0.6f;
         }
         bc_fill(c, x, N * H, 1.0f);
-        float *dx = bc_dev(c, x, sizeof(x)), *dout = bc_dev(c, NULL, sizeof(out)), *dwt = bc_dev(c, w, sizeof(w));
+        float *dx = bc_dev(c, x, sizeof(x)), *dout = bc_dev(c, NULL, sizeof(out)),
+              *dwt = bc_dev(c, w, sizeof(w));
         int32_t *dids = bc_dev(c, ids, sizeof(ids));
         float *dscr = bc_dev(c, NULL, sizeof(float) * backend_moe_scratch_floats(N, H, I, K));
-        struct backend_moe m = {.x = dx, .out = dout, .n = N, .hidden = H, .inter = I, .n_experts = E, .top_k = K,
-                                .ids = dids, .w = dwt, .gate = gt, .up = ut, .down = dt, .scratch = dscr};
+        struct backend_moe m = {.x = dx,
+                                .out = dout,
+                                .n = N,
+                                .hidden = H,
+                                .inter = I,
+                                .n_experts = E,
+                                .top_k = K,
+                                .ids = dids,
+                                .w = dwt,
+                                .gate = gt,
+                                .up = ut,
+                                .down = dt,
+                                .scratch = dscr};
         if (bc_begin(c)) {
             c->be->ops->moe_experts(c->be, &m);
             bc_end(c);
         }
         bc_get(c, out, dout, sizeof(out));
         double want[N * H], scale[N * H];
-        for (int i = 0; i < N * H; i++) want[i] = 0, scale[i] = 1e-3;
+        for (int i = 0; i < N * H; i++)
+            want[i] = 0, scale[i] = 1e-3;
         for (int t = 0; t < N; t++)
             for (int k = 0; k < K; k++) {
                 int e = ids[t * K + k];
                 double g[I], u[I], a[I];
                 bc_ref_matmul(gw[e].ref, I, H, x + t * H, 1, g, NULL);
                 bc_ref_matmul(uw[e].ref, I, H, x + t * H, 1, u, NULL);
-                for (int i = 0; i < I; i++) a[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+                for (int i = 0; i < I; i++)
+                    a[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
                 for (int j = 0; j < H; j++) {
                     double s = 0, sa = 0;
                     for (int i = 0; i < I; i++) {
@@ -697,7 +788,8 @@ static void bc_case_moe(struct bc *c)
                     scale[t * H + j] += fabs(w[t * K + k]) * (sa + 1.0);
                 }
             }
-        bc_cmp(c, q ? "moe_experts q4" : "moe_experts bf16", out, want, scale, N * H, 10 * BC_TOL_MM);
+        bc_cmp(c, q ? "moe_experts q4" : "moe_experts bf16", out, want, scale, N * H,
+               10 * BC_TOL_MM);
         bc_free_all(c);
         for (int e = 0; e < E; e++) {
             bc_weight_free(c, &gw[e]);
@@ -714,8 +806,10 @@ static void bc_case_gdn(struct bc *c)
     enum { NK = 2, NV = 4, DK = 8, DV = 6, KER = 4, N = 5 };
     const int kd = NK * DK, vd = NV * DV, cd = 2 * kd + vd, r = NV / NK;
     const size_t n_state = (size_t)cd * (KER - 1) + (size_t)NV * DK * DV;
-    float conv_w[cd * KER], a_log[NV], dt_bias[NV], norm_w[DV], qkv[N * cd], z[N * vd], b[N * NV], a[N * NV];
-    float *state = malloc(n_state * 4), *out = malloc((size_t)N * vd * 4), *state_out = malloc(n_state * 4);
+    float conv_w[cd * KER], a_log[NV], dt_bias[NV], norm_w[DV], qkv[N * cd], z[N * vd], b[N * NV],
+        a[N * NV];
+    float *state = malloc(n_state * 4), *out = malloc((size_t)N * vd * 4),
+          *state_out = malloc(n_state * 4);
     bc_fill(c, conv_w, (size_t)cd * KER, 0.5f);
     bc_fill(c, a_log, NV, 1.0f);
     bc_fill(c, dt_bias, NV, 1.0f);
@@ -729,13 +823,28 @@ static void bc_case_gdn(struct bc *c)
     /* Host memory, like the recurrent state the engine keeps (backend.h: the CPU only for now). */
     float *dconv = bc_dev(c, conv_w, sizeof(conv_w)), *dal = bc_dev(c, a_log, sizeof(a_log));
     float *ddt = bc_dev(c, dt_bias, sizeof(dt_bias)), *dnw = bc_dev(c, norm_w, sizeof(norm_w));
-    float *dqkv = bc_dev(c, qkv, sizeof(qkv)), *dz = bc_dev(c, z, sizeof(z)), *db = bc_dev(c, b, sizeof(b));
+    float *dqkv = bc_dev(c, qkv, sizeof(qkv)), *dz = bc_dev(c, z, sizeof(z)),
+          *db = bc_dev(c, b, sizeof(b));
     float *da = bc_dev(c, a, sizeof(a)), *dout = bc_dev(c, NULL, (size_t)N * vd * 4);
     float *hstate = malloc(n_state * 4);
     memcpy(hstate, state, n_state * 4);
-    struct backend_gdn g = {.n_k_heads = NK, .n_v_heads = NV, .head_k_dim = DK, .head_v_dim = DV, .conv_kernel = KER,
-                            .eps = eps, .conv_w = dconv, .a_log = dal, .dt_bias = ddt, .norm_w = dnw,
-                            .state = hstate, .qkv = dqkv, .z = dz, .b = db, .a = da, .n = N, .out = dout};
+    struct backend_gdn g = {.n_k_heads = NK,
+                            .n_v_heads = NV,
+                            .head_k_dim = DK,
+                            .head_v_dim = DV,
+                            .conv_kernel = KER,
+                            .eps = eps,
+                            .conv_w = dconv,
+                            .a_log = dal,
+                            .dt_bias = ddt,
+                            .norm_w = dnw,
+                            .state = hstate,
+                            .qkv = dqkv,
+                            .z = dz,
+                            .b = db,
+                            .a = da,
+                            .n = N,
+                            .out = dout};
     if (bc_begin(c)) {
         c->be->ops->gdn(c->be, &g);
         bc_end(c);
@@ -743,16 +852,22 @@ static void bc_case_gdn(struct bc *c)
     bc_get(c, out, dout, (size_t)N * vd * 4);
     memcpy(state_out, hstate, n_state * 4);
     /* reference */
-    double *cs = malloc(sizeof(double) * (size_t)cd * (KER - 1)), *S = malloc(sizeof(double) * NV * DK * DV);
-    for (int i = 0; i < cd * (KER - 1); i++) cs[i] = state[i];
-    for (int i = 0; i < NV * DK * DV; i++) S[i] = state[(size_t)cd * (KER - 1) + i];
-    double *want = malloc(sizeof(double) * (size_t)N * vd), *want_state = malloc(sizeof(double) * n_state);
+    double *cs = malloc(sizeof(double) * (size_t)cd * (KER - 1)),
+           *S = malloc(sizeof(double) * NV * DK * DV);
+    for (int i = 0; i < cd * (KER - 1); i++)
+        cs[i] = state[i];
+    for (int i = 0; i < NV * DK * DV; i++)
+        S[i] = state[(size_t)cd * (KER - 1) + i];
+    double *want = malloc(sizeof(double) * (size_t)N * vd),
+           *want_state = malloc(sizeof(double) * n_state);
     for (int t = 0; t < N; t++) {
         double x[cd];
         for (int ch = 0; ch < cd; ch++) {
             double acc = conv_w[ch * KER + KER - 1] * (double)qkv[t * cd + ch];
-            for (int j = 0; j < KER - 1; j++) acc += conv_w[ch * KER + j] * cs[ch * (KER - 1) + j];
-            for (int j = 0; j < KER - 2; j++) cs[ch * (KER - 1) + j] = cs[ch * (KER - 1) + j + 1];
+            for (int j = 0; j < KER - 1; j++)
+                acc += conv_w[ch * KER + j] * cs[ch * (KER - 1) + j];
+            for (int j = 0; j < KER - 2; j++)
+                cs[ch * (KER - 1) + j] = cs[ch * (KER - 1) + j + 1];
             cs[ch * (KER - 1) + KER - 2] = qkv[t * cd + ch];
             x[ch] = acc / (1.0 + exp(-acc));
         }
@@ -771,7 +886,8 @@ static void bc_case_gdn(struct bc *c)
             }
             double sp = a[t * NV + h] + (double)dt_bias[h];
             sp = sp > 20 ? sp : log1p(exp(sp));
-            double decay = exp(-exp((double)a_log[h]) * sp), beta = 1.0 / (1.0 + exp(-(double)b[t * NV + h]));
+            double decay = exp(-exp((double)a_log[h]) * sp),
+                   beta = 1.0 / (1.0 + exp(-(double)b[t * NV + h]));
             double *Sh = S + (size_t)h * DK * DV, kvm[DV], o[DV];
             for (int j = 0; j < DV; j++) {
                 kvm[j] = 0;
@@ -797,8 +913,10 @@ static void bc_case_gdn(struct bc *c)
             }
         }
     }
-    for (int i = 0; i < cd * (KER - 1); i++) want_state[i] = cs[i];
-    for (int i = 0; i < NV * DK * DV; i++) want_state[(size_t)cd * (KER - 1) + i] = S[i];
+    for (int i = 0; i < cd * (KER - 1); i++)
+        want_state[i] = cs[i];
+    for (int i = 0; i < NV * DK * DV; i++)
+        want_state[(size_t)cd * (KER - 1) + i] = S[i];
     bc_cmp(c, "gdn out", out, want, NULL, (size_t)N * vd, BC_TOL_GDN);
     bc_cmp(c, "gdn state", state_out, want_state, NULL, n_state, BC_TOL_GDN);
     free(cs);
@@ -812,7 +930,8 @@ static void bc_case_gdn(struct bc *c)
     bc_free_all(c);
 }
 
-int backend_cases_run(struct backend *be, double tol_scale, struct backend_cases_result *res, struct cairn_err *err)
+int backend_cases_run(struct backend *be, double tol_scale, struct backend_cases_result *res,
+                      struct cairn_err *err)
 {
     memset(res, 0, sizeof(*res));
     struct bc c = {.be = be, .tol_scale = tol_scale, .res = res, .err = err, .rng = 0x5eed};
@@ -824,7 +943,10 @@ int backend_cases_run(struct backend *be, double tol_scale, struct backend_cases
     bc_case_rope(&c);
     static const int att[][4] = {
         /* n_heads, n_kv_heads, head_dim, block_size */
-        {6, 2, 64, 16}, {4, 4, 20, 5}, {8, 1, 128, 32}, {2, 1, 48, 7},
+        {6, 2, 64, 16},
+        {4, 4, 20, 5},
+        {8, 1, 128, 32},
+        {2, 1, 48, 7},
     };
     for (size_t i = 0; i < sizeof(att) / sizeof(att[0]); i++) {
         bc_case_attention(&c, DTYPE_F32, att[i][0], att[i][1], att[i][2], att[i][3]);

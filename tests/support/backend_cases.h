@@ -16,8 +16,8 @@
 #include "tensor/backend.h"
 
 struct backend_cases_result {
-    int n_checks;   /* values groups compared (one per case and output) */
-    int n_failed;   /* of those, outside tolerance; each is printed to stderr with its case */
+    int n_checks; /* values groups compared (one per case and output) */
+    int n_failed; /* of those, outside tolerance; each is printed to stderr with its case */
 };
 
 /* Runs every case on be. Returns CAIRN_OK when all cases ran (res says how many passed), or the

@@ -44,11 +44,13 @@ static void test_open_names(void)
             CHECK_MSG(strstr(err.msg, "without CUDA") != NULL, "%s: %s", cuda[i], err.msg);
         }
     }
-    static const char *const bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cpu ", "CPU", "cuda:99999"};
+    static const char *const bad[] = {"gpu",     "cuda:", "cuda:x", "cuda:-1",
+                                      "cuda:1x", "cpu ",  "CPU",    "cuda:99999"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(bad); i++) {
         memset(&err, 0, sizeof(err));
         CHECK_MSG(backend_open(bad[i], 1, &be, &err) == CAIRN_ERR_INVALID, "'%s'", bad[i]);
-        CHECK_MSG(strstr(err.msg, "expected auto, cpu, cuda or cuda:N") != NULL, "'%s': %s", bad[i], err.msg);
+        CHECK_MSG(strstr(err.msg, "expected auto, cpu, cuda or cuda:N") != NULL, "'%s': %s", bad[i],
+                  err.msg);
     }
 }
 

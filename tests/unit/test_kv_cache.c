@@ -1,5 +1,6 @@
 /* kv_cache: refcounts, free list, LRU eviction order, hash chain, token-id mismatch = miss,
- * twins, tier hooks (publish, evict, promotion) and hybrid snapshots. */
+ * twins, tier hooks (publish, evict, promotion) and hybrid snapshots; the tier hooks also over a
+ * pool in memory that is not host-visible (a GPU's), where blocks go through the host stage. */
 #include "base/hash.h"
 #include "base/mem.h"
 #include "kv/kv_cache.h"
@@ -70,12 +71,47 @@ static void fill_block(struct kv_pool *p, int b, float val)
     }
 }
 
+/* A backend whose memory the cache must not read directly (host_visible 0): plain host memory
+ * underneath, so the test can still look, and every upload/download counted. Buffers only. */
+static int dev_n_up, dev_n_down;
+
+static int dev_alloc(struct backend *be, size_t bytes, enum cairn_mem_tag tag, void **dptr, struct cairn_err *err)
+{
+    *dptr = cairn_mem_alloc(bytes, tag);
+    return *dptr ? CAIRN_OK : cairn_err_set(err, CAIRN_ERR_NOMEM, "dev: out of memory");
+}
+
+static void dev_free(struct backend *be, void *dptr, size_t bytes, enum cairn_mem_tag tag)
+{
+    cairn_mem_free(dptr, bytes, tag);
+}
+
+static int dev_upload(struct backend *be, void *dst, const void *src, size_t bytes, struct cairn_err *err)
+{
+    dev_n_up++;
+    memcpy(dst, src, bytes);
+    return CAIRN_OK;
+}
+
+static int dev_download(struct backend *be, void *dst, const void *src, size_t bytes, struct cairn_err *err)
+{
+    dev_n_down++;
+    memcpy(dst, src, bytes);
+    return CAIRN_OK;
+}
+
+static const struct backend_ops dev_ops = {
+    .buf_alloc = dev_alloc, .buf_free = dev_free, .buf_upload = dev_upload, .buf_download = dev_download};
+static struct backend dev_be = {.ops = &dev_ops, .kind = BACKEND_CUDA, .name = "fake-device", .host_visible = 0};
+
+static struct backend *pool_be; /* where setup puts the pool: NULL (host) or &dev_be */
+
 static void setup(struct kv_pool *p, struct kv_cache *c, struct fake_tier *t, size_t state_bytes)
 {
     struct cairn_err err = {0};
     uint8_t ident[32];
     cairn_sha256("test-model", 10, ident);
-    CHECK(kv_pool_init(p, NULL, 1, NB, BS, 1, 2, DTYPE_F32, &err) == CAIRN_OK);
+    CHECK(kv_pool_init(p, pool_be, 1, NB, BS, 1, 2, DTYPE_F32, &err) == CAIRN_OK);
     struct kv_tier_ops ops = {t, fake_on_evict, fake_on_publish, fake_lookup};
     CHECK(kv_cache_init(c, p, ident, state_bytes, t ? &ops : NULL, &err) == CAIRN_OK);
 }
@@ -341,6 +377,13 @@ int main(void)
     test_refcounts();
     test_hash_chain();
     test_lru_and_tiers();
+    /* the same over device memory: publishes and evictions read blocks out (download), the
+     * one promotion writes its K and V in (two uploads), and the payloads still match */
+    pool_be = &dev_be;
+    test_lru_and_tiers();
+    CHECK_MSG(dev_n_down >= 2 * 4, "%d downloads", dev_n_down);
+    CHECK_EQ_INT(dev_n_up, 2);
+    pool_be = NULL;
     test_twins();
     test_snapshots();
     return test_summary("test_kv_cache");
