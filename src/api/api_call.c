@@ -137,7 +137,7 @@ int api_route_known(const char *path)
     return !strcmp(path, "/health") || !strcmp(path, "/v1/models") ||
            !strncmp(path, "/v1/models/", 11) || !strcmp(path, "/api/status") ||
            !strcmp(path, "/metrics") || !strcmp(path, "/api/cache/clear") ||
-           !strncmp(path, "/v1/", 4) || !strncmp(path, "/api/", 5);
+           !strncmp(path, "/v1/", 4) || !strncmp(path, "/api/", 5) || !strncmp(path, "/admin/api/", 11);
 }
 
 /* ---- worker ---- */
@@ -194,7 +194,7 @@ static void api_call_prepare(struct api_call *c)
     struct cairn_err err = {0};
     char *text = NULL;
     int32_t *ids = NULL;
-    int n_ids = 0;
+    int n_ids = 0, have_model = 0;
     char msg[1024];
 
     int rc = a->be.get_model(a->be.ctx, r->model, &c->model_idx, &err);
@@ -207,9 +207,11 @@ static void api_call_prepare(struct api_call *c)
     if (rc) {
         snprintf(msg, sizeof(msg), "loading model '%.200s' failed: %.500s", r->model, err.msg);
         pthread_mutex_lock(&c->mu);
-        api_call_error(c, 500, NULL, msg, NULL);
+        int st = rc == CAIRN_ERR_NOMEM || rc == CAIRN_ERR_BUSY || rc == CAIRN_ERR_CANCELLED ? api_http_status_of(rc) : 500;
+        api_call_error(c, st == 429 ? 503 : st, api_status_code_name(rc), msg, NULL);
         goto out_locked;
     }
+    have_model = 1;
     if (r->kind == API_KIND_COMPLETIONS) {
         if (r->prompt_ids) {
             ids = malloc((size_t)r->n_prompt_ids * sizeof(int32_t));
@@ -300,8 +302,25 @@ static void api_call_prepare(struct api_call *c)
 out_locked:
     api_call_notify(c);
     pthread_mutex_unlock(&c->mu);
+    /* submitted requests keep the model loaded on their own */
+    if (have_model && a->be.put_model) a->be.put_model(a->be.ctx, c->model_idx);
     free(text);
     free(ids);
+}
+
+/* One thread per call being prepared, so a model load (or a long tokenize) delays only that
+ * call: the worker hands calls out and never waits on a model. */
+static void *api_prepare_main(void *arg)
+{
+    struct api_call *c = arg;
+    struct api *a = c->api;
+    api_call_prepare(c);
+    api_call_unref(c);
+    pthread_mutex_lock(&a->mu);
+    a->n_preparing--;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
 }
 
 static void *api_worker_main(void *arg)
@@ -323,8 +342,21 @@ static void *api_worker_main(void *arg)
             api_call_notify(c);
         }
         pthread_mutex_unlock(&c->mu);
-        if (!gone && !shutting) api_call_prepare(c);
-        api_call_unref(c);
+        pthread_attr_t at;
+        pthread_t th;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_mutex_lock(&a->mu);
+        a->n_preparing++;
+        pthread_mutex_unlock(&a->mu);
+        if (gone || shutting || pthread_create(&th, &at, api_prepare_main, c) != 0) {
+            if (!gone && !shutting) api_call_prepare(c); /* no thread: do it here */
+            api_call_unref(c);
+            pthread_mutex_lock(&a->mu);
+            a->n_preparing--;
+            pthread_mutex_unlock(&a->mu);
+        }
+        pthread_attr_destroy(&at);
         pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
@@ -376,6 +408,7 @@ static void api_on_engine_event(void *user, const struct engine_event *ev)
     s->usage = ev->usage;
     if (ev->stop_text) s->stop_text = strdup(ev->stop_text);
     if (ev->finish == ENGINE_FINISH_ERROR) s->error = strdup(ev->error ? ev->error : "generation failed");
+    s->error_code = ev->error_code;
     api_call_notify(c);
     pthread_mutex_unlock(&c->mu);
     api_call_unref(c);
@@ -410,7 +443,9 @@ static void api_call_pump(struct api_call *c)
         if (s->finish == ENGINE_FINISH_ERROR || shutdown) {
             const char *m = shutdown ? "the server is shutting down" : s->error;
             if (c->streaming) api_emit_stream_error(c, m);
-            else api_call_error(c, shutdown ? 503 : 500, shutdown ? "shutting_down" : NULL, m, NULL);
+            else if (shutdown) api_call_error(c, 503, "shutting_down", m, NULL);
+            else api_call_error(c, s->error_code ? api_http_status_of(s->error_code) : 500,
+                                api_status_code_name(s->error_code), m, NULL);
             c->failed = 1;
             for (int j = 0; j < c->n_subs; j++) /* the other choices */
                 if (!c->subs[j].done && c->subs[j].submitted)
@@ -529,7 +564,9 @@ struct api_call *api_call_start(struct api *a, const char *method, const char *p
     int st = 200;
     char *out = NULL;
     const char *ct = "application/json";
-    if (!strcmp(path, "/health")) {
+    if (!strncmp(path, "/admin/api/", 11)) {
+        out = api_admin_call(a, method, path + 11, body, body_len, &st);
+    } else if (!strcmp(path, "/health")) {
         if (!is_get) st = 405;
         else out = strdup(API_SHUTTING(a) ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}");
         if (API_SHUTTING(a) && is_get) st = 503;
@@ -551,7 +588,7 @@ struct api_call *api_call_start(struct api *a, const char *method, const char *p
     } else {
         st = 404;
     }
-    if (st == 405) {
+    if (st == 405 && !out) {
         api_call_answer(c, 405, ct, api_error_json(path, 405, NULL, "method not allowed", NULL));
     } else if (st == 404 && !out) {
         char msg[300];
@@ -714,6 +751,9 @@ void api_destroy(struct api *a)
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     if (a->worker_started) pthread_join(a->worker, NULL);
+    pthread_mutex_lock(&a->mu);
+    while (a->n_preparing > 0) pthread_cond_wait(&a->cv, &a->mu);
+    pthread_mutex_unlock(&a->mu);
     /* The backend delivers DONE for whatever is left, which drops the calls' references. */
     if (a->be.destroy) a->be.destroy(a->be.ctx);
     pthread_mutex_destroy(&a->mu);
