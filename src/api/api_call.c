@@ -560,7 +560,8 @@ struct api_call *api_call_start(struct api *a, const char *method, const char *p
 
     struct api_call *c = api_call_new(a, path, 1, NULL, NULL);
     if (!c) return NULL;
-    pthread_mutex_lock(&c->mu);
+    /* the answer is built without c->mu: api_info_status takes api->mu, which comes first in
+     * the lock order (api_tick holds it while it visits every call) */
     int st = 200;
     char *out = NULL;
     const char *ct = "application/json";
@@ -588,6 +589,7 @@ struct api_call *api_call_start(struct api *a, const char *method, const char *p
     } else {
         st = 404;
     }
+    pthread_mutex_lock(&c->mu);
     if (st == 405 && !out) {
         api_call_answer(c, 405, ct, api_error_json(path, 405, NULL, "method not allowed", NULL));
     } else if (st == 404 && !out) {

@@ -336,7 +336,7 @@ static int pool_use_tiers(struct pool *p, int idx)
 }
 
 /* What a load of model idx will hold, before it runs. Under pool->mu. */
-static void pool_load_estimate(struct pool *p, int idx, uint64_t need[CAIRN_MEM_N_TAGS])
+void pool_load_estimate(struct pool *p, int idx, uint64_t need[CAIRN_MEM_N_TAGS])
 {
     struct pool_model *m = &p->models[idx];
     struct engine_opts o;
@@ -514,18 +514,19 @@ static void pool_admit_and_load(struct pool *p, int idx)
         uint64_t owned = cairn_mem_used(CAIRN_MEM_WEIGHTS) - w0;
         uint64_t mapped = mi->weight_bytes > owned ? mi->weight_bytes - owned : 0;
         uint64_t scratch = cairn_mem_used(CAIRN_MEM_SCRATCH) - s0;
-        struct engine_stats es;
-        engine_get_stats(m->e, &es);
+        uint64_t kv = cairn_mem_used(CAIRN_MEM_KV) - k0;
+        uint64_t per_block = engine_guard_kv_bytes(mi, o.block_size, o.kv_dtype, o.block_size);
+        uint64_t n_blocks = per_block ? kv / per_block : 0;
         uint64_t snap = 0;
         if (mi->state_bytes) { /* engine.c's snapshot budget */
             uint64_t n = o.snapshot_bytes / mi->state_bytes;
             if (n < 2ull * (uint64_t)o.max_running) n = 2ull * (uint64_t)o.max_running;
-            if (n > (uint64_t)es.n_blocks_total) n = (uint64_t)es.n_blocks_total;
+            if (n > n_blocks) n = n_blocks;
             snap = (n + 1) * mi->state_bytes; /* + the cache's scratch state */
         }
         engine_guard_set(p->guard, &m->hold, CAIRN_MEM_WEIGHTS, owned);
         engine_guard_set(p->guard, &m->hold, CAIRN_MEM_MAPPED, mapped);
-        engine_guard_set(p->guard, &m->hold, CAIRN_MEM_KV, cairn_mem_used(CAIRN_MEM_KV) - k0);
+        engine_guard_set(p->guard, &m->hold, CAIRN_MEM_KV, kv);
         engine_guard_set(p->guard, &m->hold, CAIRN_MEM_SCRATCH, scratch);
         engine_guard_set(p->guard, &m->hold, CAIRN_MEM_STATE, snap);
         m->mapped_charged = mapped;

@@ -13,6 +13,9 @@ int pool_evict_for_parked(struct pool *p);
 int pool_parked_step(struct pool *p);
 /* Ends every parked request (DONE, cancelled); pool->mu not held. */
 void pool_reqs_cancel_all(struct pool *p);
+/* What a load of model idx reserves before it runs (weights as file bytes, KV pool, hot tier,
+ * workspaces; a hybrid's snapshots are added once measured). Under pool->mu. */
+void pool_load_estimate(struct pool *p, int idx, uint64_t need[CAIRN_MEM_N_TAGS]);
 /* Plugs the model's tokenizer in as the engine's detokenizer. */
 void pool_detok_opts(struct pool_model *m, struct engine_opts *o);
 

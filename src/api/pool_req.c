@@ -21,6 +21,8 @@ struct pool_req {
     void *user;
     struct engine_guard_hold hold;
     double deadline;              /* parked: when it gives up */
+    uint64_t need;                /* parked: bytes it waits for */
+    int cancelled;                /* parked: the pool thread ends it (DONE, cancelled) */
     struct engine_request req;    /* parked: deep copy (prompt, stops, logit bias) */
     struct pool_req *next, *prev; /* pool->reqs, under pool->mu */
 };
@@ -170,7 +172,7 @@ static int pool_parked_try(struct pool *p, struct pool_req **failed)
     while (p->n_parked > 0 && !p->stopping) {
         struct pool_req *oldest = NULL;
         for (struct pool_req *r = p->reqs; r; r = r->next)
-            if (r->parked && (!oldest || r->id < oldest->id)) oldest = r;
+            if (r->parked && !r->cancelled && (!oldest || r->id < oldest->id)) oldest = r;
         if (!oldest) break;
         struct pool_model *m = &p->models[oldest->idx];
         uint64_t need[CAIRN_MEM_N_TAGS];
@@ -216,14 +218,13 @@ static void pool_kick(struct pool *p)
 int pool_parked_step(struct pool *p)
 {
     if (!p->n_parked) return 0;
-    struct pool_req *failed = NULL;
-    int changed = pool_parked_try(p, &failed) > 0;
-    if (!changed && p->n_parked && pool_evict_for_parked(p)) changed = 1;
+    struct pool_req *failed = NULL, *late = NULL;
+    int changed = 0;
     double now = cairn_now();
-    struct pool_req *late = NULL;
+    /* cancelled and out of time first: they must not make anyone evict */
     for (struct pool_req *r = p->reqs, *nx; r; r = nx) {
         nx = r->next;
-        if (!r->parked || now < r->deadline) continue;
+        if (!r->parked || (now < r->deadline && !r->cancelled)) continue;
         pool_req_unlink(p, r);
         p->n_parked--;
         p->models[r->idx].n_active--;
@@ -231,17 +232,23 @@ int pool_parked_step(struct pool *p)
         late = r;
         changed = 1;
     }
+    if (pool_parked_try(p, &failed) > 0) changed = 1;
+    else if (p->n_parked && pool_evict_for_parked(p)) changed = 1;
     if (failed || late) {
         pthread_mutex_unlock(&p->mu);
         pool_end_failed(failed);
         while (late) {
             struct pool_req *r = late;
             late = r->next;
+            if (r->cancelled) {
+                pool_req_done_here(r, ENGINE_FINISH_CANCELLED, 0, NULL);
+                continue;
+            }
             char msg[400];
             snprintf(msg, sizeof(msg), "insufficient memory: the request waited %.0f s for %llu bytes and memory did "
                      "not free up (raise --max-process-memory, lower max_tokens, or unload models)",
                      p->opts.memory_wait_s > 0 ? p->opts.memory_wait_s : 60,
-                     (unsigned long long)engine_guard_hold_total(&r->hold));
+                     (unsigned long long)r->need);
             pool_req_done_here(r, ENGINE_FINISH_ERROR, CAIRN_ERR_NOMEM, msg);
         }
         pthread_mutex_lock(&p->mu);
@@ -330,6 +337,7 @@ int pool_submit(struct pool *p, int idx, const struct engine_request *q, uint64_
             } else {
                 r->req.max_tokens = (int)cap - q->n_prompt; /* what the hold was sized for */
                 r->parked = 1;
+                r->need = deny.need;
                 r->deadline = cairn_now() + (p->opts.memory_wait_s > 0 ? p->opts.memory_wait_s : 60);
                 p->n_parked++;
                 p->n_parked_total++;
@@ -366,12 +374,11 @@ void pool_cancel(struct pool *p, int idx, uint64_t id)
         pthread_mutex_unlock(&p->mu);
         return;
     }
-    pool_req_unlink(p, r);
-    p->n_parked--;
-    p->models[r->idx].n_active--;
+    /* its DONE comes from the pool thread, as an engine's would from its own: the caller may
+     * hold the lock its callback takes */
+    r->cancelled = 1;
     pthread_cond_signal(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
-    pool_req_done_here(r, ENGINE_FINISH_CANCELLED, 0, NULL);
 }
 
 /* ---- JSON views ---- */
@@ -401,6 +408,11 @@ json_t *pool_model_json(struct pool *p, int idx)
         json_object_set_new(o, "progress", json_pack("{s:s,s:f}", "phase", ph ? ph : "queued", "elapsed_s", now - m->t_state));
     }
     json_object_set_new(o, "memory", pool_bytes_json(m->hold.bytes));
+    if (m->state != POOL_LOADED) {
+        uint64_t est[CAIRN_MEM_N_TAGS];
+        pool_load_estimate(p, idx, est);
+        json_object_set_new(o, "memory_estimate", pool_bytes_json(est));
+    }
     json_object_set_new(o, "pinned", json_boolean(pool_pinned(p, idx)));
     json_object_set_new(o, "ttl", json_real(pool_ttl(p, idx)));
     json_t *alias = json_object_get(json_object_get(json_object_get(p->settings, "models"), m->id), "alias");
@@ -464,6 +476,7 @@ json_t *pool_memory_json(struct pool *p)
         json_object_set_new(alloc, cairn_mem_domain_name((enum cairn_mem_domain)d), pool_bytes_json(b));
     }
     json_object_set_new(o, "allocated", alloc);
-    json_object_set_new(o, "state", json_string(p->n_parked ? "waiting" : st.n_denied ? "limited" : "ok"));
+    /* ok; waiting: requests wait for memory now */
+    json_object_set_new(o, "state", json_string(p->n_parked ? "waiting" : "ok"));
     return o;
 }
