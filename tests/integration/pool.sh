@@ -3,7 +3,8 @@
 # synthetic models (llama2 vocabulary, a plain chat template) and budgets computed from what
 # the server itself reports a model holds (a calibration run), so no size is pasted:
 #   pool:    a third model evicts the least recently used one; a pinned model stays; a model
-#            with a running stream is never unloaded (the load gets a 507 instead); TTL unloads.
+#            with a running stream is never unloaded (the load gets a 507 instead); TTL unloads;
+#            concurrent first requests share one load; --max-loaded-models.
 #   admin:   every /admin/api/ endpoint, bad input, missing API / admin key.
 #   settings: survive a restart (alias, ttl); a corrupt file is moved aside with a log line.
 #   guard:   a hybrid model's request that can never fit gets a 507 at once (chat, messages,
@@ -141,7 +142,21 @@ check_eq "settings after restart" "$(api "$R/admin/api/settings" | field 'o.sett
 check_eq "alias after restart" "$(gen alpha)" 200
 check_eq "gen b" "$(gen b)" 200
 check_eq "context_length setting at load" "$(api "$R/admin/api/models/b" | field o.context_length)" 512
+# concurrent first requests wait for one load
+GP=()
+for i in 1 2 3; do gen c >"$SERVE_TMP/first$i" & GP+=($!); done
+wait "${GP[@]}"
+check_eq "concurrent first requests" "$(cat "$SERVE_TMP/first1" "$SERVE_TMP/first2" "$SERVE_TMP/first3")" "200200200"
+check_eq "one load for them" "$(api "$R/admin/api/models/c" | field o.loads)" 1
 stop_server p2
+
+# ---- --max-loaded-models ----
+start_server p4 --model-dir "$M" --kv-cache-size 2M --threads 1 --max-loaded-models 1
+R="http://127.0.0.1:$PORT_p4"
+check_eq "gen b (max 1)" "$(gen b)" 200
+check_eq "gen c (max 1)" "$(gen c)" 200
+check_eq "max-loaded-models unloads the LRU" "$(mstate b) $(mstate c)" "unloaded loaded"
+stop_server p4
 
 # ---- a corrupt settings file is moved aside, logged, defaults used ----
 printf '{"models": {"a": ' >"$CAIRN_HOME/settings.json"
