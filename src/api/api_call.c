@@ -1,8 +1,10 @@
-/* Calls: routing, the worker thread (model load, template, tokenize, submit), engine event
- * handling and the HTTP-facing read/release functions. See api.h for the threading model.
+/* Calls: routing, the worker thread and the calls' preparing threads (model load, template,
+ * tokenize, submit), engine event handling and the HTTP-facing read/release functions. See api.h
+ * for the threading model.
  *
  * DESIGN: a call is created by api_call_start on an HTTP thread with refs = 1 (HTTP side). A
- * generation call is queued to the worker (+1 ref), which submits one engine request per choice
+ * generation call is queued to the worker (+1 ref), which starts a detached thread per call
+ * (api_prepare_main, counted in api->n_preparing) that submits one engine request per choice
  * (+1 ref each, dropped at its DONE event). Output produced on the engine thread is encoded into
  * call->body under call->mu, then notify() wakes the HTTP side. */
 #include "api/api_int.h"

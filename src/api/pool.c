@@ -151,7 +151,14 @@ int pool_settings_put(struct pool *p, json_t *patch, json_t **changes, char *fie
         }
     }
     pthread_mutex_lock(&p->mu);
-    json_t *next = json_deep_copy(p->settings);
+    /* start from the file as it is now: another server may have changed it since we read it */
+    json_t *next = NULL;
+    char *text = NULL, f2[300];
+    size_t n = 0;
+    if (p->settings_ok && cairn_file_read_all(p->settings_path, 4u << 20, &text, &n, NULL) == CAIRN_OK)
+        api_settings_parse(text, n, &next, f2, sizeof(f2), NULL);
+    free(text);
+    if (!next) next = json_deep_copy(p->settings);
     int rc = next ? api_settings_merge(next, patch, err) : cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     if (rc == CAIRN_OK) rc = api_settings_validate(next, field, cap, err);
     if (rc == CAIRN_OK && p->settings_ok) rc = api_settings_save(p->settings_path, next, err);
@@ -249,7 +256,8 @@ int pool_unload(struct pool *p, int idx, struct cairn_err *err)
                  : cairn_err_set(err, CAIRN_ERR_BUSY, "model '%s' has %d running or queued requests", m->id,
                                  m->n_active + m->n_users);
     } else if (m->state == POOL_LOADED) {
-        pool_unload_locked(p, idx, "admin");
+        m->want_unload = 1; /* the pool thread unloads it (if it is still idle then) */
+        pthread_cond_signal(&p->cv_work);
     }
     pthread_mutex_unlock(&p->mu);
     return rc;
@@ -564,6 +572,14 @@ static void *pool_thread_main(void *arg)
         }
         double now = cairn_now();
         int did = 0;
+        for (int i = 0; i < p->n_models && !did; i++) {
+            if (!p->models[i].want_unload) continue;
+            p->models[i].want_unload = 0;
+            if (pool_idle(p, i)) {
+                pool_unload_locked(p, i, "admin");
+                did = 1;
+            }
+        }
         for (int i = 0; i < p->n_models && !did; i++) {
             double ttl = pool_ttl(p, i);
             if (ttl > 0 && pool_idle(p, i) && now - p->models[i].last_used >= ttl) {

@@ -52,6 +52,7 @@ struct pool_model {
     const char *phase;           /* while loading: "waiting for memory", "weights", ... */
     double t_state;              /* when the state last changed */
     int want_load;               /* queued for the pool thread */
+    int want_unload;             /* admin asked: the pool thread unloads it if idle */
     uint64_t want_order;         /* FIFO among queued loads */
     char load_error[600];        /* the last failed load */
     int load_error_code;
@@ -107,7 +108,8 @@ int pool_get(struct pool *p, int idx, struct cairn_err *err);
 void pool_put(struct pool *p, int idx);
 /* Asks for a load without waiting (admin). */
 int pool_load_async(struct pool *p, int idx, struct cairn_err *err);
-/* Unloads an idle, unpinned model (admin). CAIRN_ERR_BUSY when it has requests or is pinned. */
+/* Asks the pool thread to unload an idle, unpinned model (admin; does not wait).
+ * CAIRN_ERR_BUSY when it has requests or is pinned. */
 int pool_unload(struct pool *p, int idx, struct cairn_err *err);
 
 int pool_submit(struct pool *p, int idx, const struct engine_request *req, uint64_t *id,

@@ -151,7 +151,8 @@ check_eq "one load for them" "$(api "$R/admin/api/models/c" | field o.loads)" 1
 stop_server p2
 
 # ---- --max-loaded-models ----
-start_server p4 --model-dir "$M" --kv-cache-size 2M --threads 1 --max-loaded-models 1
+# (--ttl 0 wins over the file's ttl of c for this run)
+start_server p4 --model-dir "$M" --kv-cache-size 2M --threads 1 --max-loaded-models 1 --ttl 0
 R="http://127.0.0.1:$PORT_p4"
 check_eq "gen b (max 1)" "$(gen b)" 200
 check_eq "gen c (max 1)" "$(gen c)" 200
@@ -204,9 +205,9 @@ done
 check_eq "rejections counted" "$(curl -s "${K[@]}" "$R/api/status" | field o.memory_guard.rejected_total)" 6
 stop_server h1
 
-# may fit: waits, then runs when memory frees; a wait that runs out ends in the API's error
+# may fit: waits, then runs when memory frees
 start_server h2 --model-dir "$HM" --kv-cache-size 2M --threads 1 --api-key k \
-    --max-process-memory $((HH + RQ * 3 / 2)) --memory-wait 4
+    --max-process-memory $((HH + RQ * 3 / 2)) --memory-wait 60
 R="http://127.0.0.1:$PORT_h2"
 parked() { [ "$(curl -s "${K[@]}" "$R/api/status" | field o.memory_guard.waiting_for_memory)" = "$1" ]; }
 curl -sN "${K[@]}" "$R/v1/chat/completions" -d "{\"model\":\"h\",\"stream\":true,$LONG,$MSG}" >/dev/null &
@@ -220,6 +221,12 @@ kill "$SA" 2>/dev/null; wait "$SA" 2>/dev/null
 wait "$SB"
 check_has "second ran once memory freed" "$(cat "$SERVE_TMP/second")" '"finish_reason":"length"}],'
 check_has "second: 200" "$(cat "$SERVE_TMP/second")" ' 200'
+stop_server h2
+
+# a wait that runs out ends in the API's error event (streaming) or a 507
+start_server h3 --model-dir "$HM" --kv-cache-size 2M --threads 1 --api-key k \
+    --max-process-memory $((HH + RQ * 3 / 2)) --memory-wait 2
+R="http://127.0.0.1:$PORT_h3"
 curl -sN "${K[@]}" "$R/v1/chat/completions" -d "{\"model\":\"h\",\"stream\":true,$LONG,$MSG}" >/dev/null &
 SA=$!
 wait_for "first stream runs again" 30 has_running h
@@ -230,9 +237,9 @@ SC=$!
 wait "$SB"; wait "$SC"
 out=$(cat "$SERVE_TMP/w_stream")
 check_has "wait ran out, streaming: the API's error event" "$out" 'event: error'
-check_has "error event: details" "$out" 'insufficient memory: the request waited 4 s'
+check_has "error event: details" "$out" 'insufficient memory: the request waited 2 s'
 out=$(cat "$SERVE_TMP/w_whole")
 check_has "wait ran out, whole: 507" "$out" '"code":"insufficient_memory"}} 507'
 kill "$SA" 2>/dev/null; wait "$SA" 2>/dev/null
-stop_server h2
+stop_server h3
 finish pool
