@@ -495,11 +495,11 @@ static void pool_admit_and_load(struct pool *p, int idx)
         if (!pool_may_free(p, idx) || cairn_now() >= deadline) {
             char msg[600];
             if (max > 0 && pool_n_loaded(p) > max)
-                snprintf(msg, sizeof(msg), "cannot load '%s': --max-loaded-models %d reached and no loaded model is idle "
-                         "(busy or pinned)", m->id, max);
+                snprintf(msg, sizeof(msg), "cannot load '%.200s': --max-loaded-models %d reached and no loaded model is "
+                         "idle (busy or pinned)", m->id, max);
             else
-                snprintf(msg, sizeof(msg), "cannot load '%s': %s; no idle model to unload (raise --max-process-memory, "
-                         "lower --kv-cache-size, or unpin models)", m->id, err.msg);
+                snprintf(msg, sizeof(msg), "cannot load '%.120s': %.300s; no idle model to unload (raise "
+                         "--max-process-memory, lower --kv-cache-size, or unpin models)", m->id, err.msg);
             pool_load_fail(p, idx, max > 0 && pool_n_loaded(p) > max ? CAIRN_ERR_BUSY : CAIRN_ERR_NOMEM, msg);
             return;
         }
