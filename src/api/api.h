@@ -2,7 +2,8 @@
  *
  * The HTTP room hands every request (method, path, headers it cares about, body) to
  * api_call_start and gets back a call. A call is either ready at once (errors, GET routes) or
- * pending (model load, template, tokenize and submit run on the API's worker thread; the answer
+ * pending (waiting for the model's load, template, tokenize and submit run on a thread of the
+ * call's own, handed out by the API's worker, so a load delays only its model's calls; the answer
  * comes from the backend's engine thread). Whenever a call changes (ready, new stream bytes,
  * done) the API invokes the call's notify function; the HTTP room then resumes the connection
  * and pulls with api_call_read. So no HTTP thread ever waits on a model.

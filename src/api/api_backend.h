@@ -6,8 +6,10 @@
  * testable without a model). The API layer never touches model, tok or tmpl directly.
  *
  * Threading: every function may be called from any thread. get_model may block for a long time
- * (it loads the model on first use); the API layer calls it from its worker thread, never from
- * an HTTP thread. submit's event callback runs on the backend's engine thread (see engine.h). */
+ * (it waits for the model's load on first use); the API layer calls it from the call's own
+ * preparing thread, never from an HTTP thread, so a load delays only requests for that model.
+ * submit never blocks (a request waiting for memory is parked by the backend); its event
+ * callback runs on a backend thread (the engine's, see engine.h). */
 #ifndef CAIRN_API_API_BACKEND_H
 #define CAIRN_API_API_BACKEND_H
 
@@ -68,6 +70,27 @@ struct api_backend {
     int (*tier_stats)(void *ctx, int idx, struct kv_tiers_stats *st);
     /* Cancels everything in flight (each request still gets its DONE event) and frees. */
     void (*destroy)(void *ctx);
+    /* Drops the reference get_model took: a model is never unloaded between get_model and
+     * put_model, nor while it has requests. May be NULL. */
+    void (*put_model)(void *ctx, int idx);
+    /* Like get_model for a model that is loaded now (returns 1 with a reference for put_model);
+     * returns 0, and never starts a load, otherwise. May be NULL (get_model never loads). */
+    int (*peek_model)(void *ctx, const char *id, int *idx);
+    /* The memory guard's budget, holders and state for /api/status (new reference). May be
+     * NULL. */
+    json_t *(*memory_json)(void *ctx);
+    /* Admin API (api/api_admin.c); NULL: those routes answer 501. Never block on a load.
+     * admin_models: array of model states (new reference). admin_model: action "get", "load",
+     * "unload", "pin" or "unpin" on one model (id or alias): *out is its state afterwards;
+     * CAIRN_ERR_NOT_FOUND, CAIRN_ERR_BUSY (unloading a busy or pinned model). admin_settings_get:
+     * {"path", "settings"}. admin_settings_put: merges a patch, validated (field names the bad
+     * key), saved; *out says what applied at once and what waits for the next load. */
+    json_t *(*admin_models)(void *ctx);
+    int (*admin_model)(void *ctx, const char *id, const char *action, json_t **out,
+                       struct cairn_err *err);
+    json_t *(*admin_settings_get)(void *ctx);
+    int (*admin_settings_put)(void *ctx, json_t *patch, json_t **out, char *field, size_t cap,
+                              struct cairn_err *err);
 };
 
 /* The scripted fake backend. script: JSON file (see backend_fake.c for the format). */
@@ -77,7 +100,7 @@ int api_backend_fake_create(const char *script_path, struct api_backend *out,
 int api_backend_fake_create_str(const char *script_json, struct api_backend *out,
                                 struct cairn_err *err);
 
-/* The real backend. */
+/* The real backend: the model pool (api/pool.h) with its memory guard and settings. */
 struct api_real_opts {
     const char *model_dir;        /* each subfolder (or org/name) with config.json is a model */
     const char *const *models;    /* explicit model folders (--model, repeatable) */
@@ -86,18 +109,18 @@ struct api_real_opts {
     int max_batch_tokens;         /* 0 = engine default */
     int max_running;              /* 0 = engine default */
     int max_waiting;              /* 0 = engine default */
-    /* Lower KV tiers (hot RAM, SSD), set up by `cairn serve` when enabled: passed to every
-     * engine, and asked to clear "hot" / "ssd" on POST /api/cache/clear. tier_clear returns
-     * CAIRN_OK, or CAIRN_ERR_UNSUPPORTED for a tier that is not enabled. All may be NULL. */
-    struct kv_tier_ops tiers;
-    int (*tier_clear)(void *tier_ctx, const char *tier, struct cairn_err *err);
-    void *tier_ctx;
     /* Per-model lower tiers (kv/tiers.h), what `cairn serve` uses: when set, every model opens
      * its own kv_tiers at load with these settings (its signature filled from the model and the
      * engine options; tiers_opts->sig is ignored), so models sharing --ssd-cache-dir never see
-     * each other's blocks. Budgets apply per model. Takes precedence over tiers/tier_clear. */
+     * each other's blocks. Budgets apply per model. A model's `tiers: false` setting opts out. */
     const struct kv_tiers_opts *tiers_opts;
     struct backend *device;       /* where models are loaded (tensor/backend.h); not owned */
+    uint64_t max_process_memory;  /* host budget of the guard; 0 = engine_guard_default_limit */
+    int max_loaded_models;        /* 0 = no limit */
+    double ttl_s;                 /* --ttl (seconds, 0 = never): wins over the settings file */
+    int has_ttl;
+    const char *settings_path;    /* --settings; NULL = $CAIRN_HOME or ~/.cairn */
+    double memory_wait_s;         /* how long loads and requests wait for memory; 0 = 60 */
 };
 int api_backend_real_create(const struct api_real_opts *opts, struct api_backend *out,
                             struct cairn_err *err);

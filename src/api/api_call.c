@@ -1,8 +1,10 @@
-/* Calls: routing, the worker thread (model load, template, tokenize, submit), engine event
- * handling and the HTTP-facing read/release functions. See api.h for the threading model.
+/* Calls: routing, the worker thread and the calls' preparing threads (model load, template,
+ * tokenize, submit), engine event handling and the HTTP-facing read/release functions. See api.h
+ * for the threading model.
  *
  * DESIGN: a call is created by api_call_start on an HTTP thread with refs = 1 (HTTP side). A
- * generation call is queued to the worker (+1 ref), which submits one engine request per choice
+ * generation call is queued to the worker (+1 ref), which starts a detached thread per call
+ * (api_prepare_main, counted in api->n_preparing) that submits one engine request per choice
  * (+1 ref each, dropped at its DONE event). Output produced on the engine thread is encoded into
  * call->body under call->mu, then notify() wakes the HTTP side. */
 #include "api/api_int.h"
@@ -198,7 +200,7 @@ int api_route_known(const char *path)
     return !strcmp(path, "/health") || !strcmp(path, "/v1/models") ||
            !strncmp(path, "/v1/models/", 11) || !strcmp(path, "/api/status") ||
            !strcmp(path, "/metrics") || !strcmp(path, "/api/cache/clear") ||
-           !strncmp(path, "/v1/", 4) || !strncmp(path, "/api/", 5);
+           !strncmp(path, "/v1/", 4) || !strncmp(path, "/api/", 5) || !strncmp(path, "/admin/api/", 11);
 }
 
 /* ---- worker ---- */
@@ -255,7 +257,7 @@ static void api_call_prepare(struct api_call *c)
     struct cairn_err err = {0};
     char *text = NULL;
     int32_t *ids = NULL;
-    int n_ids = 0;
+    int n_ids = 0, have_model = 0;
     char msg[1024];
 
     int rc = a->be.get_model(a->be.ctx, r->model, &c->model_idx, &err);
@@ -269,9 +271,11 @@ static void api_call_prepare(struct api_call *c)
     if (rc) {
         snprintf(msg, sizeof(msg), "loading model '%.200s' failed: %.500s", r->model, err.msg);
         pthread_mutex_lock(&c->mu);
-        api_call_error(c, 500, NULL, msg, NULL);
+        int st = rc == CAIRN_ERR_NOMEM || rc == CAIRN_ERR_BUSY || rc == CAIRN_ERR_CANCELLED ? api_http_status_of(rc) : 500;
+        api_call_error(c, st == 429 ? 503 : st, api_status_code_name(rc), msg, NULL);
         goto out_locked;
     }
+    have_model = 1;
     if (r->kind == API_KIND_COMPLETIONS) {
         if (r->prompt_ids) {
             ids = api_malloc((size_t)r->n_prompt_ids * sizeof(int32_t));
@@ -418,8 +422,25 @@ static void api_call_prepare(struct api_call *c)
 out_locked:
     api_call_notify(c);
     pthread_mutex_unlock(&c->mu);
+    /* submitted requests keep the model loaded on their own */
+    if (have_model && a->be.put_model) a->be.put_model(a->be.ctx, c->model_idx);
     free(text);
     free(ids);
+}
+
+/* One thread per call being prepared, so a model load (or a long tokenize) delays only that
+ * call: the worker hands calls out and never waits on a model. */
+static void *api_prepare_main(void *arg)
+{
+    struct api_call *c = arg;
+    struct api *a = c->api;
+    api_call_prepare(c);
+    api_call_unref(c);
+    pthread_mutex_lock(&a->mu);
+    a->n_preparing--;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
 }
 
 static void *api_worker_main(void *arg)
@@ -441,8 +462,21 @@ static void *api_worker_main(void *arg)
             api_call_notify(c);
         }
         pthread_mutex_unlock(&c->mu);
-        if (!gone && !shutting) api_call_prepare(c);
-        api_call_unref(c);
+        pthread_attr_t at;
+        pthread_t th;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_mutex_lock(&a->mu);
+        a->n_preparing++;
+        pthread_mutex_unlock(&a->mu);
+        if (gone || shutting || pthread_create(&th, &at, api_prepare_main, c) != 0) {
+            if (!gone && !shutting) api_call_prepare(c); /* no thread: do it here */
+            api_call_unref(c);
+            pthread_mutex_lock(&a->mu);
+            a->n_preparing--;
+            pthread_mutex_unlock(&a->mu);
+        }
+        pthread_attr_destroy(&at);
         pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
@@ -506,6 +540,7 @@ static void api_on_engine_event(void *user, const struct engine_event *ev)
     s->finish = ev->finish;
     s->usage = ev->usage;
     s->have_usage = 1;
+    s->error_code = ev->error_code;
     /* Out of memory here loses the stop string's name (the reason stays) or the error's text
      * (a generic one is reported). */
     if (ev->stop_text) s->stop_text = api_strdup(ev->stop_text);
@@ -569,7 +604,9 @@ static void api_call_pump(struct api_call *c)
         if (s->finish == ENGINE_FINISH_ERROR || shutdown) {
             const char *m = shutdown ? "the server is shutting down" : s->error ? s->error : "generation failed";
             if (c->streaming) api_emit_stream_error(c, m);
-            else api_call_error(c, shutdown ? 503 : 500, shutdown ? "shutting_down" : NULL, m, NULL);
+            else if (shutdown) api_call_error(c, 503, "shutting_down", m, NULL);
+            else api_call_error(c, s->error_code ? api_http_status_of(s->error_code) : 500,
+                                api_status_code_name(s->error_code), m, NULL);
             c->failed = 1;
             for (int j = 0; j < c->n_subs; j++) /* the other choices */
                 if (!c->subs[j].done && c->subs[j].submitted)
@@ -702,11 +739,14 @@ struct api_call *api_call_begin(struct api *a, const struct api_call_in *in)
 
     struct api_call *c = api_call_new(a, path, 1, NULL, NULL);
     if (!c) return NULL;
-    pthread_mutex_lock(&c->mu);
+    /* the answer is built without c->mu: api_info_status takes api->mu, which comes first in
+     * the lock order (api_tick holds it while it visits every call) */
     int st = 200;
     char *out = NULL;
     const char *ct = "application/json";
-    if (!strcmp(path, "/health")) {
+    if (!strncmp(path, "/admin/api/", 11)) {
+        out = api_admin_call(a, method, path + 11, body, body_len, &st);
+    } else if (!strcmp(path, "/health")) {
         if (!is_get) st = 405;
         else out = api_strdup(API_SHUTTING(a) ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}");
         if (API_SHUTTING(a) && is_get) st = 503;
@@ -729,7 +769,8 @@ struct api_call *api_call_begin(struct api *a, const struct api_call_in *in)
         st = 404;
     }
     if (!out && st == 200) st = 503; /* out of memory: the static body (api_call_body) */
-    if (st == 405) {
+    pthread_mutex_lock(&c->mu);
+    if (st == 405 && !out) {
         api_call_answer(c, 405, ct, api_error_json(path, 405, NULL, "method not allowed", NULL));
     } else if (st == 404 && !out) {
         char msg[300];
@@ -969,6 +1010,9 @@ void api_destroy(struct api *a)
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     if (a->worker_started) pthread_join(a->worker, NULL);
+    pthread_mutex_lock(&a->mu);
+    while (a->n_preparing > 0) pthread_cond_wait(&a->cv, &a->mu);
+    pthread_mutex_unlock(&a->mu);
     /* The backend delivers DONE for whatever is left, which drops the calls' references. */
     if (a->be.destroy) a->be.destroy(a->be.ctx);
     pthread_mutex_destroy(&a->mu);

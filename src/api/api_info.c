@@ -11,6 +11,21 @@
 
 #define API_INFO_MAX_MODELS 256
 
+/* A loaded model's index with a user reference (api_info_unpeek drops it), without ever
+ * starting a load. Returns 0 if it is not loaded. */
+static int api_info_peek(struct api *a, const char *id, int *idx)
+{
+    struct cairn_err err;
+    if (a->be.peek_model) return a->be.peek_model(a->be.ctx, id, idx);
+    return a->be.get_model(a->be.ctx, id, idx, &err) == 0; /* backends that never load */
+}
+
+static void api_info_unpeek(struct api *a, int idx)
+{
+    if (a->be.put_model) a->be.put_model(a->be.ctx, idx);
+}
+
+
 /* OpenAI's model object plus the context length (as LM Studio / vLLM-style servers add it, so
  * agents can size their window); Anthropic's when asked with anthropic-version. context_length
  * is the real one: a usage scale (api.h) does not change it. */
@@ -124,11 +139,7 @@ char *api_info_status(struct api *a, int *status)
         memset(&st, 0, sizeof(st));
         int idx = -1;
         int loaded = d[i].loaded;
-        if (loaded) {
-            struct cairn_err err;
-            /* already loaded: get_model returns at once */
-            if (a->be.get_model(a->be.ctx, d[i].id, &idx, &err) != 0) loaded = 0;
-        }
+        if (loaded && !api_info_peek(a, d[i].id, &idx)) loaded = 0;
         if (loaded) loaded = a->be.stats(a->be.ctx, idx, &st);
         json_object_set_new(m, "loaded", json_boolean(loaded));
         json_object_set_new(m, "context_length", json_integer(d[i].context_length));
@@ -149,6 +160,7 @@ char *api_info_status(struct api *a, int *status)
         struct kv_tiers_stats ts;
         if (loaded && a->be.tier_stats && a->be.tier_stats(a->be.ctx, idx, &ts))
             json_object_set_new(m, "tiers", api_info_tiers_json(&ts));
+        if (idx >= 0) api_info_unpeek(a, idx);
         json_array_append_new(models, m);
     }
     free(d);
@@ -162,6 +174,7 @@ char *api_info_status(struct api *a, int *status)
     json_object_set_new(o, "requests_total", json_integer((json_int_t)__atomic_load_n(&a->n_requests, __ATOMIC_RELAXED)));
     json_object_set_new(o, "errors_total", json_integer((json_int_t)__atomic_load_n(&a->n_errors, __ATOMIC_RELAXED)));
     json_object_set_new(o, "memory_bytes", mem);
+    if (a->be.memory_json) json_object_set_new(o, "memory_guard", a->be.memory_json(a->be.ctx));
     json_object_set_new(o, "shutting_down", json_boolean(API_SHUTTING(a)));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -210,9 +223,10 @@ static void api_info_tier_metrics(struct api *a, struct api_sbuf *b, const struc
     }
     for (int i = 0; i < n; i++) {
         int idx;
-        struct cairn_err err;
-        if (loaded[i] && a->be.get_model(a->be.ctx, d[i].id, &idx, &err) == 0)
+        if (loaded[i] && api_info_peek(a, d[i].id, &idx)) {
             has[i] = a->be.tier_stats(a->be.ctx, idx, &ts[i]);
+            api_info_unpeek(a, idx);
+        }
     }
     char line[200];
     for (size_t k = 0; k < CAIRN_ARRAY_LEN(tm); k++) {
@@ -273,9 +287,10 @@ char *api_info_metrics(struct api *a, int *status)
     if (n > API_INFO_MAX_MODELS) n = API_INFO_MAX_MODELS;
     for (int i = 0; i < n; i++) {
         int idx;
-        struct cairn_err err;
-        if (d[i].loaded && a->be.get_model(a->be.ctx, d[i].id, &idx, &err) == 0)
+        if (d[i].loaded && api_info_peek(a, d[i].id, &idx)) {
             loaded[i] = a->be.stats(a->be.ctx, idx, &st[i]);
+            api_info_unpeek(a, idx);
+        }
     }
     char line[160];
     for (size_t k = 0; k < CAIRN_ARRAY_LEN(mets); k++) {

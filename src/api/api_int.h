@@ -71,6 +71,7 @@ struct api_sub {
     enum engine_finish finish;
     char *stop_text;
     char *error;
+    int error_code;          /* the engine's DONE error_code (CAIRN_ERR_NOMEM: 507) */
     struct engine_usage usage; /* from the DONE event; prompt/cached from the first token on */
     int have_usage;          /* usage.prompt_tokens / cached_tokens are the engine's */
 };
@@ -131,6 +132,7 @@ struct api {
     pthread_t worker;
     int worker_started;
     int stop_worker;
+    int n_preparing;         /* calls in their preparing threads (api_destroy waits for 0) */
     int shutting_down;       /* atomic: API_SHUTTING() */
     struct api_call *active;
     struct api_call *qhead, *qtail;
@@ -170,5 +172,9 @@ char *api_info_models(struct api *a, const char *id, int anthropic, int *status)
 char *api_info_status(struct api *a, int *status);
 char *api_info_metrics(struct api *a, int *status);
 char *api_info_cache_clear(struct api *a, const char *body, size_t len, int *status);
+
+/* api_admin.c: everything under /admin/api/ (sub: the path after it). Body malloc'd. */
+char *api_admin_call(struct api *a, const char *method, const char *sub, const char *body, size_t len,
+                     int *status);
 
 #endif

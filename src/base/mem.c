@@ -7,10 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static uint64_t mem_used[CAIRN_MEM_N_TAGS]; /* atomic */
+static uint64_t mem_used[CAIRN_MEM_N_DOMAINS][CAIRN_MEM_N_TAGS]; /* atomic */
 
-static const char *const mem_names[CAIRN_MEM_N_TAGS] = {"weights", "kv", "state",
-                                                        "hot",     "scratch", "other"};
+static const char *const mem_names[CAIRN_MEM_N_TAGS] = {
+    "weights", "kv", "state", "hot", "scratch", "other", "mapped", "request"};
 
 void *cairn_mem_alloc(size_t bytes, enum cairn_mem_tag tag)
 {
@@ -19,7 +19,7 @@ void *cairn_mem_alloc(size_t bytes, enum cairn_mem_tag tag)
     void *p = aligned_alloc(64, rounded ? rounded : 64);
     if (!p) return NULL;
     memset(p, 0, rounded ? rounded : 64);
-    __atomic_add_fetch(&mem_used[tag], bytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&mem_used[CAIRN_MEM_HOST][tag], bytes, __ATOMIC_RELAXED);
     return p;
 }
 
@@ -27,17 +27,29 @@ void cairn_mem_free(void *p, size_t bytes, enum cairn_mem_tag tag)
 {
     if (!p) return;
     free(p);
-    __atomic_sub_fetch(&mem_used[tag], bytes, __ATOMIC_RELAXED);
-}
-
-void cairn_mem_count(enum cairn_mem_tag tag, int64_t delta_bytes)
-{
-    __atomic_add_fetch(&mem_used[tag], (uint64_t)delta_bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&mem_used[CAIRN_MEM_HOST][tag], bytes, __ATOMIC_RELAXED);
 }
 
 uint64_t cairn_mem_used(enum cairn_mem_tag tag)
 {
-    return __atomic_load_n(&mem_used[tag], __ATOMIC_RELAXED);
+    return __atomic_load_n(&mem_used[CAIRN_MEM_HOST][tag], __ATOMIC_RELAXED);
+}
+
+void cairn_mem_charge(enum cairn_mem_domain dom, enum cairn_mem_tag tag, int64_t delta)
+{
+    if ((unsigned)dom >= CAIRN_MEM_N_DOMAINS || (unsigned)tag >= CAIRN_MEM_N_TAGS) return;
+    __atomic_add_fetch(&mem_used[dom][tag], (uint64_t)delta, __ATOMIC_RELAXED); /* wraps back */
+}
+
+uint64_t cairn_mem_used_in(enum cairn_mem_domain dom, enum cairn_mem_tag tag)
+{
+    if ((unsigned)dom >= CAIRN_MEM_N_DOMAINS || (unsigned)tag >= CAIRN_MEM_N_TAGS) return 0;
+    return __atomic_load_n(&mem_used[dom][tag], __ATOMIC_RELAXED);
+}
+
+const char *cairn_mem_domain_name(enum cairn_mem_domain dom)
+{
+    return dom == CAIRN_MEM_HOST ? "host" : dom == CAIRN_MEM_DEVICE ? "device" : "?";
 }
 
 const char *cairn_mem_tag_name(enum cairn_mem_tag tag)

@@ -49,7 +49,17 @@ static void serve_usage(FILE *f)
             "  --idle-timeout S             close a connection silent for S seconds (default 120)\n"
             "  --access-log on|off          one info line per request (default on)\n"
             "  --usage-scale ID=F           multiply the token counts reported for model ID by F\n"
-            "                               (repeatable; for agents that assume a bigger window)\n");
+            "                               (repeatable; for agents that assume a bigger window)\n"
+            "  --max-process-memory SIZE    memory guard: everything cairn holds (weights, KV, tiers,\n"
+            "                               workspaces, requests) stays under it (e.g. 48G, 80%%;\n"
+            "                               default: RAM less min(8G, 10%% of RAM))\n"
+            "  --max-loaded-models N        unload the least recently used idle model past N\n"
+            "  --ttl SECONDS                unload a model idle this long (0 = never; wins over\n"
+            "                               the settings file)\n"
+            "  --memory-wait SECONDS        how long loads and requests wait for memory (default 60)\n"
+            "  --settings FILE              settings file (default $CAIRN_HOME/settings.json or\n"
+            "                               ~/.cairn/settings.json)\n"
+            "  --admin-key KEY              /admin/api/ also needs x-admin-key: KEY\n");
 }
 
 int cmd_serve(int argc, char **argv)
@@ -58,7 +68,8 @@ int cmd_serve(int argc, char **argv)
         O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
         O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
-        O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE,
+        O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_MAX_MEM, O_MAX_LOADED, O_TTL, O_MEM_WAIT,
+        O_SETTINGS, O_ADMIN_KEY,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -79,6 +90,12 @@ int cmd_serve(int argc, char **argv)
         {"ssd-cache-max-size", required_argument, 0, O_SSD_MAX},
         {"max-batch-tokens", required_argument, 0, O_MAX_BATCH},
         {"preload", no_argument, 0, O_PRELOAD},
+        {"max-process-memory", required_argument, 0, O_MAX_MEM},
+        {"max-loaded-models", required_argument, 0, O_MAX_LOADED},
+        {"ttl", required_argument, 0, O_TTL},
+        {"memory-wait", required_argument, 0, O_MEM_WAIT},
+        {"settings", required_argument, 0, O_SETTINGS},
+        {"admin-key", required_argument, 0, O_ADMIN_KEY},
         /* hidden, for tests */
         {"fake-backend", required_argument, 0, O_FAKE},
         {"port-file", required_argument, 0, O_PORT_FILE},
@@ -157,6 +174,38 @@ int cmd_serve(int argc, char **argv)
         case O_SSD_DIR: tiers_opts.ssd_dir = optarg; break;
         case O_SSD_MAX: ssd_max = optarg; break;
         case O_PRELOAD: preload = 1; break;
+        case O_MAX_MEM:
+            if (!cairn_parse_size(optarg, &v) || v == 0) {
+                fprintf(stderr, "cairn serve: bad --max-process-memory '%s'\n", optarg);
+                return 2;
+            }
+            ro.max_process_memory = v;
+            break;
+        case O_MAX_LOADED:
+            ro.max_loaded_models = atoi(optarg);
+            if (ro.max_loaded_models < 1) {
+                fprintf(stderr, "cairn serve: bad --max-loaded-models '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case O_TTL:
+        case O_MEM_WAIT: {
+            char *end;
+            double d = strtod(optarg, &end);
+            if (end == optarg || *end || d < 0) {
+                fprintf(stderr, "cairn serve: bad --%s '%s'\n", c == O_TTL ? "ttl" : "memory-wait", optarg);
+                return 2;
+            }
+            if (c == O_TTL) {
+                ro.ttl_s = d;
+                ro.has_ttl = 1;
+            } else {
+                ro.memory_wait_s = d > 0 ? d : 0.001;
+            }
+            break;
+        }
+        case O_SETTINGS: ro.settings_path = optarg; break;
+        case O_ADMIN_KEY: hc.admin_key = optarg; break;
         case O_FAKE: fake = optarg; break;
         case O_PORT_FILE: port_file = optarg; break;
         case O_KEEPALIVE: keepalive_ms = atoi(optarg); break;
@@ -286,6 +335,7 @@ int cmd_serve(int argc, char **argv)
                 backend_close(dev);
                 return 1;
             }
+            if (be.put_model) be.put_model(be.ctx, idx);
         }
     }
     struct api_config ac = {.keepalive_ms = keepalive_ms, .max_n = 8, .model_opts = mopts,

@@ -102,7 +102,7 @@ int cuda_dev_alloc(struct cuda_impl *c, size_t bytes, enum cairn_mem_tag tag, in
             return st;
         }
     }
-    cairn_mem_count(tag, (int64_t)take);
+    cairn_mem_charge(CAIRN_MEM_DEVICE, tag, (int64_t)take);
     *out = p;
     return CAIRN_OK;
 }
@@ -114,7 +114,7 @@ void cuda_dev_free(struct cuda_impl *c, void *p, size_t bytes, enum cairn_mem_ta
     /* A failure here means the context is already broken; the next step reports it. */
     (void)cudaFree(p);
     __atomic_sub_fetch(&c->mem_used, take, __ATOMIC_RELAXED);
-    cairn_mem_count(tag, -(int64_t)take);
+    cairn_mem_charge(CAIRN_MEM_DEVICE, tag, -(int64_t)take);
 }
 
 void *cuda_ws_get(struct cuda_impl *c, enum cuda_ws_slot slot, size_t bytes)

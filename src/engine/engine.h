@@ -139,6 +139,8 @@ struct engine_event {
     const char *stop_text;    /* matched stop string, or NULL */
     int32_t stop_token;       /* EOS/stop id that ended it, or -1 */
     const char *error;        /* ENGINE_FINISH_ERROR: message */
+    int error_code;           /* ENGINE_FINISH_ERROR: a cairn status, 0 if none in particular
+                               * (CAIRN_ERR_NOMEM: the memory guard said no, HTTP 507) */
 };
 
 typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);

@@ -21,6 +21,7 @@ struct http_config {
     int port;                  /* 0 = any free port (see http_server_port) */
     int n_threads;             /* MHD thread pool; default 4 */
     const char *api_key;       /* NULL = no auth; else Bearer or x-api-key must match */
+    const char *admin_key;     /* NULL = none; else /admin/api/ also needs x-admin-key: KEY */
     uint64_t max_body_bytes;   /* default 32 MiB */
     int max_concurrent;        /* API requests in flight before 429; 0 = 1024 */
     int request_timeout_ms;    /* headers + body must arrive within this from the request line,

@@ -46,6 +46,7 @@
 struct http_server {
     struct http_config cfg;
     char *api_key;
+    char *admin_key;          /* --admin-key, or NULL */
     struct api *api;
     struct MHD_Daemon *d;
     int port;
@@ -305,6 +306,11 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *mc, const c
         }
         if (strcmp(hc->path, "/health") && !http_authorized(hc))
             return http_send_error(hc, 401, "invalid_api_key", "missing or invalid API key (use Authorization: Bearer KEY or x-api-key)");
+        if (srv->admin_key && !strncmp(hc->path, "/admin/api/", 11)) {
+            const char *k = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-admin-key");
+            if (!k || !http_key_eq(k, srv->admin_key))
+                return http_send_error(hc, 401, "invalid_admin_key", "missing or invalid admin key (use x-admin-key)");
+        }
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > srv->cfg.max_body_bytes) {
             char msg[160];
@@ -610,6 +616,7 @@ int http_server_start(const struct http_config *cfg, struct api *api, struct htt
     if (srv->cfg.request_timeout_ms < 0) srv->cfg.request_timeout_ms = 0;
     if (srv->cfg.idle_timeout_s <= 0) srv->cfg.idle_timeout_s = 120;
     srv->api_key = cfg->api_key && *cfg->api_key ? strdup(cfg->api_key) : NULL;
+    srv->admin_key = cfg->admin_key && *cfg->admin_key ? strdup(cfg->admin_key) : NULL;
     srv->api = api;
     pthread_mutex_init(&srv->mu, NULL);
 
@@ -627,6 +634,7 @@ int http_server_start(const struct http_config *cfg, struct api *api, struct htt
         flags |= MHD_USE_IPv6;
     } else {
         free(srv->api_key);
+        free(srv->admin_key);
         free(srv);
         return cairn_err_set(err, CAIRN_ERR_INVALID, "--host '%s' is not an IPv4 or IPv6 address", cfg->host);
     }
@@ -646,6 +654,7 @@ int http_server_start(const struct http_config *cfg, struct api *api, struct htt
     if (!srv->d) {
         __atomic_store_n(&http_log_srv, NULL, __ATOMIC_RELEASE);
         free(srv->api_key);
+        free(srv->admin_key);
         free(srv);
         return cairn_err_set(err, CAIRN_ERR_IO, "cannot listen on %s:%d (in use?)", cfg->host ? cfg->host : "127.0.0.1", cfg->port);
     }
@@ -696,5 +705,6 @@ void http_server_stop(struct http_server *srv, int drain_ms)
     __atomic_store_n(&http_log_srv, NULL, __ATOMIC_RELEASE);
     pthread_mutex_destroy(&srv->mu);
     free(srv->api_key);
+    free(srv->admin_key);
     free(srv);
 }

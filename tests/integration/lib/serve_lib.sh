@@ -6,6 +6,8 @@
 : "${CAIRN_BIN:=build/cairn}"
 : "${CAIRN_SRC:=.}"
 SERVE_TMP=$(mktemp -d /tmp/cairn-serve-test.XXXXXX)
+# settings.json of the servers: in the test's folder, never the user's ~/.cairn
+export CAIRN_HOME="$SERVE_TMP/cairn-home"
 SERVE_PIDS=()
 cleanup_serve() {
     for p in "${SERVE_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
