@@ -37,6 +37,10 @@ static void serve_usage(FILE *f)
             "  --http-threads N             HTTP threads (default 4)\n"
             "  --kv-cache-size SIZE         device KV cache budget per model (e.g. 2G, 10%%)\n"
             "  --max-batch-tokens N         token budget per engine step\n"
+            "  --speculative MODE           off|ngram|auto: speculative decoding (ngram = prompt\n"
+            "                               lookup; auto = the best drafter the model has, today\n"
+            "                               ngram), parked per request when it stops paying\n"
+            "                               (default off)\n"
             "  --preload                    load every model at start (default: on first use)\n"
             "  --hot-cache-max-size SIZE    hot RAM KV tier per model (e.g. 8G, 20%%; default off)\n"
             "  --hot-cache-write-through    also write every new full block to the SSD at once\n"
@@ -51,7 +55,7 @@ int cmd_serve(int argc, char **argv)
     enum {
         O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
-        O_CHECK, O_HELP, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX,
+        O_CHECK, O_HELP, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_SPEC,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -70,6 +74,7 @@ int cmd_serve(int argc, char **argv)
         {"ssd-cache-dir", required_argument, 0, O_SSD_DIR},
         {"ssd-cache-max-size", required_argument, 0, O_SSD_MAX},
         {"max-batch-tokens", required_argument, 0, O_MAX_BATCH},
+        {"speculative", required_argument, 0, O_SPEC},
         {"preload", no_argument, 0, O_PRELOAD},
         /* hidden, for tests */
         {"fake-backend", required_argument, 0, O_FAKE},
@@ -130,6 +135,13 @@ int cmd_serve(int argc, char **argv)
             ro.kv_bytes = v;
             break;
         case O_MAX_BATCH: ro.max_batch_tokens = atoi(optarg); break;
+        case O_SPEC:
+            ro.speculative = engine_spec_mode_parse(optarg);
+            if (ro.speculative < 0) {
+                fprintf(stderr, "cairn serve: bad --speculative '%s' (off, ngram or auto)\n", optarg);
+                return 2;
+            }
+            break;
         case O_HOT_MAX:
             if (!cairn_parse_size(optarg, &v)) {
                 fprintf(stderr, "cairn serve: bad --hot-cache-max-size '%s'\n", optarg);
