@@ -55,7 +55,7 @@ int cmd_serve(int argc, char **argv)
     enum {
         O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
-        O_CHECK, O_HELP, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_SPEC,
+        O_CHECK, O_HELP, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_SPEC, O_SPEC_MIN, O_SPEC_K,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -81,6 +81,8 @@ int cmd_serve(int argc, char **argv)
         {"port-file", required_argument, 0, O_PORT_FILE},
         {"keepalive-ms", required_argument, 0, O_KEEPALIVE},
         {"check-backend", no_argument, 0, O_CHECK}, /* create the backend, then exit */
+        {"spec-ngram-min", required_argument, 0, O_SPEC_MIN}, /* speculation tuning, for bench/spec_* */
+        {"spec-k-max", required_argument, 0, O_SPEC_K},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -142,6 +144,8 @@ int cmd_serve(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_SPEC_MIN: ro.spec_ngram_min = atoi(optarg); break;
+        case O_SPEC_K: ro.spec_k_max = atoi(optarg); break;
         case O_HOT_MAX:
             if (!cairn_parse_size(optarg, &v)) {
                 fprintf(stderr, "cairn serve: bad --hot-cache-max-size '%s'\n", optarg);
