@@ -4,8 +4,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/status.h"
+
 #define SPEC_COST_DECAY 0.98      /* per observed step: the fit follows the last ~50 steps */
+#define SPEC_COST_TABLE_EWMA 0.8  /* per step of that size */
 #define SPEC_CTL_DECAY 0.95       /* per tested position: alpha follows the last ~20 */
+#define SPEC_CTL_SHORT_K 2        /* draft length of probes and of evidence-gathering drafts */
 #define SPEC_CTL_PRIOR_WEIGHT 2.0 /* the prior counts as this many tested positions */
 
 /* ---- cost ---- */
@@ -26,6 +30,17 @@ void spec_cost_observe(struct spec_cost *c, int n_tokens, double seconds)
     c->sxx = c->sxx * SPEC_COST_DECAY + n * n;
     c->sxy = c->sxy * SPEC_COST_DECAY + n * seconds;
     c->n_obs++;
+    if (n_tokens < SPEC_COST_TABLE) {
+        double *t = &c->t_n[n_tokens];
+        *t = c->n_t_n[n_tokens]++ ? SPEC_COST_TABLE_EWMA * *t + (1 - SPEC_COST_TABLE_EWMA) * seconds
+                                  : seconds;
+    }
+}
+
+/* Mean measured time of steps of n tokens, or 0 if not seen enough. */
+static double spec_cost_table(const struct spec_cost *c, int n)
+{
+    return n < SPEC_COST_TABLE && c->n_t_n[n] >= 2 ? c->t_n[n] : 0;
 }
 
 /* Fitted a and b of t(n) = a + b n, or 0 when the data cannot support a fit: the token counts
@@ -52,6 +67,8 @@ double spec_cost_ratio(const struct spec_cost *c, int n_base, int k)
 {
     if (n_base < 1) n_base = 1;
     if (k <= 0) return 1.0;
+    double t0 = spec_cost_table(c, n_base), t1 = spec_cost_table(c, n_base + k);
+    if (t0 > 0 && t1 > 0) return t1 > t0 ? t1 / t0 : 1.0;
     double a, b;
     if (!spec_cost_fit(c, &a, &b)) {
         a = 1 - c->default_slope;
@@ -63,16 +80,17 @@ double spec_cost_ratio(const struct spec_cost *c, int n_base, int k)
 
 /* ---- break-even ---- */
 
-double spec_ctl_best_gain(const struct spec_cost *cost, int n_base, double alpha, int k_max,
-                          int *best_k)
+double spec_ctl_best_gain_rc(const struct spec_cost *cost, int n_base, double alpha, int k_max,
+                             int recompute, int *best_k)
 {
     if (n_base < 1) n_base = 1;
     double best = 0, e = 1, ak = 1; /* e = E(k) = 1 + alpha + ... + alpha^k */
+    double redo = recompute ? spec_cost_ratio(cost, n_base, 1) - 1 : 0;
     int arg = 1;
     for (int k = 1; k <= k_max; k++) {
         ak *= alpha;
         e += ak;
-        double g = (n_base - 1 + e) / n_base / spec_cost_ratio(cost, n_base, k);
+        double g = (n_base - 1 + e) / n_base / (spec_cost_ratio(cost, n_base, k) + (1 - ak) * redo);
         if (g > best) {
             best = g;
             arg = k;
@@ -80,6 +98,12 @@ double spec_ctl_best_gain(const struct spec_cost *cost, int n_base, double alpha
     }
     if (best_k) *best_k = arg;
     return best;
+}
+
+double spec_ctl_best_gain(const struct spec_cost *cost, int n_base, double alpha, int k_max,
+                          int *best_k)
+{
+    return spec_ctl_best_gain_rc(cost, n_base, alpha, k_max, 0, best_k);
 }
 
 /* ---- control ---- */
@@ -124,16 +148,18 @@ int spec_ctl_plan(const struct spec_ctl *c, const struct spec_cost *cost, int n_
     if (c->state == SPEC_CTL_PARKED) return 0;
     int k;
     double alpha = spec_ctl_alpha(c);
-    if (spec_ctl_best_gain(cost, n_base, alpha, c->o.k_max, &k) > 1.0) return k;
-    if (c->state == SPEC_CTL_PROBING)
-        return k; /* a probe always drafts: that is how evidence comes back */
-    /* ACTIVE and not paying in this batch: if the acceptance itself does not pay, keep drafting
-     * until min_tries decide the park (else an unlucky start would stop drafting for good);
-     * otherwise it is the batch, and the next smaller batch speculates again */
+    if (spec_ctl_best_gain_rc(cost, n_base, alpha, c->o.k_max, c->o.recompute, &k) > 1.0) return k;
+    /* a probe always drafts (that is how evidence comes back), short: the cheapest evidence */
+    if (c->state == SPEC_CTL_PROBING) return CAIRN_MIN(k, SPEC_CTL_SHORT_K);
+    /* ACTIVE and not paying in this step. If the estimate fell below the prior early and the prior
+     * would pay here, keep drafting (short) until min_tries decide the park, so an unlucky start
+     * does not stop drafting for good. If not even the prior would pay, the cost is the reason (a
+     * big batch, a costly chunk): skip this step; a cheaper one drafts again. */
     int k1;
-    if (spec_ctl_best_gain(cost, 1, alpha, c->o.k_max, &k1) <= 1.0 &&
-        c->n_tries_phase < c->o.min_tries)
-        return k1;
+    if (c->n_tries_phase < c->o.min_tries && alpha < c->o.prior_alpha &&
+        spec_ctl_best_gain_rc(cost, n_base, c->o.prior_alpha, c->o.k_max, c->o.recompute, &k1) >
+            1.0)
+        return CAIRN_MIN(k1, SPEC_CTL_SHORT_K);
     return 0;
 }
 
@@ -162,7 +188,8 @@ void spec_ctl_observe(struct spec_ctl *c, const struct spec_cost *cost, int k, i
     /* verdicts on the acceptance alone (a one-sequence step): a big batch only skips drafts in
      * spec_ctl_plan, it never parks a request whose drafts are good */
     if (c->state == SPEC_CTL_ACTIVE) {
-        double g = spec_ctl_best_gain(cost, 1, spec_ctl_alpha(c), c->o.k_max, NULL);
+        double g =
+            spec_ctl_best_gain_rc(cost, 1, spec_ctl_alpha(c), c->o.k_max, c->o.recompute, NULL);
         if (c->n_tries_phase >= c->o.min_tries && g <= 1.0) {
             c->cooldown = c->o.cooldown_min;
             spec_ctl_park(c);

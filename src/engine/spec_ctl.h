@@ -1,11 +1,13 @@
 /* When speculation pays: a step-cost model measured by the engine, and per-request acceptance
  * tracking with parking, cooldown probes and exponential backoff.
  *
- * Cost model. A step that processes n tokens takes t(n) = a + b*n seconds; the engine feeds
- * every step without prefill (decodes and verify chunks) to spec_cost_observe, which keeps an
- * exponentially weighted least-squares fit. Until the observed token counts vary enough to fit a
- * slope (the first verify steps provide that), t(n) = 1 + default_slope * (n - 1) in units of a
- * one-token step (SPEC_COST_DEFAULT_SLOPE: decode reads every weight once per step, so each
+ * Cost model. The engine feeds every step without prefill (decodes and verify chunks) to
+ * spec_cost_observe: (tokens in the step, seconds). t(n) is, in order of preference: the
+ * exponentially weighted mean of the steps of exactly n tokens (n < SPEC_COST_TABLE, once two were
+ * seen, for both sizes a ratio compares), which follows any shape (a kernel that pads short
+ * chunks costs a step, not a slope); else a weighted least-squares line a + b*n over all steps,
+ * once the token counts vary enough to fit one; else t(n) = 1 + default_slope * (n - 1) in units
+ * of a one-token step (SPEC_COST_DEFAULT_SLOPE: decode reads every weight once per step, so each
  * extra token adds little; the CPU's compute share is higher, hence measured).
  *
  * Break-even. With per-position acceptance probability alpha (the draft is accepted up to its
@@ -19,14 +21,20 @@
  * Acceptance. alpha is the decayed ratio accepted / tested positions (a verify step that
  * accepted m of k tested m + (m < k) positions), starting from prior_alpha.
  *
+ * Models with recurrent state (opts.recompute) pay for a cut draft with a recompute: see
+ * spec_ctl_best_gain_rc.
+ *
  * States (per request). Verdicts (park, resume) judge the acceptance alone, as gain at
  * n_base = 1; the batch only decides whether one step drafts (spec_ctl_plan returns 0 when
  * this batch makes the draft a loss), so a big batch never parks a request whose drafts are good.
- *   ACTIVE   speculate with the planned k; once min_tries positions were tested since entering
- *            ACTIVE, if the best gain is <= 1 -> PARKED for cooldown_min tokens.
+ *   ACTIVE   speculate with the planned k where it pays; where the estimate fell below the
+ *            prior before min_tries tested positions, keep drafting short (2 tokens) if the
+ *            prior would pay, so that the park is decided on evidence; once min_tries positions
+ *            were tested since entering ACTIVE, if the best gain is <= 1 -> PARKED for
+ *            cooldown_min tokens.
  *   PARKED   no drafts; spec_ctl_decoded counts the tokens decoded normally; after `wait` of
  *            them -> PROBING.
- *   PROBING  speculate with fresh evidence (the prior again, for the draft length); after
+ *   PROBING  speculate short (at most 2 tokens: the cheapest evidence) from fresh evidence; after
  *            probe_tries tested positions, judged on the probe's own acceptance, a gain > 1
  *            resumes ACTIVE (cooldown back to cooldown_min), else PARKED with the
  *            cooldown doubled, up to cooldown_max (4096 by default).
@@ -39,9 +47,12 @@
 
 #define SPEC_COST_DEFAULT_SLOPE 0.1 /* extra token's cost relative to a one-token step */
 #define SPEC_CTL_MAX_K 16           /* largest k_max accepted */
+#define SPEC_COST_TABLE 64          /* step sizes timed one by one */
 
 struct spec_cost {
-    double w, sx, sy, sxx, sxy; /* decayed sums of 1, n, t, n^2, n*t */
+    double w, sx, sy, sxx, sxy;  /* decayed sums of 1, n, t, n^2, n*t */
+    double t_n[SPEC_COST_TABLE]; /* mean seconds of steps of n tokens (weighted to the recent) */
+    uint32_t n_t_n[SPEC_COST_TABLE]; /* how many such steps were seen */
     double default_slope;
     uint64_t n_obs;
 };
@@ -69,6 +80,8 @@ struct spec_ctl_opts {
     int cooldown_min;   /* tokens decoded normally after a park; default 32 */
     int cooldown_max;   /* backoff cap; default 4096 */
     double prior_alpha; /* acceptance assumed before evidence; default 0.5 */
+    int recompute;      /* 1: a draft not accepted in full costs a recompute of about one more
+                         * token in the next step (models with recurrent state, spec_sched.h) */
 };
 
 struct spec_ctl {
@@ -98,5 +111,9 @@ double spec_ctl_alpha(const struct spec_ctl *c);
  */
 double spec_ctl_best_gain(const struct spec_cost *cost, int n_base, double alpha, int k_max,
                           int *best_k);
+/* The same, charging (1 - alpha^k) * (t(n_base + 1) / t(n_base) - 1) more per step when
+ * `recompute` (the chance that a draft is cut, times the recompute of a rolled-back state). */
+double spec_ctl_best_gain_rc(const struct spec_cost *cost, int n_base, double alpha, int k_max,
+                             int recompute, int *best_k);
 
 #endif

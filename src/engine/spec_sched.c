@@ -91,7 +91,7 @@ void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct en
         spec_sched_seq_free(e, s);
         return;
     }
-    struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max};
+    struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max, .recompute = e->info.state_bytes > 0};
     spec_ctl_init(&p->ctl, &co);
     if (e->info.state_bytes) {
         p->state_copy = cairn_mem_alloc(e->info.state_bytes, CAIRN_MEM_STATE);

@@ -11,16 +11,17 @@ static int parse(enum api_kind k, const char *body, struct api_req *r, struct ap
 
 int main(void)
 {
-    static const char *const chat = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]%s}";
+    static const char *const chat =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]%s}";
     static const char *const compl = "{\"model\":\"m\",\"prompt\":\"hi\"%s}";
-    static const char *const msgs =
-        "{\"model\":\"m\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]%s}";
+    static const char *const msgs = "{\"model\":\"m\",\"max_tokens\":8,\"messages\":[{\"role\":"
+                                    "\"user\",\"content\":\"hi\"}]%s}";
     static const char *const resp = "{\"model\":\"m\",\"input\":\"hi\"%s}";
     struct {
         enum api_kind kind;
         const char *fmt;
     } kinds[] = {{API_KIND_CHAT, chat},
-                 {API_KIND_COMPLETIONS, compl},
+                 {API_KIND_COMPLETIONS, compl },
                  {API_KIND_MESSAGES, msgs},
                  {API_KIND_RESPONSES, resp}};
     struct {

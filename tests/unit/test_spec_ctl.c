@@ -39,6 +39,26 @@ static void test_cost(void)
     CHECK_NEAR(spec_cost_ratio(&c, 1, 4), (0.002 + 0.0005 * 5) / 0.0025, 1e-6);
     CHECK_NEAR(spec_cost_ratio(&c, 8, 3), (0.002 + 0.0005 * 11) / (0.002 + 0.0005 * 8), 1e-6);
     CHECK_EQ_INT(spec_cost_ratio(&c, 1, 0) == 1.0, 1);
+    /* sizes timed one by one win over the line: a kernel that costs 10x for any chunk > 1 */
+    {
+        struct spec_cost st;
+        spec_cost_init(&st, 0);
+        for (int i = 0; i < 40; i++)
+            spec_cost_observe(&st, 1 + i % 4, i % 4 ? 0.010 : 0.001);
+        CHECK_NEAR(spec_cost_ratio(&st, 1, 1), 10.0, 1e-9);
+        CHECK_NEAR(spec_cost_ratio(&st, 1, 3), 10.0, 1e-9);
+        CHECK_NEAR(spec_cost_ratio(&st, 2, 1), 1.0, 1e-9);
+        /* n = 6 was never timed: the line through all steps, t ~ 1 ms + 2.7 ms * n (unweighted fit:
+         * slope 2.7, intercept 1.0), ratio (1 + 2.7 * 6) / (1 + 2.7) = 4.6 */
+        double r = spec_cost_ratio(&st, 1, 5);
+        CHECK_MSG(r > 4.0 && r < 5.2, "ratio %g", r);
+        /* a step function defeats any draft: alpha 0.9 does not pay for 10x */
+        CHECK(spec_ctl_best_gain(&st, 1, 0.9, 3, NULL) < 1.0);
+        /* the table follows the recent steps */
+        for (int i = 0; i < 40; i++)
+            spec_cost_observe(&st, 2, 0.0015);
+        CHECK_NEAR(spec_cost_ratio(&st, 1, 1), 1.5, 1e-2);
+    }
     /* bad observations are ignored */
     uint64_t n_obs = c.n_obs;
     spec_cost_observe(&c, 3, -1.0);
@@ -71,6 +91,20 @@ static void test_cost(void)
             CHECK_NEAR(spec_ctl_best_gain(&c, nbs[j], alphas[i], 8, &got_k), want, 1e-9);
             CHECK_EQ_INT(got_k, want_k);
         }
+    }
+    /* a recompute after a cut draft: gain by the formula with the extra term */
+    {
+        double redo = (a + b * 2) / (a + b) - 1, want = 0;
+        for (int k = 1; k <= 8; k++) {
+            double e = 0;
+            for (int i = 0; i <= k; i++)
+                e += pow(0.6, i);
+            double g = e / ((a + b * (1 + k)) / (a + b) + (1 - pow(0.6, k)) * redo);
+            if (g > want) want = g;
+        }
+        CHECK_NEAR(spec_ctl_best_gain_rc(&c, 1, 0.6, 8, 1, NULL), want, 1e-9);
+        CHECK(spec_ctl_best_gain_rc(&c, 1, 0.6, 8, 1, NULL) <
+              spec_ctl_best_gain(&c, 1, 0.6, 8, NULL));
     }
     /* alpha 0 never pays; alpha 0.8 pays for one sequence */
     CHECK(spec_ctl_best_gain(&c, 1, 0.0, 8, NULL) < 1.0);
