@@ -84,6 +84,7 @@ struct api_real_opts {
     int max_waiting;              /* 0 = engine default */
     int speculative;              /* enum engine_spec_mode; 0 = engine default (off) */
     int spec_ngram_min, spec_k_max; /* 0 = engine defaults */
+    double spec_cost_slope;         /* 0 = measured (engine.h) */
     /* Lower KV tiers (hot RAM, SSD), set up by `cairn serve` when enabled: passed to every
      * engine, and asked to clear "hot" / "ssd" on POST /api/cache/clear. tier_clear returns
      * CAIRN_OK, or CAIRN_ERR_UNSUPPORTED for a tier that is not enabled. All may be NULL. */

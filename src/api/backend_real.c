@@ -199,6 +199,7 @@ static int real_load(struct real *r, struct real_model *m, struct cairn_err *err
         o.speculative = (enum engine_spec_mode)r->opts.speculative;
         o.spec_ngram_min = r->opts.spec_ngram_min;
         o.spec_k_max = r->opts.spec_k_max;
+        o.spec_cost_slope = r->opts.spec_cost_slope;
         o.detok.ctx = m->tok;
         o.detok.stream_new = real_detok_new;
         o.detok.stream_feed = real_detok_feed;

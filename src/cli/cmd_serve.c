@@ -56,6 +56,7 @@ int cmd_serve(int argc, char **argv)
         O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
         O_CHECK, O_HELP, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_SPEC, O_SPEC_MIN, O_SPEC_K,
+        O_SPEC_COST,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -83,6 +84,7 @@ int cmd_serve(int argc, char **argv)
         {"check-backend", no_argument, 0, O_CHECK}, /* create the backend, then exit */
         {"spec-ngram-min", required_argument, 0, O_SPEC_MIN}, /* speculation tuning, for bench/spec_* */
         {"spec-k-max", required_argument, 0, O_SPEC_K},
+        {"spec-cost-slope", required_argument, 0, O_SPEC_COST},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -146,6 +148,7 @@ int cmd_serve(int argc, char **argv)
             break;
         case O_SPEC_MIN: ro.spec_ngram_min = atoi(optarg); break;
         case O_SPEC_K: ro.spec_k_max = atoi(optarg); break;
+        case O_SPEC_COST: ro.spec_cost_slope = atof(optarg); break;
         case O_HOT_MAX:
             if (!cairn_parse_size(optarg, &v)) {
                 fprintf(stderr, "cairn serve: bad --hot-cache-max-size '%s'\n", optarg);

@@ -75,7 +75,8 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     rc = spec_sched_opts_fill(o, err);
     if (rc) goto fail;
     e->spec_extra_rows = spec_sched_extra_rows(o);
-    spec_cost_init(&e->spec_cost, 0);
+    spec_cost_init(&e->spec_cost, o->spec_cost_slope);
+    e->spec_cost.fixed = o->spec_cost_slope > 0;
 
     /* KV pool: kv_bytes covers K and V. */
     size_t layer_bytes = (size_t)o->block_size * (size_t)e->info.n_kv_heads * (size_t)e->info.head_dim *

@@ -80,6 +80,9 @@ struct engine_opts {
     int spec_ngram_min;       /* n-gram drafter's match lengths; defaults 2 and 8 */
     int spec_ngram_max;
     struct engine_drafter drafter; /* draft.draft set: used instead of the mode's drafter */
+    double spec_cost_slope;   /* > 0: cost of one more token in a step relative to a one-token
+                               * step, fixed (tests: plans then depend on acceptance alone);
+                               * 0 = measured from the engine's steps (spec_ctl.h) */
 };
 /* Block size, by measurement (`cairn bench-engine --attn-sweep 1024,4096`, Qwen3-0.6B attention
  * shape, bf16 KV, AVX-512, 2 threads): the decode attention kernel reads one block at a time with

@@ -22,7 +22,7 @@ void spec_cost_init(struct spec_cost *c, double default_slope)
 
 void spec_cost_observe(struct spec_cost *c, int n_tokens, double seconds)
 {
-    if (!(seconds > 0) || !isfinite(seconds) || n_tokens < 1) return;
+    if (c->fixed || !(seconds > 0) || !isfinite(seconds) || n_tokens < 1) return;
     double n = n_tokens;
     c->w = c->w * SPEC_COST_DECAY + 1;
     c->sx = c->sx * SPEC_COST_DECAY + n;

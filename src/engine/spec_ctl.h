@@ -54,6 +54,7 @@ struct spec_cost {
     double t_n[SPEC_COST_TABLE]; /* mean seconds of steps of n tokens (weighted to the recent) */
     uint32_t n_t_n[SPEC_COST_TABLE]; /* how many such steps were seen */
     double default_slope;
+    int fixed; /* observations ignored: always the default slope */
     uint64_t n_obs;
 };
 

@@ -41,6 +41,10 @@ int spec_sched_opts_fill(struct engine_opts *o, struct cairn_err *err)
     if (o->speculative < ENGINE_SPEC_OFF || o->speculative > ENGINE_SPEC_AUTO)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "engine: unknown speculative mode %d",
                              (int)o->speculative);
+    if (!(o->spec_cost_slope >= 0 && o->spec_cost_slope <= 1))
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "engine: spec_cost_slope must be in [0, 1] (got %g)",
+                             o->spec_cost_slope);
     if (!o->spec_k_max) o->spec_k_max = SPEC_SCHED_DEFAULT_K_MAX;
     if (o->spec_k_max < 1 || o->spec_k_max > SPEC_CTL_MAX_K)
         return cairn_err_set(err, CAIRN_ERR_INVALID,

@@ -59,6 +59,16 @@ static void test_cost(void)
             spec_cost_observe(&st, 2, 0.0015);
         CHECK_NEAR(spec_cost_ratio(&st, 1, 1), 1.5, 1e-2);
     }
+    /* a fixed cost ignores every step */
+    {
+        struct spec_cost fx;
+        spec_cost_init(&fx, 0.05);
+        fx.fixed = 1;
+        for (int i = 0; i < 50; i++)
+            spec_cost_observe(&fx, 1 + i % 5, 0.001 * (1 + i % 5));
+        CHECK_EQ_INT(fx.n_obs, 0);
+        CHECK_NEAR(spec_cost_ratio(&fx, 1, 2), 1.1, 1e-12);
+    }
     /* bad observations are ignored */
     uint64_t n_obs = c.n_obs;
     spec_cost_observe(&c, 3, -1.0);

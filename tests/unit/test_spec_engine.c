@@ -58,6 +58,7 @@ static struct engine *make_engine_d(struct model *m, enum engine_spec_mode mode,
     o.max_running = 8;
     o.max_batch_tokens = 256;
     o.speculative = mode;
+    o.spec_cost_slope = 0.05; /* fixed: which steps draft must not depend on ASan timings */
     if (scripted) {
         o.drafter.ctx = &script;
         o.drafter.draft = script_draft;
@@ -252,6 +253,10 @@ static void test_bad_options(void)
     CHECK(engine_create(m, &o, &e, &err) == CAIRN_ERR_INVALID && !e);
     CHECK(strstr(err.msg, "spec_k_max") != NULL);
     o.spec_k_max = 0;
+    o.spec_cost_slope = -1;
+    CHECK(engine_create(m, &o, &e, &err) == CAIRN_ERR_INVALID && !e);
+    CHECK(strstr(err.msg, "spec_cost_slope") != NULL);
+    o.spec_cost_slope = 0;
     o.spec_ngram_min = 5;
     o.spec_ngram_max = 3;
     CHECK(engine_create(m, &o, &e, &err) == CAIRN_ERR_INVALID && !e);
