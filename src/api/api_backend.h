@@ -55,6 +55,10 @@ struct api_backend {
     int (*submit)(void *ctx, int idx, const struct engine_request *req, uint64_t *id,
                   struct cairn_err *err);
     void (*cancel)(void *ctx, int idx, uint64_t id);
+    /* The model's vocabulary as byte strings, for constrained decoding (built on first use, owned
+     * by the backend, valid until the model is unloaded, which waits for its requests); NULL with
+     * err set when it can't be built. May be NULL: the backend can't constrain. */
+    const struct grammar_vocab *(*grammar_vocab)(void *ctx, int idx, struct cairn_err *err);
     /* Stats of model idx; returns 0 if it is not loaded (st untouched). */
     int (*stats)(void *ctx, int idx, struct engine_stats *st);
     /* Drops cached KV of a tier: "device", "hot", "ssd" or "all", for every loaded model.
@@ -96,6 +100,7 @@ struct api_real_opts {
      * engine options; tiers_opts->sig is ignored), so models sharing --ssd-cache-dir never see
      * each other's blocks. Budgets apply per model. Takes precedence over tiers/tier_clear. */
     const struct kv_tiers_opts *tiers_opts;
+    struct backend *device;       /* where models are loaded (tensor/backend.h); not owned */
 };
 int api_backend_real_create(const struct api_real_opts *opts, struct api_backend *out,
                             struct cairn_err *err);

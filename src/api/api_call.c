@@ -15,13 +15,54 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "base/mem.h"
+
+/* ---- allocation (with the tests' failure hook) ---- */
+
+static long api_fail_at;     /* atomic: 0 off; n > 0: allocation n fails; n < 0: from -n on */
+static long api_n_allocs;    /* atomic: allocations counted since the last api_test_fail_alloc */
+
+long api_test_fail_alloc(long n)
+{
+    long counted = __atomic_exchange_n(&api_n_allocs, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&api_fail_at, n, __ATOMIC_RELAXED);
+    return counted;
+}
+
+static int api_alloc_fails(void)
+{
+    long at = __atomic_load_n(&api_fail_at, __ATOMIC_RELAXED);
+    long k = __atomic_add_fetch(&api_n_allocs, 1, __ATOMIC_RELAXED);
+    if (at == 0) return 0;
+    return at > 0 ? k == at : k >= -at;
+}
+
+void *api_malloc(size_t n)
+{
+    return api_alloc_fails() ? NULL : malloc(n);
+}
+
+void *api_calloc(size_t n, size_t size)
+{
+    return api_alloc_fails() ? NULL : calloc(n, size);
+}
+
+void *api_realloc(void *p, size_t n)
+{
+    return api_alloc_fails() ? NULL : realloc(p, n);
+}
+
+char *api_strdup(const char *s)
+{
+    return api_alloc_fails() ? NULL : strdup(s);
+}
 
 int api_sbuf_add(struct api_sbuf *b, const char *s, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
+        char *p = api_realloc(b->p, cap);
         if (!p) return CAIRN_ERR_NOMEM;
         b->p = p;
         b->cap = cap;
@@ -88,6 +129,7 @@ static void api_call_unref(struct api_call *c)
 /* Sets a whole-body answer (under c->mu). */
 static void api_call_answer(struct api_call *c, int status, const char *content_type, char *body)
 {
+    if (!body && status < 400) status = 503; /* the answer could not be built: out of memory */
     api_sbuf_free(&c->body);
     c->body.p = body;
     c->body.len = c->body.cap = body ? strlen(body) : 0;
@@ -99,18 +141,37 @@ static void api_call_answer(struct api_call *c, int status, const char *content_
     if (status >= 400) __atomic_add_fetch(&c->api->n_errors, 1, __ATOMIC_RELAXED);
 }
 
+static int api_call_anthropic(const struct api_call *c)
+{
+    return c->kind == API_KIND_MESSAGES || c->kind == API_KIND_COUNT_TOKENS;
+}
+
+/* An error answer; a NULL body (out of memory) is answered with the static one (api_call_body). */
 static void api_call_error(struct api_call *c, int status, const char *code, const char *msg,
                            const char *param)
 {
     api_call_answer(c, status, "application/json",
-                    api_error_body(c->kind == API_KIND_MESSAGES || c->kind == API_KIND_COUNT_TOKENS,
-                                   status, code, msg, param));
+                    api_error_body(api_call_anthropic(c), status, code, msg, param));
     c->failed = 1;
 }
 
 int api_path_is_anthropic(const char *path)
 {
     return strncmp(path, "/v1/messages", 12) == 0;
+}
+
+const char *api_error_json_static(const char *path)
+{
+    return api_error_body_static(api_path_is_anthropic(path));
+}
+
+double api_usage_scale(const struct api *a, const char *model)
+{
+    for (int i = 0; i < a->cfg.n_model_opts; i++) {
+        const struct api_model_opt *o = &a->cfg.model_opts[i];
+        if (o->id && !strcmp(o->id, model) && o->usage_scale > 0) return o->usage_scale;
+    }
+    return 1.0;
 }
 
 char *api_error_json(const char *path, int status, const char *code, const char *message,
@@ -199,7 +260,8 @@ static void api_call_prepare(struct api_call *c)
 
     int rc = a->be.get_model(a->be.ctx, r->model, &c->model_idx, &err);
     if (rc == CAIRN_ERR_NOT_FOUND) {
-        snprintf(msg, sizeof(msg), "The model '%.250s' does not exist", r->model);
+        snprintf(msg, sizeof(msg), api_call_anthropic(c) ? "model: %.250s" : "The model '%.250s' does not exist",
+                 r->model);
         pthread_mutex_lock(&c->mu);
         api_call_error(c, 404, "model_not_found", msg, "model");
         goto out_locked;
@@ -212,7 +274,7 @@ static void api_call_prepare(struct api_call *c)
     }
     if (r->kind == API_KIND_COMPLETIONS) {
         if (r->prompt_ids) {
-            ids = malloc((size_t)r->n_prompt_ids * sizeof(int32_t));
+            ids = api_malloc((size_t)r->n_prompt_ids * sizeof(int32_t));
             if (ids) memcpy(ids, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof(int32_t));
             n_ids = r->n_prompt_ids;
             rc = ids ? 0 : cairn_err_set(&err, CAIRN_ERR_NOMEM, "out of memory");
@@ -223,6 +285,13 @@ static void api_call_prepare(struct api_call *c)
     } else {
         json_t *tools = r->tools && json_array_size(r->tools) ? r->tools : NULL;
         rc = a->be.render_chat(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, &text, &err);
+        if (rc && rc != CAIRN_ERR_NOMEM && api_req_merge_system(r->messages)) {
+            /* The template refused a system message after the first turn (Claude Code sends
+             * them): the same words merged into the leading system prompt. */
+            LOG_DEBUG("api", "%s: template refused a later system message (%s); merged into the first", c->id, err.msg);
+            memset(&err, 0, sizeof(err));
+            rc = a->be.render_chat(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, &text, &err);
+        }
         if (rc == 0) {
             c->in_think = api_prompt_in_think(text);
             rc = a->be.tokenize(a->be.ctx, c->model_idx, text, strlen(text), 0, &ids, &n_ids, &err);
@@ -235,16 +304,24 @@ static void api_call_prepare(struct api_call *c)
         goto out_locked;
     }
     c->n_prompt = n_ids;
+    c->usage_scale = api_usage_scale(a, r->model);
     if (r->kind == API_KIND_COUNT_TOKENS) {
-        snprintf(msg, sizeof(msg), "{\"input_tokens\":%d}", n_ids);
-        api_call_answer(c, 200, "application/json", strdup(msg));
+        snprintf(msg, sizeof(msg), "{\"input_tokens\":%d}", api_scaled(c, n_ids));
+        api_call_answer(c, 200, "application/json", api_strdup(msg));
         goto out_locked;
     }
     int ctx = a->be.context_length(a->be.ctx, c->model_idx);
     if (ctx > 0 && n_ids >= ctx) {
-        snprintf(msg, sizeof(msg),
-                 "This model's maximum context length is %d tokens. However, your prompt has %d "
-                 "tokens, leaving no room for the completion.", ctx, n_ids);
+        /* Each family's own wording, which its agents recognise (Claude Code compacts on
+         * "prompt is too long"; OpenAI clients match the code and this sentence). Counts are
+         * the client's (scaled), so they agree with the usage it was shown. */
+        if (api_call_anthropic(c))
+            snprintf(msg, sizeof(msg), "prompt is too long: %d tokens > %d maximum", api_scaled(c, n_ids),
+                     api_scaled(c, ctx - 1));
+        else
+            snprintf(msg, sizeof(msg),
+                     "This model's maximum context length is %d tokens. However, your prompt has %d "
+                     "tokens, leaving no room for the completion.", api_scaled(c, ctx), api_scaled(c, n_ids));
         api_call_error(c, 400, "context_length_exceeded", msg,
                        r->kind == API_KIND_COMPLETIONS ? "prompt" : r->kind == API_KIND_RESPONSES ? "input" : "messages");
         goto out_locked;
@@ -257,24 +334,57 @@ static void api_call_prepare(struct api_call *c)
         goto out_locked;
     }
     if (a->be.sampling_defaults) a->be.sampling_defaults(a->be.ctx, c->model_idx, &r->sampling, r->sampling_given);
+    /* constrained output: the grammar compiled at parse, or again when the prompt opened <think>
+     * or the model's tool-call format is the bare JSON one (no <tool_call> in its prompt) */
+    struct grammar *gram = NULL;
+    const struct grammar_vocab *gvocab = NULL;
+    if (r->grammar && a->be.grammar_vocab) {
+        enum api_tool_form form = r->grammar_kind == API_GRAMMAR_TOOLS && text && !strstr(text, "<tool_call>")
+                                      ? API_TOOL_FORM_JSON : API_TOOL_FORM_HERMES;
+        struct api_req_err gerr;
+        if (c->in_think || form != API_TOOL_FORM_HERMES) {
+            if (api_req_grammar(r, c->in_think, form, &gram, &gerr)) {
+                api_call_error(c, 400, NULL, gerr.message, gerr.param);
+                goto out_locked;
+            }
+        } else {
+            gram = grammar_retain(r->grammar);
+        }
+        gvocab = a->be.grammar_vocab(a->be.ctx, c->model_idx, &err);
+        if (!gvocab) {
+            grammar_free(gram);
+            api_call_error(c, 500, NULL, err.msg[0] ? err.msg : "cannot build the vocabulary for constrained decoding", NULL);
+            goto out_locked;
+        }
+    }
     int parse = r->kind != API_KIND_COMPLETIONS;
     for (int i = 0; i < c->n_subs; i++) {
         struct api_sub *s = &c->subs[i];
         if (parse) api_out_init(&s->parser, c->in_think, r->tools != NULL, api_out_cb, s);
     }
-    if (c->streaming) api_emit_stream_start(c);
+    /* Anthropic's message_start carries the usage, prefix-cache hits included: it waits for the
+     * first token event, which brings them (api_call_pump). */
+    if (c->streaming && c->kind != API_KIND_MESSAGES) {
+        api_emit_stream_start(c);
+        c->started = 1;
+    }
     for (int i = 0; i < c->n_subs; i++) {
         struct api_sub *s = &c->subs[i];
         struct engine_request er = {0};
         er.prompt = ids;
         er.n_prompt = n_ids;
         er.sampling = r->sampling;
+        /* r is c->req, a copy of the request parsed on the HTTP thread's stack: point the bias
+         * at this copy's array (engine_submit copies it). */
+        er.sampling.logit_bias = r->sampling.n_logit_bias ? r->logit_bias : NULL;
         if (c->n_subs > 1 && r->sampling.has_seed) er.sampling.seed += (uint64_t)i;
         er.max_tokens = max_tokens;
         er.ignore_eos = r->ignore_eos;
         er.speculative = (enum engine_spec_mode)r->speculative;
         er.stop = (const char *const *)r->stop;
         er.n_stop = r->n_stop;
+        er.grammar = gram;
+        er.grammar_vocab = gvocab;
         er.on_event = api_on_engine_event;
         er.user = s;
         c->refs++;
@@ -289,14 +399,22 @@ static void api_call_prepare(struct api_call *c)
             /* A request already streaming to the client can't change status: cancel the rest. */
             for (int j = 0; j < i; j++) a->be.cancel(a->be.ctx, c->model_idx, c->subs[j].engine_id);
             api_call_error(c, st, api_status_code_name(rc), err.msg[0] ? err.msg : cairn_status_str(rc), NULL);
+            grammar_free(gram);
             goto out_locked;
         }
     }
+    grammar_free(gram); /* each engine request holds its own reference */
     if (c->streaming) {
         c->status = 200;
         c->content_type = "text/event-stream";
         c->ready = 1;
         c->last_out = cairn_now();
+        if (c->oom) {
+            /* the opening events did not fit in memory: nothing was sent yet, answer an error */
+            for (int i = 0; i < c->n_subs; i++) a->be.cancel(a->be.ctx, c->model_idx, c->subs[i].engine_id);
+            c->oom = 0;
+            api_call_error(c, 503, NULL, "out of memory", NULL);
+        }
     }
 out_locked:
     api_call_notify(c);
@@ -339,14 +457,20 @@ static void api_sub_queue_token(struct api_sub *s, const struct engine_event *ev
 {
     if (s->n_toks == s->cap_toks) {
         int cap = s->cap_toks ? s->cap_toks * 2 : 16;
-        struct api_tok_raw *t = realloc(s->toks, (size_t)cap * sizeof(*t));
-        if (!t) return; /* out of memory: the token's text is lost, the request goes on */
+        struct api_tok_raw *t = api_realloc(s->toks, (size_t)cap * sizeof(*t));
+        if (!t) {
+            s->call->oom = 1; /* a lost token would be a wrong answer: the call ends (pump) */
+            return;
+        }
         s->toks = t;
         s->cap_toks = cap;
     }
     struct api_tok_raw *t = &s->toks[s->n_toks];
     t->off = s->raw.len;
-    if (api_sbuf_add(&s->raw, ev->text ? ev->text : "", ev->text_len) != CAIRN_OK) return;
+    if (api_sbuf_add(&s->raw, ev->text ? ev->text : "", ev->text_len) != CAIRN_OK) {
+        s->call->oom = 1;
+        return;
+    }
     t->len = ev->text_len;
     t->id = ev->token;
     t->logprob = ev->logprob;
@@ -364,7 +488,14 @@ static void api_on_engine_event(void *user, const struct engine_event *ev)
     struct api_sub *s = user;
     struct api_call *c = s->call;
     pthread_mutex_lock(&c->mu);
+    if (ev->usage.prompt_tokens > 0 && !s->done) {
+        /* prompt and cached counts are final from the first token on (engine.h) */
+        s->usage.prompt_tokens = ev->usage.prompt_tokens;
+        s->usage.cached_tokens = ev->usage.cached_tokens;
+        s->have_usage = 1;
+    }
     if (ev->kind == ENGINE_EVENT_TOKEN) {
+        if (c->t_first_token == 0) c->t_first_token = cairn_now();
         if (!c->failed && !s->done && !c->http_gone) api_sub_queue_token(s, ev);
         c->last_out = cairn_now(); /* output is coming: no keep-alive needed */
         api_call_notify(c);
@@ -375,8 +506,11 @@ static void api_on_engine_event(void *user, const struct engine_event *ev)
     c->n_done++;
     s->finish = ev->finish;
     s->usage = ev->usage;
-    if (ev->stop_text) s->stop_text = strdup(ev->stop_text);
-    if (ev->finish == ENGINE_FINISH_ERROR) s->error = strdup(ev->error ? ev->error : "generation failed");
+    s->have_usage = 1;
+    /* Out of memory here loses the stop string's name (the reason stays) or the error's text
+     * (a generic one is reported). */
+    if (ev->stop_text) s->stop_text = api_strdup(ev->stop_text);
+    if (ev->finish == ENGINE_FINISH_ERROR) s->error = api_strdup(ev->error ? ev->error : "generation failed");
     api_call_notify(c);
     pthread_mutex_unlock(&c->mu);
     api_call_unref(c);
@@ -384,9 +518,29 @@ static void api_on_engine_event(void *user, const struct engine_event *ev)
 
 /* Encodes what the engine queued: parser, SSE / body, the end of each choice and of the call.
  * Runs under c->mu on the thread that reads the call. */
+/* Ends a call whose output could not be written for memory: a stream stops where it is (the
+ * client sees it end without its final event), a whole body becomes a 503. Under c->mu. */
+static void api_call_fail_oom(struct api_call *c)
+{
+    c->failed = 1;
+    for (int j = 0; j < c->n_subs; j++)
+        if (!c->subs[j].done && c->subs[j].submitted)
+            c->api->be.cancel(c->api->be.ctx, c->model_idx, c->subs[j].engine_id);
+    if (!c->streaming) api_call_error(c, 503, NULL, "out of memory", NULL);
+    LOG_WARN("api", "%s: out of memory while writing the answer: request ended", c->id);
+}
+
 static void api_call_pump(struct api_call *c)
 {
     if (c->done || !c->have_req) return;
+    if (c->oom && !c->failed) api_call_fail_oom(c);
+    if (c->streaming && !c->started && !c->failed) {
+        struct api_sub *s0 = &c->subs[0];
+        if (!s0->have_usage && !s0->done) return; /* message_start waits for the usage */
+        api_emit_stream_start(c);
+        c->started = 1;
+        if (c->oom) api_call_fail_oom(c);
+    }
     for (int i = 0; i < c->n_subs; i++) {
         struct api_sub *s = &c->subs[i];
         for (int k = 0; k < s->n_toks && !c->failed; k++) {
@@ -396,9 +550,10 @@ static void api_call_pump(struct api_call *c)
             if (c->kind == API_KIND_COMPLETIONS) {
                 struct api_out_event oe = {.kind = API_OUT_TEXT, .text = s->raw.p + t->off, .len = t->len};
                 api_emit_event(s, &oe);
-            } else {
-                api_out_feed(&s->parser, s->raw.p + t->off, t->len);
+            } else if (api_out_feed(&s->parser, s->raw.p + t->off, t->len) != CAIRN_OK) {
+                c->oom = 1;
             }
+            if (c->oom) api_call_fail_oom(c);
         }
         s->n_toks = 0;
         s->raw.len = 0;
@@ -406,10 +561,14 @@ static void api_call_pump(struct api_call *c)
         s->finished = 1;
         c->n_finished++;
         if (c->failed) continue;
-        if (c->kind != API_KIND_COMPLETIONS) api_out_finish(&s->parser);
+        if (c->kind != API_KIND_COMPLETIONS && api_out_finish(&s->parser) != CAIRN_OK) c->oom = 1;
+        if (c->oom) {
+            api_call_fail_oom(c);
+            continue;
+        }
         int shutdown = s->finish == ENGINE_FINISH_CANCELLED && API_SHUTTING(c->api);
         if (s->finish == ENGINE_FINISH_ERROR || shutdown) {
-            const char *m = shutdown ? "the server is shutting down" : s->error;
+            const char *m = shutdown ? "the server is shutting down" : s->error ? s->error : "generation failed";
             if (c->streaming) api_emit_stream_error(c, m);
             else api_call_error(c, shutdown ? 503 : 500, shutdown ? "shutting_down" : NULL, m, NULL);
             c->failed = 1;
@@ -426,9 +585,12 @@ static void api_call_pump(struct api_call *c)
             api_emit_stream_end(c);
         } else {
             api_emit_body(c);
-            c->status = 200;
-            c->content_type = "application/json";
-            c->ready = 1;
+            if (c->oom) {
+                api_call_error(c, 503, NULL, "out of memory", NULL);
+            } else {
+                c->status = 200;
+                c->content_type = "application/json";
+            }
         }
     }
     c->ready = 1;
@@ -440,16 +602,22 @@ static void api_call_pump(struct api_call *c)
 static struct api_call *api_call_new(struct api *a, const char *path, int n_subs,
                                      api_notify_fn notify, void *notify_user)
 {
-    struct api_call *c = calloc(1, sizeof(*c) + (size_t)n_subs * sizeof(struct api_sub));
+    struct api_call *c = api_calloc(1, sizeof(*c) + (size_t)n_subs * sizeof(struct api_sub));
     if (!c) return NULL;
+    c->path = api_strdup(path);
+    if (!c->path) {
+        free(c);
+        return NULL;
+    }
     pthread_mutex_init(&c->mu, NULL);
     c->api = a;
     c->refs = 1;
     c->n_subs = n_subs;
     c->notify = notify;
     c->notify_user = notify_user;
-    c->path = strdup(path);
     c->kind = API_KIND_CHAT;
+    c->usage_scale = 1.0;
+    c->t_start = cairn_now();
     for (int i = 0; i < n_subs; i++) {
         c->subs[i].call = c;
         c->subs[i].index = i;
@@ -463,11 +631,21 @@ static struct api_call *api_call_new(struct api *a, const char *path, int n_subs
     return c;
 }
 
-/* A static "out of memory" call for when even the call can't be allocated: never NULL. */
 struct api_call *api_call_start(struct api *a, const char *method, const char *path,
                                 const char *body, size_t body_len, api_notify_fn notify,
                                 void *notify_user)
 {
+    struct api_call_in in = {.method = method, .path = path, .body = body, .body_len = body_len,
+                             .notify = notify, .notify_user = notify_user};
+    return api_call_begin(a, &in);
+}
+
+struct api_call *api_call_begin(struct api *a, const struct api_call_in *in)
+{
+    const char *method = in->method, *path = in->path, *body = in->body;
+    size_t body_len = in->body_len;
+    api_notify_fn notify = in->notify;
+    void *notify_user = in->notify_user;
     int is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(api_gen_routes); i++) {
         if (strcmp(path, api_gen_routes[i].path)) continue;
@@ -499,7 +677,6 @@ struct api_call *api_call_start(struct api *a, const char *method, const char *p
         c->req = req;
         c->have_req = 1;
         c->streaming = req.stream && kind != API_KIND_COUNT_TOKENS;
-        snprintf(c->warning, sizeof(c->warning), "%s", req.warning);
         snprintf(c->model, sizeof(c->model), "%s", req.model);
         const char *prefix = kind == API_KIND_CHAT ? "chatcmpl-" : kind == API_KIND_COMPLETIONS ? "cmpl-"
                            : kind == API_KIND_RESPONSES ? "resp_" : "msg_";
@@ -532,11 +709,11 @@ struct api_call *api_call_start(struct api *a, const char *method, const char *p
     const char *ct = "application/json";
     if (!strcmp(path, "/health")) {
         if (!is_get) st = 405;
-        else out = strdup(API_SHUTTING(a) ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}");
+        else out = api_strdup(API_SHUTTING(a) ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}");
         if (API_SHUTTING(a) && is_get) st = 503;
     } else if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) {
         if (!is_get) st = 405;
-        else out = api_info_models(a, path[10] == '/' ? path + 11 : NULL, &st);
+        else out = api_info_models(a, path[10] == '/' ? path + 11 : NULL, in->anthropic_version != NULL, &st);
     } else if (!strcmp(path, "/api/status")) {
         if (!is_get) st = 405;
         else out = api_info_status(a, &st);
@@ -552,6 +729,7 @@ struct api_call *api_call_start(struct api *a, const char *method, const char *p
     } else {
         st = 404;
     }
+    if (!out && st == 200) st = 503; /* out of memory: the static body (api_call_body) */
     if (st == 405) {
         api_call_answer(c, 405, ct, api_error_json(path, 405, NULL, "method not allowed", NULL));
     } else if (st == 404 && !out) {
@@ -596,6 +774,11 @@ const char *api_call_warning(struct api_call *c)
 
 const char *api_call_body(struct api_call *c, size_t *len)
 {
+    if (!c->body.p && c->status >= 400) {
+        const char *b = api_error_body_static(api_call_anthropic(c) || api_path_is_anthropic(c->path));
+        *len = strlen(b);
+        return b;
+    }
     *len = c->body.len;
     return c->body.p ? c->body.p : "";
 }
@@ -618,38 +801,84 @@ size_t api_call_read(struct api_call *c, char *buf, size_t cap, int *eof)
     return n;
 }
 
+/* Cancels every submitted choice of c (any n). Called after http_gone was set under c->mu:
+ * from then on the worker submits nothing more, so `submitted` and `engine_id` no longer change
+ * and can be read without the lock (which cancel must not be called under). Finished ids are
+ * ignored by the backend. The caller holds a reference. */
+static void api_call_cancel_subs(struct api_call *c)
+{
+    for (int i = 0; i < c->n_subs; i++)
+        if (c->subs[i].submitted) c->api->be.cancel(c->api->be.ctx, c->model_idx, c->subs[i].engine_id);
+}
+
+void api_call_cancel(struct api_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int was_done = c->done;
+    c->http_gone = 1;
+    if (!was_done) {
+        LOG_DEBUG("api", "client went away: cancelling %s", c->id);
+        c->failed = 1;
+        c->done = 1;
+        c->ready = 1;
+        if (!c->status) c->status = 499; /* nginx's "client closed request", for the access log */
+        api_call_notify(c);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!was_done) api_call_cancel_subs(c);
+}
+
 void api_call_release(struct api_call *c, int client_gone)
 {
-    uint64_t ids[64];
-    int n = 0;
     pthread_mutex_lock(&c->mu);
     c->notify = NULL;
     c->notify_user = NULL;
     c->http_gone = 1;
-    if (!c->done) {
-        for (int i = 0; i < c->n_subs && n < 64; i++)
-            if (c->subs[i].submitted && !c->subs[i].done) ids[n++] = c->subs[i].engine_id;
-        if (client_gone) LOG_DEBUG("api", "client went away: cancelling %s", c->id);
-    }
-    int model = c->model_idx;
+    int cancel = !c->done;
+    if (cancel && client_gone) LOG_DEBUG("api", "client went away: cancelling %s", c->id);
     pthread_mutex_unlock(&c->mu);
-    for (int i = 0; i < n; i++) c->api->be.cancel(c->api->be.ctx, model, ids[i]);
+    if (cancel) api_call_cancel_subs(c);
     api_call_unref(c);
+}
+
+void api_call_summarize(struct api_call *c, struct api_call_summary *o)
+{
+    memset(o, 0, sizeof(*o));
+    pthread_mutex_lock(&c->mu);
+    snprintf(o->model, sizeof(o->model), "%s", c->model);
+    o->prompt_tokens = api_scaled(c, c->subs[0].have_usage ? c->subs[0].usage.prompt_tokens : c->n_prompt);
+    o->cached_tokens = api_scaled(c, c->subs[0].usage.cached_tokens);
+    for (int i = 0; i < c->n_subs; i++) o->completion_tokens += api_scaled(c, c->subs[i].usage.completion_tokens);
+    o->ttft_s = c->t_first_token > 0 ? c->t_first_token - c->t_start : -1;
+    pthread_mutex_unlock(&c->mu);
 }
 
 void api_shutdown_begin(struct api *a)
 {
-    pthread_mutex_lock(&a->mu);
-    __atomic_store_n(&a->shutting_down, 1, __ATOMIC_RELEASE);
-    /* Cancel everything running; DONE(CANCELLED) then writes the error events. */
-    struct {
+    struct api_cancel_id {
         int model;
         uint64_t id;
-    } todo[1024];
+    };
+    pthread_mutex_lock(&a->mu);
+    __atomic_store_n(&a->shutting_down, 1, __ATOMIC_RELEASE);
+    /* Cancel everything running; DONE(CANCELLED) then writes the error events. Cancel must not
+     * run under the locks: the ids are collected first, every one of them (any number of calls
+     * and choices; a fixed array only if even that allocation fails). */
+    int cap = 0;
+    for (struct api_call *c = a->active; c; c = c->next) cap += c->n_subs;
+    struct api_cancel_id spare[64];
+    struct api_cancel_id *todo = cap > (int)CAIRN_ARRAY_LEN(spare) ? malloc((size_t)cap * sizeof(*todo)) : NULL;
+    if (!todo) {
+        if (cap > (int)CAIRN_ARRAY_LEN(spare))
+            LOG_ERROR("api", "out of memory at shutdown: cancelling the first %zu of %d requests",
+                      CAIRN_ARRAY_LEN(spare), cap);
+        todo = spare;
+        if (cap > (int)CAIRN_ARRAY_LEN(spare)) cap = (int)CAIRN_ARRAY_LEN(spare);
+    }
     int n = 0;
     for (struct api_call *c = a->active; c; c = c->next) {
         pthread_mutex_lock(&c->mu);
-        for (int i = 0; i < c->n_subs && n < 1024; i++)
+        for (int i = 0; i < c->n_subs && n < cap; i++)
             if (c->subs[i].submitted && !c->subs[i].done) {
                 todo[n].model = c->model_idx;
                 todo[n].id = c->subs[i].engine_id;
@@ -659,6 +888,7 @@ void api_shutdown_begin(struct api *a)
     }
     pthread_mutex_unlock(&a->mu);
     for (int i = 0; i < n; i++) a->be.cancel(a->be.ctx, todo[i].model, todo[i].id);
+    if (todo != spare) free(todo);
 }
 
 int api_n_active(struct api *a)
@@ -687,17 +917,39 @@ void api_tick(struct api *a)
     pthread_mutex_unlock(&a->mu);
 }
 
+static void api_opts_free(struct api *a)
+{
+    for (int i = 0; i < a->cfg.n_model_opts; i++) free((char *)a->opts_copy[i].id);
+    free(a->opts_copy);
+}
+
 int api_create(const struct api_config *cfg, const struct api_backend *backend, struct api **out,
                struct cairn_err *err)
 {
     struct api *a = calloc(1, sizeof(*a));
     if (!a) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     if (cfg) a->cfg = *cfg;
+    if (a->cfg.n_model_opts > 0 && a->cfg.model_opts) {
+        a->opts_copy = calloc((size_t)a->cfg.n_model_opts, sizeof(*a->opts_copy));
+        if (!a->opts_copy) {
+            free(a);
+            return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+        }
+        for (int i = 0; i < a->cfg.n_model_opts; i++) {
+            a->opts_copy[i] = a->cfg.model_opts[i];
+            a->opts_copy[i].id = cairn_xstrdup(a->cfg.model_opts[i].id ? a->cfg.model_opts[i].id : "");
+        }
+        a->cfg.model_opts = a->opts_copy;
+    } else {
+        a->cfg.model_opts = NULL;
+        a->cfg.n_model_opts = 0;
+    }
     a->be = *backend;
     a->id_salt = cairn_now_ns() ^ ((uint64_t)getpid() << 32);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     if (pthread_create(&a->worker, NULL, api_worker_main, a) != 0) {
+        api_opts_free(a);
         free(a);
         return cairn_err_set(err, CAIRN_ERR_INTERNAL, "cannot start the API worker thread");
     }
@@ -719,5 +971,6 @@ void api_destroy(struct api *a)
     if (a->be.destroy) a->be.destroy(a->be.ctx);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
+    api_opts_free(a);
     free(a);
 }

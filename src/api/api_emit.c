@@ -1,6 +1,10 @@
 /* Encoders: OpenAI chat/completions chunks, Anthropic message events, Responses events (SSE),
  * the whole-body JSON answers and the error objects of both API families. Everything here runs
- * under call->mu and appends to call->body. */
+ * under call->mu and appends to call->body.
+ *
+ * Out of memory: an SSE event is appended whole or not at all (api_put_sse cuts a partial one
+ * back and sets c->oom, which ends the call in api_call_pump); a whole body that can't be built
+ * sets c->oom too. Token counts go through api_scaled (the model's usage scale, api.h). */
 #include "api/api_int.h"
 
 #include <stdio.h>
@@ -29,7 +33,8 @@ static int api_utf8_len(const unsigned char *s, size_t n)
     return len;
 }
 
-/* A JSON string from bytes; invalid UTF-8 becomes U+FFFD (jansson refuses it otherwise). */
+/* A JSON string from bytes; invalid UTF-8 becomes U+FFFD (jansson refuses it otherwise).
+ * NULL when out of memory (json_pack then fails, and the event or body with it). */
 static json_t *api_json_str(const char *s, size_t n)
 {
     json_t *v = json_stringn(s ? s : "", s ? n : 0);
@@ -37,33 +42,48 @@ static json_t *api_json_str(const char *s, size_t n)
     struct api_sbuf b = {0};
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
-    while (i < n) {
+    int rc = CAIRN_OK;
+    while (i < n && rc == CAIRN_OK) {
         int l = u[i] ? api_utf8_len(u + i, n - i) : 0;
         if (l) {
-            api_sbuf_add(&b, s + i, (size_t)l);
+            rc = api_sbuf_add(&b, s + i, (size_t)l);
             i += (size_t)l;
         } else {
-            api_sbuf_add(&b, u[i] ? "\xEF\xBF\xBD" : " ", u[i] ? 3 : 1);
+            rc = api_sbuf_add(&b, u[i] ? "\xEF\xBF\xBD" : " ", u[i] ? 3 : 1);
             i++;
         }
     }
-    v = json_stringn(b.p ? b.p : "", b.len);
+    v = rc == CAIRN_OK ? json_stringn(b.p ? b.p : "", b.len) : NULL;
     api_sbuf_free(&b);
-    return v ? v : json_string("");
+    return v;
+}
+
+/* Appends raw SSE text pieces as one unit: all of them, or (out of memory) none and c->oom. */
+static void api_put_raw(struct api_call *c, const char *const *parts, int n)
+{
+    if (c->oom) return;
+    size_t mark = c->body.len;
+    for (int i = 0; i < n; i++) {
+        if (api_sbuf_adds(&c->body, parts[i]) != CAIRN_OK) {
+            c->body.len = mark;
+            if (c->body.p) c->body.p[mark] = 0;
+            c->oom = 1;
+            return;
+        }
+    }
 }
 
 static void api_put_sse(struct api_call *c, const char *event, json_t *data)
 {
-    char *s = json_dumps(data, JSON_COMPACT);
+    char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
     json_decref(data);
-    if (event) {
-        api_sbuf_adds(&c->body, "event: ");
-        api_sbuf_adds(&c->body, event);
-        api_sbuf_adds(&c->body, "\n");
+    if (!s) {
+        c->oom = 1; /* a json_pack or json_dumps that failed: nothing sensible to send */
+        return;
     }
-    api_sbuf_adds(&c->body, "data: ");
-    api_sbuf_adds(&c->body, s ? s : "{}");
-    api_sbuf_adds(&c->body, "\n\n");
+    const char *parts[] = {"event: ", event ? event : "", "\n", "data: ", s, "\n\n"};
+    if (event) api_put_raw(c, parts, 6);
+    else api_put_raw(c, parts + 3, 3);
     free(s);
 }
 
@@ -88,7 +108,7 @@ static struct api_seg *api_seg_push(struct api_sub *s, enum api_seg_kind kind)
 {
     if (s->n_segs == s->cap_segs) {
         int cap = s->cap_segs ? s->cap_segs * 2 : 4;
-        struct api_seg *p = realloc(s->segs, (size_t)cap * sizeof(*p));
+        struct api_seg *p = api_realloc(s->segs, (size_t)cap * sizeof(*p));
         if (!p) return NULL;
         s->segs = p;
         s->cap_segs = cap;
@@ -107,14 +127,16 @@ static const char *api_error_type(int anthropic, int status)
         case 401: return "authentication_error";
         case 403: return "permission_error";
         case 404: return "not_found_error";
+        case 408: return "timeout_error";
         case 413: return "request_too_large";
+        case 431: return "invalid_request_error";
         case 429: return "rate_limit_error";
         case 503: case 507: case 529: return "overloaded_error";
         default: return "api_error";
         }
     }
     switch (status) {
-    case 400: case 404: case 405: case 413: return "invalid_request_error";
+    case 400: case 404: case 405: case 408: case 413: case 431: return "invalid_request_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 429: return "rate_limit_error";
@@ -122,9 +144,23 @@ static const char *api_error_type(int anthropic, int status)
     }
 }
 
+const char *api_error_body_static(int anthropic)
+{
+    return anthropic ? "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"out of memory\"}}"
+                     : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+}
+
+int api_scaled(const struct api_call *c, int n)
+{
+    if (c->usage_scale == 1.0 || c->usage_scale <= 0) return n;
+    double v = (double)n * c->usage_scale + 0.5;
+    return v >= 2147483647.0 ? 2147483647 : (int)v;
+}
+
 char *api_error_body(int anthropic, int status, const char *code, const char *message,
                      const char *param)
 {
+    if (!message) message = "out of memory"; /* a message that could not be copied */
     json_t *o = json_object(), *e = json_object();
     if (anthropic) {
         json_object_set_new(o, "type", json_string("error"));
@@ -139,7 +175,7 @@ char *api_error_body(int anthropic, int status, const char *code, const char *me
     json_object_set_new(o, "error", e);
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    return s;
+    return s; /* NULL when out of memory: callers answer api_error_body_static */
 }
 
 static json_t *api_usage_json(struct api_call *c)
@@ -152,6 +188,9 @@ static json_t *api_usage_json(struct api_call *c)
         }
         k += c->subs[i].usage.completion_tokens;
     }
+    p = api_scaled(c, p);
+    k = api_scaled(c, k);
+    cached = api_scaled(c, cached);
     json_t *u = json_object();
     if (c->kind == API_KIND_MESSAGES) {
         json_object_set_new(u, "input_tokens", json_integer(p - cached));
@@ -386,10 +425,9 @@ void api_emit_stream_start(struct api_call *c)
                                                     json_pack("{s:s}", "content", c->req.prompt), NULL));
         break;
     case API_KIND_MESSAGES: {
-        json_t *u = json_object();
-        json_object_set_new(u, "input_tokens", json_integer(c->n_prompt));
-        json_object_set_new(u, "cache_creation_input_tokens", json_integer(0));
-        json_object_set_new(u, "cache_read_input_tokens", json_integer(0));
+        /* Sent once the engine reported the prefix-cache result (api_call_pump): the same
+         * input numbers as the final message_delta; no output yet. */
+        json_t *u = api_usage_json(c);
         json_object_set_new(u, "output_tokens", json_integer(0));
         json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}", "id", c->id, "type", "message",
                               "role", "assistant", "model", c->model, "content", "stop_reason",
@@ -418,18 +456,31 @@ void api_emit_event(struct api_sub *s, const struct api_out_event *ev)
         if (c->streaming && c->kind == API_KIND_MESSAGES) api_anth_close(c, s);
         if (c->streaming && c->kind == API_KIND_RESPONSES) api_resp_close(c, s);
         g = api_seg_push(s, kind);
-        if (!g) return;
+        if (!g) {
+            c->oom = 1;
+            return;
+        }
         g->out_index = c->n_out_items++;
         if (kind == API_SEG_TOOL) {
-            g->name = strdup(ev->name);
-            g->args = strdup(ev->arguments);
+            g->name = api_strdup(ev->name);
+            g->args = api_strdup(ev->arguments);
+            if (!g->name || !g->args) {
+                free(g->name);
+                free(g->args);
+                s->n_segs--;
+                c->oom = 1;
+                return;
+            }
             s->n_tool_calls++;
             api_new_id(c->api, c->kind == API_KIND_MESSAGES ? "toolu_" : "call_", g->id, sizeof(g->id));
         } else if (c->kind == API_KIND_RESPONSES) {
             api_new_id(c->api, kind == API_SEG_TEXT ? "msg_" : "rs_", g->id, sizeof(g->id));
         }
     }
-    if (kind != API_SEG_TOOL) api_sbuf_add(&g->text, ev->text, ev->len);
+    if (kind != API_SEG_TOOL && api_sbuf_add(&g->text, ev->text, ev->len) != CAIRN_OK) {
+        c->oom = 1;
+        return;
+    }
     if (!c->streaming) return;
 
     switch (c->kind) {
@@ -550,7 +601,10 @@ void api_emit_stream_end(struct api_call *c)
             json_object_set_new(o, "usage", api_usage_json(c));
             api_put_sse(c, NULL, o);
         }
-        api_sbuf_adds(&c->body, "data: [DONE]\n\n");
+        {
+            const char *done[] = {"data: [DONE]\n\n"};
+            api_put_raw(c, done, 1);
+        }
         break;
     case API_KIND_MESSAGES: {
         api_anth_close(c, s);
@@ -575,6 +629,7 @@ void api_emit_stream_end(struct api_call *c)
 
 void api_emit_stream_error(struct api_call *c, const char *message)
 {
+    if (!message) message = "out of memory";
     switch (c->kind) {
     case API_KIND_MESSAGES:
         api_put_sse(c, "error", json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type", "api_error",
@@ -596,9 +651,8 @@ void api_emit_stream_error(struct api_call *c, const char *message)
     }
     default: {
         char *e = api_error_body(0, 500, NULL, message, NULL);
-        api_sbuf_adds(&c->body, "data: ");
-        api_sbuf_adds(&c->body, e ? e : "{}");
-        api_sbuf_adds(&c->body, "\n\n");
+        const char *parts[] = {"data: ", e ? e : api_error_body_static(0), "\n\n"};
+        api_put_raw(c, parts, 3);
         free(e);
         break;
     }
@@ -607,8 +661,14 @@ void api_emit_stream_error(struct api_call *c, const char *message)
 
 void api_emit_keepalive(struct api_call *c)
 {
-    if (c->kind == API_KIND_MESSAGES) api_put_sse(c, "ping", json_pack("{s:s}", "type", "ping"));
-    else api_sbuf_adds(&c->body, ": keep-alive\n\n");
+    /* Anthropic's ping is an event, valid only after message_start; before it (a long prefill)
+     * an SSE comment, which every client skips. */
+    if (c->kind == API_KIND_MESSAGES && c->started) {
+        api_put_sse(c, "ping", json_pack("{s:s}", "type", "ping"));
+    } else {
+        const char *ka[] = {": keep-alive\n\n"};
+        api_put_raw(c, ka, 1);
+    }
 }
 
 /* ---- whole bodies ---- */
@@ -617,8 +677,11 @@ static json_t *api_seg_text_json(struct api_sub *s, enum api_seg_kind kind)
 {
     struct api_sbuf b = {0};
     for (int i = 0; i < s->n_segs; i++)
-        if (s->segs[i].kind == kind) api_sbuf_add(&b, s->segs[i].text.p ? s->segs[i].text.p : "", s->segs[i].text.len);
-    json_t *v = b.len ? api_json_str(b.p, b.len) : NULL;
+        if (s->segs[i].kind == kind &&
+            api_sbuf_add(&b, s->segs[i].text.p ? s->segs[i].text.p : "", s->segs[i].text.len) != CAIRN_OK)
+            s->call->oom = 1;
+    json_t *v = b.len && !s->call->oom ? api_json_str(b.p, b.len) : NULL;
+    if (b.len && !v) s->call->oom = 1;
     api_sbuf_free(&b);
     return v;
 }
@@ -686,8 +749,9 @@ void api_emit_body(struct api_call *c)
                 json_t *text = api_seg_text_json(s, API_SEG_TEXT);
                 if (c->req.echo && c->req.prompt) {
                     struct api_sbuf b = {0};
-                    api_sbuf_adds(&b, c->req.prompt);
-                    if (text) api_sbuf_adds(&b, json_string_value(text));
+                    if (api_sbuf_adds(&b, c->req.prompt) != CAIRN_OK ||
+                        (text && api_sbuf_adds(&b, json_string_value(text)) != CAIRN_OK))
+                        c->oom = 1;
                     json_decref(text);
                     text = api_json_str(b.p, b.len);
                     api_sbuf_free(&b);
@@ -744,6 +808,7 @@ void api_emit_body(struct api_call *c)
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     api_sbuf_free(&c->body);
+    if (!s) c->oom = 1; /* the caller answers 503 */
     c->body.p = s;
     c->body.len = c->body.cap = s ? strlen(s) : 0;
 }

@@ -5,46 +5,74 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/mem.h"
 
 #define API_INFO_MAX_MODELS 256
 
-static json_t *api_info_model_obj(const struct api_model_desc *d)
+/* OpenAI's model object plus the context length (as LM Studio / vLLM-style servers add it, so
+ * agents can size their window); Anthropic's when asked with anthropic-version. context_length
+ * is the real one: a usage scale (api.h) does not change it. */
+static json_t *api_info_model_obj(const struct api_model_desc *d, int anthropic)
 {
-    return json_pack("{s:s,s:s,s:I,s:s}", "id", d->id, "object", "model", "created", (json_int_t)d->created,
-                     "owned_by", "cairn");
+    json_t *o;
+    if (anthropic) {
+        char when[32];
+        time_t t = (time_t)d->created;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        o = json_pack("{s:s,s:s,s:s,s:s}", "type", "model", "id", d->id, "display_name", d->id, "created_at", when);
+    } else {
+        o = json_pack("{s:s,s:s,s:I,s:s}", "id", d->id, "object", "model", "created", (json_int_t)d->created,
+                      "owned_by", "cairn");
+    }
+    if (o && d->context_length > 0) {
+        json_object_set_new(o, "context_length", json_integer(d->context_length));
+        json_object_set_new(o, "max_model_len", json_integer(d->context_length));
+    }
+    return o;
 }
 
-char *api_info_models(struct api *a, const char *id, int *status)
+char *api_info_models(struct api *a, const char *id, int anthropic, int *status)
 {
-    struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
+    struct api_model_desc *d = api_calloc(API_INFO_MAX_MODELS, sizeof(*d));
     if (!d) {
         *status = 503;
-        return api_error_body(0, 503, NULL, "out of memory", NULL);
+        return api_error_body(anthropic, 503, NULL, "out of memory", NULL);
     }
     int n = a->be.list_models(a->be.ctx, d, API_INFO_MAX_MODELS);
     if (n > API_INFO_MAX_MODELS) n = API_INFO_MAX_MODELS;
     json_t *o = NULL;
     *status = 200;
     if (id) {
-        for (int i = 0; i < n; i++)
-            if (!strcmp(d[i].id, id)) o = api_info_model_obj(&d[i]);
-        if (!o) {
+        int found = 0;
+        for (int i = 0; i < n && !found; i++)
+            if (!strcmp(d[i].id, id)) {
+                o = api_info_model_obj(&d[i], anthropic);
+                found = 1;
+            }
+        if (!found) {
             char msg[400];
-            snprintf(msg, sizeof(msg), "The model '%.300s' does not exist", id);
+            snprintf(msg, sizeof(msg), anthropic ? "model: %.300s" : "The model '%.300s' does not exist", id);
             free(d);
             *status = 404;
-            return api_error_body(0, 404, "model_not_found", msg, "model");
+            return api_error_body(anthropic, 404, "model_not_found", msg, "model");
         }
     } else {
         json_t *arr = json_array();
-        for (int i = 0; i < n; i++) json_array_append_new(arr, api_info_model_obj(&d[i]));
-        o = json_pack("{s:s,s:o}", "object", "list", "data", arr);
+        for (int i = 0; i < n; i++) json_array_append_new(arr, api_info_model_obj(&d[i], anthropic));
+        if (anthropic)
+            o = json_pack("{s:o,s:b,s:s?,s:s?}", "data", arr, "has_more", 0, "first_id", n ? d[0].id : NULL,
+                          "last_id", n ? d[n - 1].id : NULL);
+        else
+            o = json_pack("{s:s,s:o}", "object", "list", "data", arr);
     }
     free(d);
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
+    if (!s) *status = 503; /* the caller answers the static out-of-memory body */
     return s;
 }
 

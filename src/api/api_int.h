@@ -10,7 +10,14 @@
 #include "api/api_out.h"
 #include "api/api_req.h"
 
-/* Growable byte buffer. */
+/* Allocation of the API room (api_call.c): plain malloc & co, with the test hook of
+ * api_test_fail_alloc. Everything these return is freed with free(). */
+void *api_malloc(size_t n);
+void *api_calloc(size_t n, size_t size);
+void *api_realloc(void *p, size_t n);
+char *api_strdup(const char *s);
+
+/* Growable byte buffer. api_sbuf_add returns CAIRN_ERR_NOMEM (buffer unchanged) or CAIRN_OK. */
 struct api_sbuf {
     char *p;
     size_t len, cap;
@@ -64,7 +71,8 @@ struct api_sub {
     enum engine_finish finish;
     char *stop_text;
     char *error;
-    struct engine_usage usage;
+    struct engine_usage usage; /* from the DONE event; prompt/cached from the first token on */
+    int have_usage;          /* usage.prompt_tokens / cached_tokens are the engine's */
 };
 
 enum api_route {
@@ -87,10 +95,16 @@ struct api_call {
     int streaming;
     int done;                /* all subs done and the final bytes/body written */
     int failed;              /* an error was reported; later events are ignored */
+    int oom;                 /* an append to the output failed: the stream ends there */
+    int started;             /* streaming: the opening events are written (Anthropic's
+                              * message_start waits for the engine's prefix-cache result) */
     int http_gone;
     struct api_sbuf body;    /* whole body, or the stream buffer */
     size_t out_pos;          /* stream bytes already read */
     double last_out;         /* time of the last stream bytes (keep-alives) */
+    double t_start;          /* api_call_begin */
+    double t_first_token;    /* first token event, 0 before */
+    double usage_scale;      /* api_usage_scale of the model (1 = off) */
     char warning[256];
     const char *content_type;
     api_notify_fn notify;
@@ -109,7 +123,8 @@ struct api_call {
 };
 
 struct api {
-    struct api_config cfg;
+    struct api_config cfg;   /* model_opts points into opts_copy */
+    struct api_model_opt *opts_copy;
     struct api_backend be;
     pthread_mutex_t mu;      /* guards active, queue, shutting_down, counters */
     pthread_cond_t cv;
@@ -131,9 +146,13 @@ struct api {
 /* Fresh id "prefix<hex>" (deterministic in tests). */
 void api_new_id(struct api *a, const char *prefix, char *out, size_t cap);
 
-/* api_emit.c: encoders. All run under call->mu. */
+/* api_emit.c: encoders. All run under call->mu. An append that fails for memory sets c->oom
+ * and c->failed and cuts the output back to the last whole event. */
 char *api_error_body(int anthropic, int status, const char *code, const char *message,
                      const char *param);
+const char *api_error_body_static(int anthropic);
+/* A token count as reported to clients (the call's usage scale applied). */
+int api_scaled(const struct api_call *c, int n);
 void api_emit_stream_start(struct api_call *c);
 void api_emit_event(struct api_sub *s, const struct api_out_event *ev);
 void api_emit_token_logprobs(struct api_sub *s, const struct api_tok_raw *t);
@@ -145,8 +164,9 @@ void api_emit_keepalive(struct api_call *c);
 void api_emit_body(struct api_call *c);
 void api_sub_free(struct api_sub *s);
 
-/* api_info.c: GET routes and cache clear. Return the body (malloc'd), set *status. */
-char *api_info_models(struct api *a, const char *id, int *status);
+/* api_info.c: GET routes and cache clear. Return the body (malloc'd), set *status.
+ * api_info_models answers in Anthropic's shape when `anthropic` (anthropic-version sent). */
+char *api_info_models(struct api *a, const char *id, int anthropic, int *status);
 char *api_info_status(struct api *a, int *status);
 char *api_info_metrics(struct api *a, int *status);
 char *api_info_cache_clear(struct api *a, const char *body, size_t len, int *status);

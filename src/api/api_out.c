@@ -2,6 +2,7 @@
  * might start a tag (held back) or a tool-call body still open. Everything else is emitted as
  * soon as it is known not to be markup. */
 #include "api/api_out.h"
+#include "api/api_int.h" /* api_malloc & co (the tests' allocation-failure hook) */
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ static int api_out_append(struct api_out *p, const char *s, size_t n)
     if (p->len + n + 1 > p->cap) {
         size_t cap = p->cap ? p->cap : 64;
         while (cap < p->len + n + 1) cap *= 2;
-        char *b = realloc(p->buf, cap);
+        char *b = api_realloc(p->buf, cap);
         if (!b) return CAIRN_ERR_NOMEM;
         p->buf = b;
         p->cap = cap;
@@ -97,7 +98,7 @@ static size_t api_out_partial(const char *s, size_t n, const char *tag)
 
 static char *api_out_strndup(const char *s, size_t n)
 {
-    char *r = malloc(n + 1);
+    char *r = api_malloc(n + 1);
     if (!r) return NULL;
     memcpy(r, s, n);
     r[n] = 0;
@@ -169,13 +170,13 @@ int api_out_parse_tool_body(const char *body, size_t len, char **name, char **ar
     if (!a) a = json_object();
     else json_incref(a);
     if (json_is_string(a)) {
-        *args = strdup(json_string_value(a));
+        *args = api_strdup(json_string_value(a));
     } else if (json_is_object(a)) {
         *args = json_dumps(a, JSON_COMPACT | JSON_PRESERVE_ORDER);
     }
     json_decref(a);
     if (!*args) goto fail;
-    *name = strdup(json_string_value(n));
+    *name = api_strdup(json_string_value(n));
     json_decref(root);
     if (!*name) {
         free(*args);

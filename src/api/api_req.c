@@ -347,25 +347,21 @@ static int api_req_stream(json_t *o, struct api_req *r, struct api_req_err *e)
     return 0;
 }
 
-/* Adds a system instruction (merged into a leading system message). */
-static void api_req_add_instruction(struct api_req *r, const char *text)
+/* Records what constrains the output; a second constraint is an error. */
+static int api_req_set_grammar(struct api_req *r, enum api_grammar_kind kind, const char *param, json_t *schema,
+                               const char *text, struct api_req_err *e)
 {
-    json_t *first = json_array_get(r->messages, 0);
-    const char *role = first ? json_string_value(json_object_get(first, "role")) : NULL;
-    if (role && !strcmp(role, "system")) {
-        const char *old = json_string_value(json_object_get(first, "content"));
-        size_t n = strlen(old ? old : "") + strlen(text) + 3;
-        char *s = malloc(n);
-        if (!s) return;
-        snprintf(s, n, "%s%s%s", old && *old ? old : "", old && *old ? "\n\n" : "", text);
-        json_object_set_new(first, "content", json_string(s));
-        free(s);
-    } else {
-        json_array_insert_new(r->messages, 0, api_req_msg("system", text));
-    }
+    if (r->grammar_kind)
+        return api_req_fail(e, param, "'%s' and '%s' both constrain the output: give one", r->grammar_param, param);
+    r->grammar_kind = kind;
+    snprintf(r->grammar_param, sizeof(r->grammar_param), "%s", param);
+    if (schema) r->grammar_schema = json_deep_copy(schema);
+    if (text) r->grammar_text = strdup(text);
+    if ((schema && !r->grammar_schema) || (text && !r->grammar_text)) return api_req_fail(e, param, "out of memory");
+    return 0;
 }
 
-/* response_format (chat) / text.format (responses): a prompt instruction, and a warning. */
+/* response_format (chat) / text.format (responses): JSON output, constrained by a grammar. */
 static int api_req_format(json_t *fmt, const char *param, struct api_req *r, struct api_req_err *e)
 {
     if (!fmt || json_is_null(fmt)) return 0;
@@ -373,29 +369,107 @@ static int api_req_format(json_t *fmt, const char *param, struct api_req *r, str
     const char *type = json_string_value(json_object_get(fmt, "type"));
     if (!type) return api_req_fail(e, param, "'%s.type' must be a string", param);
     if (!strcmp(type, "text")) return 0;
-    json_t *schema = NULL;
     if (!strcmp(type, "json_schema")) {
         json_t *js = json_object_get(fmt, "json_schema");
-        schema = json_is_object(js) ? json_object_get(js, "schema") : json_object_get(fmt, "schema");
+        json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : json_object_get(fmt, "schema");
         if (!json_is_object(schema)) return api_req_fail(e, param, "'%s' json_schema needs a 'schema' object", param);
-    } else if (strcmp(type, "json_object")) {
-        return api_req_fail(e, param, "'%s.type' must be text, json_object or json_schema", param);
+        return api_req_set_grammar(r, API_GRAMMAR_SCHEMA, param, schema, NULL, e);
     }
-    if (schema) {
-        char *sj = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        size_t n = strlen(sj ? sj : "") + 128;
-        char *text = malloc(n);
-        if (text) {
-            snprintf(text, n, "Respond only with a JSON value that conforms to this JSON schema: %s", sj ? sj : "{}");
-            api_req_add_instruction(r, text);
+    if (strcmp(type, "json_object")) return api_req_fail(e, param, "'%s.type' must be text, json_object or json_schema", param);
+    json_t *any = json_pack("{s:s}", "type", "object");
+    int rc = api_req_set_grammar(r, API_GRAMMAR_SCHEMA, param, any, NULL, e);
+    json_decref(any);
+    return rc;
+}
+
+/* The cairn extension: "cairn": {"json_schema": {...}} | {"regex": "..."} | {"grammar": "..."}. */
+static int api_req_cairn_ext(json_t *o, struct api_req *r, struct api_req_err *e)
+{
+    json_t *c = json_object_get(o, "cairn");
+    if (!c || json_is_null(c)) return 0;
+    if (!json_is_object(c)) return api_req_fail(e, "cairn", "'cairn' must be an object");
+    json_t *v;
+    if ((v = json_object_get(c, "json_schema"))) {
+        if (!json_is_object(v)) return api_req_fail(e, "cairn.json_schema", "'cairn.json_schema' must be an object");
+        if (api_req_set_grammar(r, API_GRAMMAR_SCHEMA, "cairn.json_schema", v, NULL, e)) return -1;
+    }
+    if ((v = json_object_get(c, "regex"))) {
+        if (!json_is_string(v)) return api_req_fail(e, "cairn.regex", "'cairn.regex' must be a string");
+        if (api_req_set_grammar(r, API_GRAMMAR_REGEX, "cairn.regex", NULL, json_string_value(v), e)) return -1;
+    }
+    if ((v = json_object_get(c, "grammar"))) {
+        if (!json_is_string(v)) return api_req_fail(e, "cairn.grammar", "'cairn.grammar' must be a string (GBNF)");
+        if (api_req_set_grammar(r, API_GRAMMAR_GBNF, "cairn.grammar", NULL, json_string_value(v), e)) return -1;
+    }
+    return 0;
+}
+
+/* The body schema of one forced call of any of `tools`: {"name": const, ARGS: parameters}; the
+ * tools' $defs / definitions move to the root so their local $refs still resolve. */
+static json_t *api_req_tools_schema(json_t *tools, const char *args_key)
+{
+    json_t *any = json_array(), *root = json_object(), *defs = json_object();
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        json_t *params = json_object_get(fn, "parameters");
+        json_t *p = json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+        const char *dk[] = {"$defs", "definitions"};
+        for (int k = 0; k < 2; k++) {
+            json_t *d = json_object_get(p, dk[k]);
+            if (json_is_object(d)) {
+                json_t *into = json_object_get(root, dk[k]);
+                if (!into) {
+                    into = k == 0 ? defs : json_object();
+                    json_object_set(root, dk[k], into);
+                    if (k) json_decref(into);
+                }
+                json_object_update(into, d);
+                json_object_del(p, dk[k]);
+            }
         }
-        free(text);
-        free(sj);
-    } else {
-        api_req_add_instruction(r, "Respond only with a valid JSON object.");
+        json_t *body = json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s,s], s:b}", "type", "object", "properties", "name", "const",
+                                 json_object_get(fn, "name"), args_key, p, "required", "name", args_key,
+                                 "additionalProperties", 0);
+        json_array_append_new(any, body);
     }
-    snprintf(r->warning, sizeof(r->warning),
-             "%s is applied as a prompt instruction only; output is not constrained", param);
+    json_object_set_new(root, "anyOf", any);
+    json_decref(defs);
+    return root;
+}
+
+int api_req_grammar(const struct api_req *r, int in_think, enum api_tool_form form, struct grammar **out,
+                    struct api_req_err *e)
+{
+    *out = NULL;
+    if (!r->grammar_kind) return 0;
+    struct cairn_err err = {0};
+    const char *think = in_think ? "</think>\n\n" : "";
+    int rc = 0;
+    switch (r->grammar_kind) {
+    case API_GRAMMAR_NONE: break;
+    case API_GRAMMAR_SCHEMA: rc = grammar_from_json_schema_wrapped(r->grammar_schema, think, NULL, out, &err); break;
+    case API_GRAMMAR_TOOLS: {
+        json_t *schema = api_req_tools_schema(r->tools, form == API_TOOL_FORM_JSON ? "parameters" : "arguments");
+        char pre[64];
+        snprintf(pre, sizeof(pre), "%s%s", think, form == API_TOOL_FORM_JSON ? "" : "<tool_call>\n");
+        rc = grammar_from_json_schema_wrapped(schema, pre, form == API_TOOL_FORM_JSON ? NULL : "\n</tool_call>", out, &err);
+        json_decref(schema);
+        break;
+    }
+    case API_GRAMMAR_REGEX: {
+        size_t n = strlen(r->grammar_text) + 32;
+        char *re = malloc(n);
+        if (!re) return api_req_fail(e, r->grammar_param, "out of memory");
+        snprintf(re, n, "%s(?:%s)", in_think ? "</think>\n\n" : "", r->grammar_text);
+        rc = grammar_from_regex(re, strlen(re), out, &err);
+        free(re);
+        break;
+    }
+    case API_GRAMMAR_GBNF: rc = grammar_from_gbnf(r->grammar_text, strlen(r->grammar_text), out, &err); break;
+    }
+    if (rc) return api_req_fail(e, r->grammar_param, "'%s' cannot be enforced: %s", r->grammar_param, err.msg);
     return 0;
 }
 
@@ -462,6 +536,7 @@ static int api_req_parse_chat(json_t *o, int max_n, struct api_req *r, struct ap
     if (api_req_stream(o, r, e)) return -1;
     if (api_req_kwargs(o, r, e)) return -1;
     if (api_req_format(json_object_get(o, "response_format"), "response_format", r, e)) return -1;
+    if (api_req_cairn_ext(o, r, e)) return -1;
     return 0;
 }
 
@@ -505,6 +580,7 @@ static int api_req_parse_completions(json_t *o, int max_n, struct api_req *r, st
     if (api_req_get_bool(o, "echo", &r->echo, e)) return -1;
     if (api_req_get_bool(o, "ignore_eos", &r->ignore_eos, e)) return -1;
     if (api_req_stream(o, r, e)) return -1;
+    if (api_req_cairn_ext(o, r, e)) return -1;
     return 0;
 }
 
@@ -542,10 +618,20 @@ static int api_req_anthropic_messages(json_t *o, struct api_req *r, struct api_r
         snprintf(param, sizeof(param), "messages.%zu", i);
         if (!json_is_object(m)) return api_req_fail(e, param, "'%s' must be an object", param);
         const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
-            return api_req_fail(e, param, "'%s.role' must be user or assistant", param);
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
+            return api_req_fail(e, param, "%s.role: Input should be 'user', 'assistant' or 'system'", param);
         json_t *content = json_object_get(m, "content");
         snprintf(param, sizeof(param), "messages.%zu.content", i);
+        if (!strcmp(role, "system")) {
+            /* A system message inside the conversation (Claude Code sends them): kept in place
+             * as a system turn; api_call_prepare merges it into the leading system prompt when
+             * the chat template refuses one there (api_req_merge_system). */
+            char *st;
+            if (api_req_anthropic_text(content, param, &st, e)) return -1;
+            json_array_append_new(r->messages, api_req_msg("system", st));
+            free(st);
+            continue;
+        }
         if (json_is_string(content)) {
             json_array_append_new(r->messages, api_req_msg(role, json_string_value(content)));
             continue;
@@ -712,6 +798,7 @@ static int api_req_parse_messages(json_t *o, int count_only, struct api_req *r, 
     if (api_req_stop(o, "stop_sequences", r, e)) return -1;
     if (api_req_get_bool(o, "stream", &r->stream, e)) return -1;
     r->include_usage = 1;
+    if (api_req_cairn_ext(o, r, e)) return -1;
     return 0;
 }
 
@@ -867,6 +954,7 @@ static int api_req_parse_responses(json_t *o, struct api_req *r, struct api_req_
         if (!json_is_object(text)) return api_req_fail(e, "text", "'text' must be an object");
         if (api_req_format(json_object_get(text, "format"), "text.format", r, e)) return -1;
     }
+    if (api_req_cairn_ext(o, r, e)) return -1;
     json_t *reasoning = json_object_get(o, "reasoning");
     if (reasoning && !json_is_null(reasoning)) {
         if (!json_is_object(reasoning)) return api_req_fail(e, "reasoning", "'reasoning' must be an object");
@@ -881,6 +969,56 @@ static int api_req_parse_responses(json_t *o, struct api_req *r, struct api_req_
     return 0;
 }
 
+int api_req_merge_system(json_t *messages)
+{
+    json_t *first = json_array_get(messages, 0);
+    const char *r0 = first ? json_string_value(json_object_get(first, "role")) : NULL;
+    int have_first = r0 && !strcmp(r0, "system");
+    int moved = 0;
+    struct {
+        char *p;
+        size_t len;
+    } acc = {NULL, 0};
+    /* message 0 is the leading system message, or not a system message at all */
+    for (size_t i = 1; i < json_array_size(messages);) {
+        json_t *m = json_array_get(messages, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || strcmp(role, "system")) {
+            i++;
+            continue;
+        }
+        const char *t = json_string_value(json_object_get(m, "content"));
+        size_t n = strlen(t ? t : "");
+        char *p = realloc(acc.p, acc.len + n + 3);
+        if (!p) break; /* out of memory: what was merged so far stands */
+        acc.p = p;
+        if (acc.len) memcpy(acc.p + acc.len, "\n\n", 2), acc.len += 2;
+        memcpy(acc.p + acc.len, t ? t : "", n);
+        acc.len += n;
+        acc.p[acc.len] = 0;
+        json_array_remove(messages, i);
+        moved = 1;
+    }
+    if (!moved) {
+        free(acc.p);
+        return 0;
+    }
+    if (have_first) {
+        const char *old = json_string_value(json_object_get(first, "content"));
+        size_t n = strlen(old ? old : "") + acc.len + 3;
+        char *s = malloc(n);
+        if (s) {
+            snprintf(s, n, "%s%s%s", old && *old ? old : "", old && *old ? "\n\n" : "", acc.p);
+            json_object_set_new(first, "content", json_string(s));
+            free(s);
+        }
+    } else {
+        json_array_insert_new(messages, 0, api_req_msg("system", acc.p));
+    }
+    free(acc.p);
+    return 1;
+}
+
 void api_req_free(struct api_req *r)
 {
     json_decref(r->messages);
@@ -889,6 +1027,9 @@ void api_req_free(struct api_req *r)
     free(r->prompt);
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    json_decref(r->grammar_schema);
+    free(r->grammar_text);
+    grammar_free(r->grammar);
     memset(r, 0, sizeof(*r));
 }
 
@@ -908,7 +1049,12 @@ int api_req_parse(enum api_kind kind, const char *body, size_t len, int max_n,
     json_t *o = json_loadb(body ? body : "", len, 0, &je);
     int rc = -1;
     if (!o) {
-        api_req_fail(e, "", "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+        /* jansson's text names its own flag for a NUL escape: say what is wrong instead */
+        if (strstr(je.text, "\\u0000"))
+            api_req_fail(e, "", "malformed JSON at line %d column %d: a string contains \\u0000 (a NUL "
+                         "character), which is not supported", je.line, je.column);
+        else
+            api_req_fail(e, "", "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
         goto done;
     }
     if (!json_is_object(o)) {
@@ -935,11 +1081,11 @@ int api_req_parse(enum api_kind kind, const char *body, size_t len, int max_n,
         json_decref(r->tools);
         r->tools = NULL;
     }
-    /* A required tool call is asked for in the prompt (decoding is not constrained). */
+    /* A required tool call: the envelope and the arguments are forced by a grammar. */
     if (rc == 0 && r->tool_required && r->tools && kind != API_KIND_COUNT_TOKENS)
-        api_req_add_instruction(r, json_array_size(r->tools) == 1
-                                       ? "You must answer by calling the provided tool."
-                                       : "You must answer by calling one of the provided tools.");
+        rc = api_req_set_grammar(r, API_GRAMMAR_TOOLS, "tools", NULL, NULL, e);
+    /* compiled now so that an unsupported schema is a 400 before anything runs */
+    if (rc == 0 && kind != API_KIND_COUNT_TOKENS) rc = api_req_grammar(r, 0, API_TOOL_FORM_HERMES, &r->grammar, e);
 done:
     json_decref(o);
     if (rc) api_req_free(r);

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 
 enum api_kind {
     API_KIND_CHAT = 0,      /* POST /v1/chat/completions */
@@ -19,6 +20,23 @@ enum api_kind {
     API_KIND_MESSAGES,      /* POST /v1/messages (Anthropic) */
     API_KIND_COUNT_TOKENS,  /* POST /v1/messages/count_tokens (Anthropic) */
     API_KIND_RESPONSES,     /* POST /v1/responses */
+};
+
+/* What constrains the output (grammar room), set by response_format / text.format, a forced
+ * tool call, or the cairn extension ("cairn": {"json_schema": {...}} | {"regex": "..."} |
+ * {"grammar": "<GBNF>"}). */
+enum api_grammar_kind {
+    API_GRAMMAR_NONE = 0,
+    API_GRAMMAR_SCHEMA,      /* grammar_schema: a JSON Schema */
+    API_GRAMMAR_REGEX,       /* grammar_text */
+    API_GRAMMAR_GBNF,        /* grammar_text */
+    API_GRAMMAR_TOOLS,       /* one call of one of `tools`, arguments constrained to its schema */
+};
+
+/* Tool-call envelope forced for API_GRAMMAR_TOOLS (api_out parses both). */
+enum api_tool_form {
+    API_TOOL_FORM_HERMES = 0, /* <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call> (Qwen) */
+    API_TOOL_FORM_JSON,       /* {"name": N, "parameters": {...}} as the whole output (Llama 3) */
 };
 
 #define API_MAX_STOP 16
@@ -43,7 +61,8 @@ struct api_req {
     struct engine_sampling sampling;
     unsigned sampling_given; /* API_GIVEN_* bits: fields the request set (the rest may take the
                                 model's generation_config.json defaults) */
-    struct engine_logit_bias logit_bias[API_MAX_LOGIT_BIAS];
+    struct engine_logit_bias logit_bias[API_MAX_LOGIT_BIAS]; /* sampling.logit_bias points here:
+                                * point it again after copying the struct */
     int max_tokens;          /* -1: not given */
     char *stop[API_MAX_STOP]; /* owned */
     int n_stop;
@@ -57,7 +76,11 @@ struct api_req {
     int speculative;         /* extension: enum engine_spec_mode, "off" | "ngram" | "auto";
                               * 0 = the server's --speculative */
     int thinking;            /* Anthropic thinking enabled / reasoning requested: -1 unset */
-    char warning[256];       /* for the x-cairn-warning header, "" if none */
+    enum api_grammar_kind grammar_kind;
+    json_t *grammar_schema;  /* API_GRAMMAR_SCHEMA (owned) */
+    char *grammar_text;      /* API_GRAMMAR_REGEX / _GBNF (owned) */
+    char grammar_param[32];  /* the field that asked for it, for errors */
+    struct grammar *grammar; /* compiled at parse (HERMES form, not in thinking), owned */
 };
 
 struct api_req_err {
@@ -70,5 +93,15 @@ struct api_req_err {
 int api_req_parse(enum api_kind kind, const char *body, size_t len, int max_n,
                   struct api_req *req, struct api_req_err *err);
 void api_req_free(struct api_req *req);
+/* Moves every system message after the first message into the leading system message (made
+ * when there is none), joined by blank lines, for chat templates that allow a system message
+ * only first. Returns 1 if it moved any, 0 if there were none. */
+int api_req_merge_system(json_t *messages);
+
+/* Compiles the request's output constraint. in_think: the prompt ended inside <think>, so the
+ * output first closes it ("</think>\n\n"); form: the tool-call envelope. *out is NULL when the
+ * request has none. Errors (400, naming grammar_param and the unsupported keyword) go to err. */
+int api_req_grammar(const struct api_req *req, int in_think, enum api_tool_form form, struct grammar **out,
+                    struct api_req_err *err);
 
 #endif

@@ -11,7 +11,12 @@
  *    "max_running": 64, "max_waiting": 256,   more in flight -> CAIRN_ERR_BUSY (429)
  *    "kv_tokens": 1000000,         prompt + max_tokens beyond this -> CAIRN_ERR_NOMEM (507)
  *    "cached_tokens": 0,           reported as served from cache (capped at the prompt)
- *    "load_delay_ms": 0}           first get_model of a model sleeps this long
+ *    "load_delay_ms": 0,           first get_model of a model sleeps this long
+ *    "prefill_steps": 0,           steps (token_delay_ms each) before a request's first token,
+ *                                  cancellable at every step, as the engine's prefill chunks
+ *    "system_first_only": false,   the template refuses a system message after the first one
+ *    "prompt_log": "PATH"}         append every submitted prompt to PATH, each followed by a
+ *                                  line "=== end of prompt ===" (tests of agent loops read it)
  * Tokenizer: one token per byte (id = byte value). Template: "<|role|>\ncontent\n" per message,
  * tools as "<|tools|>\nJSON\n" first, "<|assistant|>\n" for the generation prompt, plus
  * "<think>\n" when kwargs.enable_thinking is true.
@@ -47,6 +52,7 @@ struct fake_req {
     size_t len, pos;
     char *stop_text;
     int max_tokens, n_out, error_after, cancelled, finished_length;
+    int prefill_left;      /* steps before the first token */
     int n_prompt;
     engine_event_fn on_event;
     void *user;
@@ -64,7 +70,8 @@ struct fake {
     struct fake_reply *replies;
     int n_replies;
     char *def;
-    int chunk, delay_ms, max_running, max_waiting, cached, load_delay_ms;
+    char *prompt_log;
+    int chunk, delay_ms, max_running, max_waiting, cached, load_delay_ms, prefill_steps, system_first_only;
     long long kv_tokens;
     struct fake_req *reqs;
     int n_reqs;
@@ -114,6 +121,16 @@ static int fake_ctx_len(void *ctx, int idx)
 static int fake_render(void *ctx, int idx, json_t *messages, json_t *tools, json_t *kwargs,
                        int add_generation_prompt, char **out, struct cairn_err *err)
 {
+    struct fake *fk = ctx;
+    if (fk->system_first_only) {
+        size_t k;
+        json_t *mm;
+        json_array_foreach(messages, k, mm) {
+            const char *role = json_string_value(json_object_get(mm, "role"));
+            if (k > 0 && role && !strcmp(role, "system"))
+                return cairn_err_set(err, CAIRN_ERR_FORMAT, "chat template: System message must be at the beginning.");
+        }
+    }
     size_t cap = 256, len = 0;
     char *s = malloc(cap);
     if (!s) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
@@ -207,6 +224,15 @@ static int fake_submit(void *ctx, int idx, const struct engine_request *req, uin
             error_after = fk->replies[i].error_after;
             break;
         }
+    if (fk->prompt_log) {
+        pthread_mutex_lock(&fk->mu);
+        FILE *f = fopen(fk->prompt_log, "a");
+        if (f) {
+            fprintf(f, "%s\n=== end of prompt ===\n", prompt);
+            fclose(f);
+        }
+        pthread_mutex_unlock(&fk->mu);
+    }
     free(prompt);
     struct fake_req *r = calloc(1, sizeof(*r));
     if (!r) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
@@ -224,6 +250,7 @@ static int fake_submit(void *ctx, int idx, const struct engine_request *req, uin
     r->max_tokens = req->max_tokens;
     r->error_after = error_after;
     r->n_prompt = req->n_prompt;
+    r->prefill_left = fk->prefill_steps;
     r->on_event = req->on_event;
     r->user = req->user;
     r->logprobs = req->sampling.logprobs;
@@ -298,6 +325,10 @@ static int fake_step_req(struct fake *fk, struct fake_req *r, int cancelled)
         ev.finish = ENGINE_FINISH_LENGTH;
         done = 1;
     }
+    if (!done && r->prefill_left > 0) {
+        r->prefill_left--; /* a prefill chunk: no event */
+        return 0;
+    }
     if (done) {
         ev.kind = ENGINE_EVENT_DONE;
         ev.usage.prompt_tokens = r->n_prompt;
@@ -310,6 +341,9 @@ static int fake_step_req(struct fake *fk, struct fake_req *r, int cancelled)
     if (r->pos + n > r->len) n = r->len - r->pos;
     while (r->pos + n < r->len && ((unsigned char)r->text[r->pos + n] & 0xC0) == 0x80) n++;
     ev.kind = ENGINE_EVENT_TOKEN;
+    ev.usage.prompt_tokens = r->n_prompt; /* as the engine: prompt and cached known at once */
+    ev.usage.cached_tokens = fk->cached < r->n_prompt ? fk->cached : r->n_prompt;
+    ev.usage.completion_tokens = r->n_out + 1;
     ev.token = (unsigned char)r->text[r->pos];
     ev.text = r->text + r->pos;
     ev.text_len = n;
@@ -398,6 +432,7 @@ static void fake_destroy(void *ctx)
     free(fk->replies);
     free(fk->models);
     free(fk->def);
+    free(fk->prompt_log);
     pthread_mutex_destroy(&fk->mu);
     pthread_cond_destroy(&fk->cv);
     free(fk);
@@ -448,6 +483,8 @@ int api_backend_fake_create_str(const char *script_json, struct api_backend *out
     }
     const char *def = json_string_value(json_object_get(o, "default"));
     fk->def = strdup(def ? def : "Hello!");
+    const char *plog = json_string_value(json_object_get(o, "prompt_log"));
+    fk->prompt_log = plog ? strdup(plog) : NULL;
     fk->chunk = fake_int(o, "chunk_bytes", 3);
     if (fk->chunk < 1) fk->chunk = 1;
     fk->delay_ms = fake_int(o, "token_delay_ms", 0);
@@ -455,6 +492,8 @@ int api_backend_fake_create_str(const char *script_json, struct api_backend *out
     fk->max_waiting = fake_int(o, "max_waiting", 256);
     fk->cached = fake_int(o, "cached_tokens", 0);
     fk->load_delay_ms = fake_int(o, "load_delay_ms", 0);
+    fk->prefill_steps = fake_int(o, "prefill_steps", 0);
+    fk->system_first_only = json_is_true(json_object_get(o, "system_first_only"));
     json_t *kv = json_object_get(o, "kv_tokens");
     fk->kv_tokens = json_is_integer(kv) ? json_integer_value(kv) : 1000000000LL;
     json_decref(o);
@@ -463,6 +502,7 @@ int api_backend_fake_create_str(const char *script_json, struct api_backend *out
         free(fk->replies);
         free(fk->models);
         free(fk->def);
+        free(fk->prompt_log);
         free(fk);
         return cairn_err_set(err, CAIRN_ERR_INTERNAL, "cannot start the fake engine thread");
     }

@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "model/model.h"
 #include "tmpl/tmpl.h"
+#include "grammar/grammar.h"
 #include "tok/tok.h"
 
 struct real_model {
@@ -42,6 +43,7 @@ struct real_model {
     struct tmpl *tmpl;         /* NULL: no chat template (completions only) */
     char *bos, *eos;
     int context_length;
+    struct grammar_vocab *gvocab; /* token byte strings for constrained decoding, built on first use */
 };
 
 struct real {
@@ -152,6 +154,8 @@ static void real_unload(struct real_model *m)
     if (m->m) model_free(m->m);
     if (m->tok) tok_free(m->tok);
     if (m->tmpl) tmpl_free(m->tmpl);
+    grammar_vocab_free(m->gvocab); /* after engine_destroy: no request uses it any more */
+    m->gvocab = NULL;
     free(m->bos);
     free(m->eos);
     m->e = NULL;
@@ -177,7 +181,7 @@ static void real_sampling_defaults(void *ctx, int idx, struct engine_sampling *s
 static int real_load(struct real *r, struct real_model *m, struct cairn_err *err)
 {
     double t0 = cairn_now();
-    int rc = model_load(m->dir, &m->m, err);
+    int rc = model_load(m->dir, r->opts.device, &m->m, err);
     if (rc == 0) rc = tok_load(m->dir, &m->tok, err);
     if (rc == 0) {
         int trc = tmpl_load_from_dir(m->dir, &m->tmpl, &m->bos, &m->eos, err);
@@ -297,6 +301,29 @@ static int real_submit(void *ctx, int idx, const struct engine_request *req, uin
     return engine_submit(((struct real *)ctx)->models[idx].e, req, id, err);
 }
 
+static const struct grammar_vocab *real_grammar_vocab(void *ctx, int idx, struct cairn_err *err)
+{
+    struct real_model *m = &((struct real *)ctx)->models[idx];
+    pthread_mutex_lock(&m->load_mu);
+    if (!m->gvocab && m->tok && m->m) {
+        uint8_t *blob = NULL;
+        const uint8_t **bytes = NULL;
+        size_t *lens = NULL;
+        const struct model_info *mi = model_get_info(m->m);
+        if (tok_vocab_bytes(m->tok, &blob, &bytes, &lens, err) == CAIRN_OK) {
+            int n = tok_vocab_size(m->tok);
+            if (n > mi->vocab_size) n = mi->vocab_size; /* ids past the model's rows never come out */
+            grammar_vocab_create(bytes, lens, n, mi->eos_ids, mi->n_eos, &m->gvocab, err);
+        }
+        free(blob);
+        free((void *)bytes);
+        free(lens);
+    }
+    const struct grammar_vocab *v = m->gvocab;
+    pthread_mutex_unlock(&m->load_mu);
+    return v;
+}
+
 static void real_cancel(void *ctx, int idx, uint64_t id)
 {
     engine_cancel(((struct real *)ctx)->models[idx].e, id);
@@ -414,6 +441,7 @@ int api_backend_real_create(const struct api_real_opts *opts, struct api_backend
     out->submit = real_submit;
     out->sampling_defaults = real_sampling_defaults;
     out->cancel = real_cancel;
+    out->grammar_vocab = real_grammar_vocab;
     out->stats = real_stats;
     out->cache_clear = real_cache_clear;
     out->tier_stats = real_tier_stats;

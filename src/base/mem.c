@@ -30,6 +30,11 @@ void cairn_mem_free(void *p, size_t bytes, enum cairn_mem_tag tag)
     __atomic_sub_fetch(&mem_used[tag], bytes, __ATOMIC_RELAXED);
 }
 
+void cairn_mem_count(enum cairn_mem_tag tag, int64_t delta_bytes)
+{
+    __atomic_add_fetch(&mem_used[tag], (uint64_t)delta_bytes, __ATOMIC_RELAXED);
+}
+
 uint64_t cairn_mem_used(enum cairn_mem_tag tag)
 {
     return __atomic_load_n(&mem_used[tag], __ATOMIC_RELAXED);

@@ -20,6 +20,9 @@ enum cairn_mem_tag {
 /* 64-byte aligned, zeroed. NULL on failure. Free with cairn_mem_free(p, bytes, tag). */
 void *cairn_mem_alloc(size_t bytes, enum cairn_mem_tag tag);
 void cairn_mem_free(void *p, size_t bytes, enum cairn_mem_tag tag);
+/* Counts bytes held outside this allocator (a GPU's device memory) under a tag: +bytes when
+ * taken, -bytes when given back. */
+void cairn_mem_count(enum cairn_mem_tag tag, int64_t delta_bytes);
 /* Bytes currently allocated under a tag. */
 uint64_t cairn_mem_used(enum cairn_mem_tag tag);
 const char *cairn_mem_tag_name(enum cairn_mem_tag tag);

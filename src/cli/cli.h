@@ -2,6 +2,8 @@
 #ifndef CAIRN_CLI_CLI_H
 #define CAIRN_CLI_CLI_H
 
+#include "tensor/backend.h"
+
 struct cli_command {
     const char *name;
     const char *summary;
@@ -15,8 +17,15 @@ int cmd_generate(int argc, char **argv);
 int cmd_synth_model(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench_engine(int argc, char **argv);
+int cmd_bench_grammar(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_render_template(int argc, char **argv);
+
+/* --device NAME (auto|cpu|cuda[:N]; NULL: auto) for subcommand cmd: 0 with *out open (close
+ * with backend_close), or the exit code 2 after a message on stderr saying why (e.g. a build
+ * without CUDA, no GPU). */
+int cli_device_open(const char *cmd, const char *name, int n_threads, struct backend **out);
+#define CLI_DEVICE_HELP "  --device auto|cpu|cuda[:N]   where the model runs (default auto: a GPU if usable, else the CPU)\n"
 
 #endif

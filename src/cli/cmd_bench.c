@@ -1,13 +1,16 @@
-/* cairn bench: CPU throughput figures.
+/* cairn bench: throughput figures.
  *
  *   cairn bench --matmul OUTxIN --dtype bf16|f16|f32|q4|q8|qB [-n N] [--group G] [-t T] [--reps R]
- *       synthetic matmul (no model): time per call, weight GB/s, GFLOP/s, and how they compare
- *       with the machine probes (decode roofline = weight bytes/s ÷ read bandwidth).
- *   cairn bench --model DIR [-p 512] [-n 128] [-t T] [--batch B] [--reps R]
- *       prefill and decode tokens/s on a model (median of reps), decode roofline, prefill
- *       GFLOP/s vs the FMA peak.
- * Both print the probes: read-only sum and STREAM triad bandwidth, FMA peak. --json prints one
- * JSON object instead of text. The ISA is the best available or CAIRN_CPU_ISA. */
+ *       synthetic matmul (no model) on the CPU: time per call, weight GB/s, GFLOP/s, and how they
+ *       compare with the machine probes (decode roofline = weight bytes/s ÷ read bandwidth).
+ *   cairn bench --model DIR [-p 512] [-n 128] [-t T] [--batch B] [--reps R] [--device D]
+ *       prefill and decode tokens/s on a model (median of reps) on --device (default auto),
+ *       decode roofline, prefill GFLOP/s vs the FMA peak.
+ * Both print the CPU probes: read-only sum and STREAM triad bandwidth, FMA peak. --json prints
+ * one JSON object instead of text. The ISA is the best available or CAIRN_CPU_ISA.
+ *
+ * The probes and the matmul mode measure the CPU itself, so they call cpu/ directly (the one
+ * place outside cpu/ that does); the model mode runs through the backend like everything else. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +19,14 @@
 #include "base/mem.h"
 #include "cli/cli.h"
 #include "cpu/cpu.h"
-#include "kv/kv_pool.h"
 #include "model/model.h"
+#include "model/model_run.h"
 
 struct bench_opts {
     const char *model;
     const char *matmul;
     const char *dtype;
+    const char *device;
     int n_prompt, n_gen, n_threads, batch, reps, group, n_cols, json;
     int probe_mb;
 };
@@ -54,6 +58,7 @@ static void bench_usage(FILE *f)
             "usage: cairn bench --matmul OUTxIN --dtype bf16|f16|f32|q4|q8|qB [-n N] [--group G]\n"
             "                   [-t THREADS] [--reps R] [--json]\n"
             "       cairn bench --model DIR [-p 512] [-n 128] [-t THREADS] [--batch B] [--reps R] [--json]\n"
+            "                   [--device auto|cpu|cuda[:N]]\n"
             "options: --probe-mb MB  size of the bandwidth probe buffer (default 512)\n"
             "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels\n");
 }
@@ -125,7 +130,7 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
     void *packed = packed_bytes ? cairn_xmalloc(packed_bytes) : NULL;
     if (packed) {
         cpu_pack(&w, packed);
-        w.packed = packed;
+        w.be_data = packed;
     }
     int n = o->n_cols;
     float *x = cairn_xmalloc((size_t)n * (size_t)in * 4), *y = cairn_xmalloc((size_t)n * (size_t)out * 4);
@@ -186,12 +191,12 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
 }
 
 
-static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe);
+static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe, struct backend *be);
 
 int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o = {.n_prompt = 512, .n_gen = 128, .batch = 1, .group = 64, .n_cols = 1,
-                           .dtype = "bf16", .probe_mb = 512};
+                           .dtype = "bf16", .probe_mb = 512, .device = "auto"};
     int n_set = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -220,6 +225,7 @@ int cmd_bench(int argc, char **argv)
         else if (strcmp(a, "--reps") == 0) o.reps = atoi(v);
         else if (strcmp(a, "--group") == 0) o.group = atoi(v);
         else if (strcmp(a, "--probe-mb") == 0) o.probe_mb = atoi(v);
+        else if (strcmp(a, "--device") == 0) o.device = v;
         else {
             fprintf(stderr, "cairn bench: unknown option '%s'\n", a);
             bench_usage(stderr);
@@ -237,69 +243,68 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     struct cairn_err err = {0};
-    if (cpu_init(o.n_threads, &err) != CAIRN_OK) {
-        fprintf(stderr, "cairn bench: %s\n", err.msg);
-        return 1;
+    /* The CPU backend holds the pool the probes and the matmul mode run on; the model runs on
+     * --device (a second handle on the same CPU pool when that is the CPU). */
+    struct backend *host = NULL, *be = NULL;
+    if (o.matmul && strcmp(o.device, "auto") != 0 && strcmp(o.device, "cpu") != 0) {
+        fprintf(stderr, "cairn bench: --matmul runs on the CPU only (--device %s)\n", o.device);
+        return 2;
+    }
+    if (cli_device_open("bench", "cpu", o.n_threads, &host) != 0) return 1;
+    if (o.model && cli_device_open("bench", o.device, o.n_threads, &be) != 0) {
+        backend_close(host);
+        return 2;
     }
     struct cpu_probe probe;
-    if (cpu_probe_run((size_t)o.probe_mb << 20, 5, &probe, &err) != CAIRN_OK) {
+    int rc = 1;
+    if (cpu_probe_run((size_t)o.probe_mb << 20, 5, &probe, &err) != CAIRN_OK)
         fprintf(stderr, "cairn bench: %s\n", err.msg);
-        cpu_shutdown();
-        return 1;
-    }
-    int rc = o.matmul ? bench_matmul(&o, &probe) : bench_model(&o, &probe);
+    else
+        rc = o.matmul ? bench_matmul(&o, &probe) : bench_model(&o, &probe, be);
     cpu_probe_release();
-    cpu_shutdown();
+    backend_close(be);
+    backend_close(host);
     return rc;
 }
 
 /* Model mode: prefill of -p tokens on one sequence, then -n decode steps of --batch sequences
  * (one token each, one logit row each), repeated --reps times; medians and bests reported. */
-static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe)
+static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe, struct backend *be)
 {
     struct cairn_err err = {0};
     struct model *m = NULL;
-    struct kv_pool kv;
-    int kv_ok = 0, rc = 1;
-    int32_t *tables = NULL, *tokens = NULL;
+    struct model_run run = {0};
+    int rc = 1;
+    int32_t *tokens = NULL;
     float *logits = NULL;
     double *pt = NULL, *dt = NULL, *bw = NULL;
-    struct model_seq *seqs = NULL;
-    if (model_load(o->model, &m, &err) != CAIRN_OK) {
+    struct model_run_item *items = NULL;
+    if (model_load(o->model, be, &m, &err) != CAIRN_OK) {
         fprintf(stderr, "cairn bench: %s\n", err.msg);
         return 1;
     }
     const struct model_info *info = model_get_info(m);
-    const int bs = 16, B = o->batch, P = o->n_prompt, N = o->n_gen;
+    const int B = o->batch, P = o->n_prompt, N = o->n_gen;
     const int reps = o->reps > 0 ? o->reps : 3;
-    const int blocks_per_seq = (P + N + bs - 1) / bs;
-    if (kv_pool_init(&kv, info->n_kv_layers, blocks_per_seq * B, bs, info->n_kv_heads, info->head_dim,
-                     DTYPE_BF16, &err) != CAIRN_OK) {
+    struct model_run_opts ro = {.n_seqs = B, .max_ctx = P + N, .max_step = P > B ? P : B, .block_size = 16,
+                                .kv_dtype = DTYPE_BF16};
+    if (model_run_open(&run, m, &ro, &err) != CAIRN_OK) {
         fprintf(stderr, "cairn bench: %s\n", err.msg);
         goto cleanup;
     }
-    kv_ok = 1;
-    if (model_reserve(m, P > B ? P : B, &err) != CAIRN_OK) {
-        fprintf(stderr, "cairn bench: %s\n", err.msg);
-        goto cleanup;
-    }
-    tables = cairn_xmalloc((size_t)blocks_per_seq * (size_t)B * sizeof(int32_t));
-    for (int i = 0; i < blocks_per_seq * B; i++) tables[i] = i;
     tokens = cairn_xmalloc((size_t)(P + B) * sizeof(int32_t));
     for (int i = 0; i < P + B; i++) tokens[i] = (int32_t)(bench_rand() % (uint32_t)info->vocab_size);
     logits = cairn_xmalloc((size_t)B * (size_t)info->vocab_size * sizeof(float));
-    seqs = cairn_xcalloc((size_t)B, sizeof(*seqs));
+    items = cairn_xcalloc((size_t)B, sizeof(*items));
     pt = cairn_xmalloc((size_t)reps * sizeof(double));
     dt = cairn_xmalloc((size_t)reps * sizeof(double));
     bw = cairn_xmalloc((size_t)reps * sizeof(double));
     for (int r = 0; r < reps; r++) {
         /* Prefill every sequence (timed: the first one only, P tokens). */
         for (int b = 0; b < B; b++) {
-            struct model_seq s = {.tokens = tokens, .n_tokens = P, .pos0 = 0,
-                                  .block_table = tables + (size_t)b * blocks_per_seq, .n_logits = 1,
-                                  .logits = logits};
+            model_run_reset(&run, b);
             double t0 = cairn_now();
-            if (model_forward(m, &kv, &s, 1, &err) != CAIRN_OK) {
+            if (model_run_prefill(&run, b, tokens, P, P, logits, &err) != CAIRN_OK) {
                 fprintf(stderr, "cairn bench: prefill: %s\n", err.msg);
                 goto cleanup;
             }
@@ -310,10 +315,9 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
         double t0 = cairn_now();
         for (int step = 0; step < N; step++) {
             for (int b = 0; b < B; b++)
-                seqs[b] = (struct model_seq){.tokens = tokens + P + b, .n_tokens = 1, .pos0 = P + step,
-                                             .block_table = tables + (size_t)b * blocks_per_seq,
-                                             .n_logits = 1, .logits = logits + (size_t)b * info->vocab_size};
-            if (model_forward(m, &kv, seqs, B, &err) != CAIRN_OK) {
+                items[b] = (struct model_run_item){.seq = b, .tokens = tokens + P + b, .n_tokens = 1, .n_logits = 1,
+                                                   .logits = logits + (size_t)b * info->vocab_size};
+            if (model_run_step(&run, items, B, &err) != CAIRN_OK) {
                 fprintf(stderr, "cairn bench: decode: %s\n", err.msg);
                 goto cleanup;
             }
@@ -379,14 +383,13 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
     }
     rc = 0;
 cleanup:
-    free(seqs);
+    free(items);
     free(pt);
     free(dt);
     free(bw);
-    free(tables);
     free(tokens);
     free(logits);
-    if (kv_ok) kv_pool_free(&kv);
+    model_run_close(&run);
     model_free(m);
     return rc;
 }

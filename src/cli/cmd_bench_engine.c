@@ -2,16 +2,17 @@
  *
  *   cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N] [--gen N]
  *                      [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]
- *                      [--sweep-prompt N]
- *   cairn bench-engine --attn-sweep CTX[,CTX...] [--block-sizes 16,32,64,128,256]
+ *                      [--sweep-prompt N] [--device auto|cpu|cuda[:N]]
+ *   cairn bench-engine --attn-sweep CTX[,CTX...] [--block-sizes 16,32,64,128,256] [--device D]
  *
  * Reports (1) aggregate decode tok/s with each concurrency (decode-only steps: forward +
  * sampling, from engine_get_stats), (2) prefill time of a cold prompt vs the same prompt with
  * its last 10% changed (90% served from the prefix cache), (3) with --block-sizes, decode tok/s
  * at a long context per block size; --attn-sweep times the decode attention kernel alone over
  * paged bf16 KV (Qwen3-0.6B attention shape: 16 query heads, 8 KV heads, head_dim 128, shuffled
- * block table) per block size, the best of interleaved rounds, without a model: the measurement
- * behind ENGINE_DEFAULT_BLOCK_SIZE. */
+ * block table) per block size, the best of interleaved rounds, without a model (the backend's
+ * attention op, one step per call): the measurement behind ENGINE_DEFAULT_BLOCK_SIZE. */
+#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,6 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "cpu/cpu.h"
 #include "engine/engine.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
@@ -134,17 +134,27 @@ static double bench_now(void)
 }
 
 /* Decode attention (one query token, one layer) per block size; best of interleaved rounds so a
- * noisy machine affects every size alike. */
-static int bench_attn_sweep(const int *ctxs, int n_ctx, const int *sizes, int n_sizes)
+ * noisy machine affects every size alike. Each call is one step of the backend (step_begin, the
+ * attention op, step_end), as the forward pass runs it. */
+static int bench_attn_sweep(struct backend *be, const int *ctxs, int n_ctx, const int *sizes, int n_sizes)
 {
     enum { H = 16, KVH = 8, HD = 128, ROUNDS = 15 };
     struct cairn_err err = {0};
-    if (cpu_init(0, &err)) {
-        fprintf(stderr, "bench-engine: %s\n", err.msg);
-        return 1;
-    }
-    static float q[H * HD], out[H * HD];
+    const struct backend_ops *op = be->ops;
+    static float q[H * HD];
+    float *dq = NULL, *dout = NULL;
+    int32_t *dmeta = NULL; /* pos [1] | seq_off [2] | block table */
+    int rc = 1, max_nb = 0;
+    for (int c = 0; c < n_ctx; c++)
+        for (int s = 0; s < n_sizes; s++) max_nb = CAIRN_MAX(max_nb, (ctxs[c] + sizes[s] - 1) / sizes[s]);
+    size_t meta_bytes = sizeof(int32_t) * (size_t)(3 + max_nb);
+    int32_t *meta = malloc(meta_bytes);
+    if (!meta || op->buf_alloc(be, sizeof(q), CAIRN_MEM_SCRATCH, (void **)&dq, &err) ||
+        op->buf_alloc(be, sizeof(q), CAIRN_MEM_SCRATCH, (void **)&dout, &err) ||
+        op->buf_alloc(be, meta_bytes, CAIRN_MEM_SCRATCH, (void **)&dmeta, &err))
+        goto fail;
     for (int i = 0; i < H * HD; i++) q[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    if (op->buf_upload(be, dq, q, sizeof(q), &err)) goto fail;
     for (int c = 0; c < n_ctx; c++) {
         int ctx = ctxs[c];
         struct kv_pool pools[8];
@@ -152,16 +162,25 @@ static int bench_attn_sweep(const int *ctxs, int n_ctx, const int *sizes, int n_
         double best[8];
         for (int s = 0; s < n_sizes; s++) {
             int bs = sizes[s], nb = (ctx + bs - 1) / bs;
-            if (kv_pool_init(&pools[s], 1, nb, bs, KVH, HD, DTYPE_BF16, &err)) {
-                fprintf(stderr, "bench-engine: %s\n", err.msg);
-                return 1;
+            if (kv_pool_init(&pools[s], be, 1, nb, bs, KVH, HD, DTYPE_BF16, &err)) goto fail;
+            size_t n = pools[s].block_bytes / 2;
+            uint16_t *k = malloc(n * 2), *v = malloc(n * 2);
+            if (!k || !v) {
+                free(k);
+                free(v);
+                goto fail;
             }
-            uint16_t *k = (uint16_t *)pools[s].k, *v = (uint16_t *)pools[s].v;
-            size_t n = pools[s].block_bytes * (size_t)nb / 2;
-            for (size_t i = 0; i < n; i++) {
-                k[i] = f32_to_bf16((float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f);
-                v[i] = f32_to_bf16((float)((i * 40503u) % 1000) / 1000.0f - 0.5f);
+            for (int b = 0; b < nb; b++) {
+                for (size_t i = 0; i < n; i++) {
+                    size_t j = (size_t)b * n + i;
+                    k[i] = f32_to_bf16((float)((j * 2654435761u) % 1000) / 1000.0f - 0.5f);
+                    v[i] = f32_to_bf16((float)((j * 40503u) % 1000) / 1000.0f - 0.5f);
+                }
+                if (kv_pool_block_write(&pools[s], b, k, v, &err)) break;
             }
+            free(k);
+            free(v);
+            if (err.status) goto fail;
             tables[s] = malloc(sizeof(int32_t) * (size_t)nb);
             for (int i = 0; i < nb; i++) tables[s][i] = i;
             for (int i = nb - 1; i > 0; i--) { /* a scattered table, as after hours of serving */
@@ -175,10 +194,23 @@ static int bench_attn_sweep(const int *ctxs, int n_ctx, const int *sizes, int n_
         int reps = ctx > 2048 ? 10 : 30;
         for (int r = 0; r < ROUNDS; r++) {
             for (int s = 0; s < n_sizes; s++) {
-                int32_t pos = ctx - 1;
-                struct cpu_attn a = {q, out, 1, H, &pos, &pools[s], 0, tables[s], 0.0883883f};
+                int nb = (ctx + sizes[s] - 1) / sizes[s];
+                int32_t seq_off[2] = {0, 1}, ctx_len = ctx;
+                meta[0] = ctx - 1;
+                meta[1] = 0;
+                meta[2] = 1;
+                memcpy(meta + 3, tables[s], sizeof(int32_t) * (size_t)nb);
+                if (op->buf_upload(be, dmeta, meta, sizeof(int32_t) * (size_t)(3 + nb), &err)) goto fail;
+                struct backend_attn a = {.q = dq, .out = dout, .n_tokens = 1, .n_seqs = 1, .n_heads = H,
+                                         .pos = dmeta, .seq_off = dmeta + 1, .block_tables = dmeta + 3,
+                                         .bt_stride = nb, .seq_off_host = seq_off, .ctx_len_host = &ctx_len,
+                                         .kv = kv_pool_view(&pools[s]), .layer = 0, .scale = 0.0883883f};
                 double t0 = bench_now();
-                for (int i = 0; i < reps; i++) cpu_attention(&a);
+                for (int i = 0; i < reps; i++) {
+                    if (op->step_begin(be, &err)) goto fail;
+                    op->attention(be, &a);
+                    if (op->step_end(be, &err)) goto fail;
+                }
                 double dt = (bench_now() - t0) / reps;
                 if (dt < best[s]) best[s] = dt;
             }
@@ -191,7 +223,14 @@ static int bench_attn_sweep(const int *ctxs, int n_ctx, const int *sizes, int n_
         }
         fflush(stdout);
     }
-    return 0;
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "bench-engine: %s\n", err.msg[0] ? err.msg : "out of memory");
+    if (dq) op->buf_free(be, dq, sizeof(q), CAIRN_MEM_SCRATCH);
+    if (dout) op->buf_free(be, dout, sizeof(q), CAIRN_MEM_SCRATCH);
+    if (dmeta) op->buf_free(be, dmeta, meta_bytes, CAIRN_MEM_SCRATCH);
+    free(meta);
+    return rc;
 }
 
 static int bench_parse_list(const char *s, int *out, int max)
@@ -206,60 +245,99 @@ static int bench_parse_list(const char *s, int *out, int max)
     return n;
 }
 
+static void bench_engine_usage(FILE *f)
+{
+    fprintf(f, "usage: cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N]\n"
+               "       [--gen N] [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]\n"
+               "       [--sweep-prompt N] [--device auto|cpu|cuda[:N]]\n"
+               "       cairn bench-engine --attn-sweep CTX[,CTX] [--block-sizes 16,32,64,128,256] [--device D]\n");
+}
+
 int cmd_bench_engine(int argc, char **argv)
 {
-    const char *dir = NULL;
+    const char *dir = NULL, *device = "auto";
     enum dtype kv = DTYPE_BF16;
     int bs = ENGINE_DEFAULT_BLOCK_SIZE, prompt = 128, gen = 64, prefix_len = 1024, sweep_prompt = 1024;
     int conc[8] = {1, 4, 16}, n_conc = 3, sizes[8], n_sizes = 0, attn_ctx[8], n_attn = 0;
     uint64_t kv_bytes = 2ull << 30;
-    for (int i = 1; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N]\n"
-                   "       [--gen N] [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]\n"
-                   "       [--sweep-prompt N]\n"
-                   "       cairn bench-engine --attn-sweep CTX[,CTX] [--block-sizes 16,32,64,128,256]\n");
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "bench-engine: %s needs a value\n", a);
+    enum { O_MODEL = 256, O_KV, O_BS, O_PROMPT, O_GEN, O_CONC, O_PREFIX, O_SIZES, O_SWEEP, O_ATTN, O_DEVICE, O_HELP };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, O_MODEL},
+        {"kv", required_argument, 0, O_KV},
+        {"block-size", required_argument, 0, O_BS},
+        {"prompt", required_argument, 0, O_PROMPT},
+        {"gen", required_argument, 0, O_GEN},
+        {"concurrency", required_argument, 0, O_CONC},
+        {"prefix-len", required_argument, 0, O_PREFIX},
+        {"block-sizes", required_argument, 0, O_SIZES},
+        {"sweep-prompt", required_argument, 0, O_SWEEP},
+        {"attn-sweep", required_argument, 0, O_ATTN},
+        {"device", required_argument, 0, O_DEVICE},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: dir = optarg; break;
+        case O_KV:
+            if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) {
+                fprintf(stderr, "bench-engine: --kv must be bf16 or f32\n");
+                return 2;
+            }
+            kv = !strcmp(optarg, "f32") ? DTYPE_F32 : DTYPE_BF16;
+            break;
+        case O_BS: bs = atoi(optarg); break;
+        case O_PROMPT: prompt = atoi(optarg); break;
+        case O_GEN: gen = atoi(optarg); break;
+        case O_CONC: n_conc = bench_parse_list(optarg, conc, 8); break;
+        case O_PREFIX: prefix_len = atoi(optarg); break;
+        case O_SIZES: n_sizes = bench_parse_list(optarg, sizes, 8); break;
+        case O_SWEEP: sweep_prompt = atoi(optarg); break;
+        case O_ATTN: n_attn = bench_parse_list(optarg, attn_ctx, 8); break;
+        case O_DEVICE: device = optarg; break;
+        case 'h':
+        case O_HELP: bench_engine_usage(stdout); return 0;
+        case ':':
+            fprintf(stderr, "bench-engine: %s needs a value\n", argv[optind - 1]);
             return 2;
-        }
-        if (!strcmp(a, "--model")) dir = v;
-        else if (!strcmp(a, "--kv")) kv = !strcmp(v, "f32") ? DTYPE_F32 : DTYPE_BF16;
-        else if (!strcmp(a, "--block-size")) bs = atoi(v);
-        else if (!strcmp(a, "--prompt")) prompt = atoi(v);
-        else if (!strcmp(a, "--gen")) gen = atoi(v);
-        else if (!strcmp(a, "--concurrency")) n_conc = bench_parse_list(v, conc, 8);
-        else if (!strcmp(a, "--prefix-len")) prefix_len = atoi(v);
-        else if (!strcmp(a, "--block-sizes")) n_sizes = bench_parse_list(v, sizes, 8);
-        else if (!strcmp(a, "--sweep-prompt")) sweep_prompt = atoi(v);
-        else if (!strcmp(a, "--attn-sweep")) n_attn = bench_parse_list(v, attn_ctx, 8);
-        else {
-            fprintf(stderr, "bench-engine: unknown option %s\n", a);
+        default:
+            fprintf(stderr, "bench-engine: unknown option %s\n", argv[optind - 1]);
+            bench_engine_usage(stderr);
             return 2;
         }
     }
+    if (optind < argc) {
+        fprintf(stderr, "bench-engine: unexpected argument %s\n", argv[optind]);
+        return 2;
+    }
+    struct backend *be = NULL;
     if (n_attn > 0) {
         static const int def[5] = {16, 32, 64, 128, 256};
-        return bench_attn_sweep(attn_ctx, n_attn, n_sizes ? sizes : def, n_sizes ? n_sizes : 5);
+        if (cli_device_open("bench-engine", device, 0, &be) != 0) return 2;
+        int rc = bench_attn_sweep(be, attn_ctx, n_attn, n_sizes ? sizes : def, n_sizes ? n_sizes : 5);
+        backend_close(be);
+        return rc;
     }
     if (!dir) {
         fprintf(stderr, "bench-engine: --model DIR is required\n");
         return 2;
     }
+    if (cli_device_open("bench-engine", device, 0, &be) != 0) return 2;
     struct model *m = NULL;
     struct cairn_err err = {0};
-    if (cpu_init(0, &err) || model_load(dir, &m, &err)) {
+    if (model_load(dir, be, &m, &err)) {
         fprintf(stderr, "bench-engine: %s\n", err.msg);
+        backend_close(be);
         return 1;
     }
     const struct model_info *info = model_get_info(m);
     int vocab = info->vocab_size;
-    printf("model %s: %d layers, hidden %d, vocab %d, %.2f GB weights; kv %s, block %d; cpu %s x %d threads\n",
+    printf("model %s: %d layers, hidden %d, vocab %d, %.2f GB weights; kv %s, block %d; device %s\n",
            dir, info->n_layers, info->hidden_size, vocab, (double)info->weight_bytes / 1e9, dtype_name(kv), bs,
-           cpu_isa_name(cpu_isa_get()), cpu_n_threads());
+           be->name);
     int rc = 0;
     struct engine *e = bench_engine(m, kv, bs, 16, kv_bytes);
     if (!e) {
@@ -309,5 +387,6 @@ int cmd_bench_engine(int argc, char **argv)
     }
 out:
     model_free(m);
+    backend_close(be);
     return rc;
 }

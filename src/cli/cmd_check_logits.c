@@ -1,5 +1,5 @@
 /* cairn check-logits MODEL_DIR EXPECTED.safetensors [--tol T] [--kv f32|bf16] [--chunk N]
- *                    [--block-size B]
+ *                    [--block-size B] [--device auto|cpu|cuda[:N]]
  * Runs every oracle case through the paged, batched forward (whole prefill, chunked prefill +
  * decode, all cases batched) and compares logits. Exit 0 if all pass, 1 on a mismatch, 2 on
  * a usage or load error. */
@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cpu/cpu.h"
 #include "model/check.h"
 #include "model/model.h"
 
@@ -16,14 +15,14 @@ static void check_logits_usage(FILE *f)
 {
     fprintf(f,
             "usage: cairn check-logits MODEL_DIR EXPECTED.safetensors [--tol T] [--kv f32|bf16]\n"
-            "                          [--chunk N] [--block-size B]\n");
+            "                          [--chunk N] [--block-size B] [--device auto|cpu|cuda[:N]]\n");
 }
 
 int cmd_check_logits(int argc, char **argv)
 {
     struct model_check_opts o = {
         .tol = 2e-3, .kv_dtype = DTYPE_F32, .chunk = 32, .block_size = 16, .out = stdout};
-    const char *pos[2] = {0};
+    const char *pos[2] = {0}, *device = "auto";
     int n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -46,6 +45,8 @@ int cmd_check_logits(int argc, char **argv)
             o.chunk = atoi(argv[++i]);
         } else if (strcmp(a, "--block-size") == 0 && i + 1 < argc) {
             o.block_size = atoi(argv[++i]);
+        } else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
         } else if (a[0] == '-') {
             fprintf(stderr, "check-logits: unknown option %s\n", a);
             check_logits_usage(stderr);
@@ -62,18 +63,18 @@ int cmd_check_logits(int argc, char **argv)
         return 2;
     }
     struct cairn_err err = {0};
-    if (cpu_init(0, &err) != CAIRN_OK) {
-        fprintf(stderr, "check-logits: %s\n", err.msg);
-        return 2;
-    }
+    struct backend *be = NULL;
+    if (cli_device_open("check-logits", device, 0, &be) != 0) return 2;
     struct model *m = NULL;
-    if (model_load(pos[0], &m, &err) != CAIRN_OK) {
+    if (model_load(pos[0], be, &m, &err) != CAIRN_OK) {
         fprintf(stderr, "check-logits: %s\n", err.msg);
+        backend_close(be);
         return 2;
     }
     struct model_check_result r;
     int rc = model_check_run(m, pos[1], &o, &r, &err);
     model_free(m);
+    backend_close(be);
     if (rc != CAIRN_OK) {
         fprintf(stderr, "check-logits: %s\n", err.msg);
         return 2;

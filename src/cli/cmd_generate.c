@@ -1,5 +1,5 @@
 /* cairn generate --model DIR (--tokens 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S]
- *                [--kv f32|bf16] [--tokenizer DIR]
+ *                [--kv f32|bf16] [--tokenizer DIR] [--device auto|cpu|cuda[:N]]
  * Prefills the prompt, then decodes N tokens (greedy when temp is 0, else softmax sampling
  * with a seeded generator), stopping at an eos id. With --tokens prints the generated ids,
  * comma-separated; with --prompt (tokenized by DIR/tokenizer.json with its post-processor)
@@ -12,16 +12,16 @@
 
 #include "base/file.h"
 #include "cli/cli.h"
-#include "cpu/cpu.h"
-#include "kv/kv_pool.h"
 #include "model/model.h"
+#include "model/model_run.h"
 #include "tok/tok.h"
 
 static void generate_usage(FILE *f)
 {
     fprintf(f,
             "usage: cairn generate --model DIR (--tokens 1,2,3 | --prompt TEXT) [-n N] [--temp T]\n"
-            "                      [--seed S] [--kv f32|bf16] [--tokenizer DIR]\n");
+            "                      [--seed S] [--kv f32|bf16] [--tokenizer DIR]\n"
+            "                      [--device auto|cpu|cuda[:N]]\n");
 }
 
 static int generate_parse_ids(const char *s, int32_t **out, int *n)
@@ -87,7 +87,7 @@ static int generate_pick(const float *logits, int V, double temp, uint64_t *rng)
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *dir = NULL, *ids = NULL, *text = NULL, *tok_dir = NULL;
+    const char *dir = NULL, *ids = NULL, *text = NULL, *tok_dir = NULL, *device = "auto";
     int n_new = 16;
     double temp = 0;
     uint64_t seed = 0;
@@ -113,6 +113,8 @@ int cmd_generate(int argc, char **argv)
             text = argv[++i];
         } else if (strcmp(a, "--tokenizer") == 0 && i + 1 < argc) {
             tok_dir = argv[++i];
+        } else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
         } else {
             fprintf(stderr, "generate: unknown option %s\n", a);
             generate_usage(stderr);
@@ -150,50 +152,25 @@ int cmd_generate(int argc, char **argv)
         ts = tok_stream_new(tk, 1);
     }
     struct model *m = NULL;
-    struct kv_pool kv = {0};
+    struct backend *be = NULL;
+    struct model_run run = {0};
     float *logits = NULL;
-    int32_t *table = NULL;
-    void *state = NULL; /* recurrent state of hybrid models */
     int rc = 2;
     if (text && !ts) goto done;
-    if (cpu_init(0, &err) != CAIRN_OK || model_load(dir, &m, &err) != CAIRN_OK) goto done;
+    if (cli_device_open("generate", device, 0, &be) != 0) {
+        err.msg[0] = 0;
+        goto quiet;
+    }
+    if (model_load(dir, be, &m, &err) != CAIRN_OK) goto done;
     const struct model_info *info = model_get_info(m);
-    const int bs = 16;
-    int total = n_prompt + n_new, nb = (total + bs - 1) / bs;
-    if (total > info->max_position) {
-        cairn_err_set(&err, CAIRN_ERR_LIMIT, "%d tokens > max_position %d", total,
-                      info->max_position);
-        goto done;
-    }
-    if (kv_pool_init(&kv, info->n_kv_layers, nb, bs, info->n_kv_heads, info->head_dim, kv_dtype,
-                     &err) != CAIRN_OK)
-        goto done;
-    table = malloc(sizeof(int32_t) * (size_t)nb);
-    logits = malloc(sizeof(float) * (size_t)info->vocab_size);
-    if (!table || !logits) goto done;
-    for (int i = 0; i < nb; i++)
-        table[i] = i;
     int chunk = CAIRN_MIN(n_prompt, 256);
-    if (model_reserve(m, chunk, &err) != CAIRN_OK) goto done;
-    if (info->state_bytes) {
-        state = calloc(1, info->state_bytes);
-        if (!state) goto done;
-        model_state_init(m, state);
-    }
+    struct model_run_opts ro = {.n_seqs = 1, .max_ctx = n_prompt + n_new, .max_step = chunk, .block_size = 16,
+                                .kv_dtype = kv_dtype};
+    if (model_run_open(&run, m, &ro, &err) != CAIRN_OK) goto done;
+    logits = malloc(sizeof(float) * (size_t)info->vocab_size);
+    if (!logits) goto done;
     double t0 = cairn_now();
-    int pos = 0;
-    while (pos < n_prompt) {
-        int n = CAIRN_MIN(chunk, n_prompt - pos);
-        struct model_seq s = {.tokens = prompt + pos,
-                              .n_tokens = n,
-                              .pos0 = pos,
-                              .block_table = table,
-                              .state = state,
-                              .n_logits = pos + n == n_prompt ? 1 : 0,
-                              .logits = logits};
-        if (model_forward(m, &kv, &s, 1, &err) != CAIRN_OK) goto done;
-        pos += n;
-    }
+    if (model_run_prefill(&run, 0, prompt, n_prompt, chunk, logits, &err) != CAIRN_OK) goto done;
     double t1 = cairn_now();
     int n_gen = 0;
     for (; n_gen < n_new; n_gen++) {
@@ -213,15 +190,8 @@ int cmd_generate(int argc, char **argv)
             n_gen++;
             break;
         }
-        struct model_seq s = {.tokens = &tok,
-                              .n_tokens = 1,
-                              .pos0 = pos,
-                              .block_table = table,
-                              .state = state,
-                              .n_logits = 1,
-                              .logits = logits};
-        if (model_forward(m, &kv, &s, 1, &err) != CAIRN_OK) goto done;
-        pos++;
+        struct model_run_item it = {.seq = 0, .tokens = &tok, .n_tokens = 1, .n_logits = 1, .logits = logits};
+        if (model_run_step(&run, &it, 1, &err) != CAIRN_OK) goto done;
     }
     double t2 = cairn_now();
     if (ts) {
@@ -235,12 +205,12 @@ int cmd_generate(int argc, char **argv)
     rc = 0;
 done:
     if (rc) fprintf(stderr, "generate: %s\n", err.msg[0] ? err.msg : "out of memory");
+quiet:
     free(prompt);
-    free(table);
     free(logits);
-    free(state);
-    if (kv.k) kv_pool_free(&kv);
+    model_run_close(&run);
     model_free(m);
+    backend_close(be);
     tok_stream_free(ts);
     tok_free(tk);
     return rc;

@@ -15,7 +15,6 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "cli/cli.h"
-#include "cpu/cpu.h"
 #include "http/http.h"
 #include "kv/tiers.h"
 
@@ -33,7 +32,8 @@ static void serve_usage(FILE *f)
             "  --max-concurrent-requests N  API requests in flight before 429 (default 1024)\n"
             "  --max-body-size SIZE         largest request body (default 32M)\n"
             "  --log-level LEVEL            debug|info|warn|error|off (default info)\n"
-            "  --threads N                  compute threads (default: one per core)\n"
+            "  --threads N                  CPU compute threads (default: one per core)\n"
+            CLI_DEVICE_HELP
             "  --http-threads N             HTTP threads (default 4)\n"
             "  --kv-cache-size SIZE         device KV cache budget per model (e.g. 2G, 10%%)\n"
             "  --max-batch-tokens N         token budget per engine step\n"
@@ -47,7 +47,13 @@ static void serve_usage(FILE *f)
             "                               (or env CAIRN_HOT_CACHE_WRITE_THROUGH=1)\n"
             "  --ssd-cache-dir DIR          SSD KV tier folder (kept across restarts; default off)\n"
             "  --ssd-cache-max-size SIZE    SSD tier budget per model (e.g. 50G, 10%% of the disk;\n"
-            "                               default min(10%% of free space, 50G))\n");
+            "                               default min(10%% of free space, 50G))\n"
+            "  --request-timeout MS         headers + body must arrive within MS, else 408 (default\n"
+            "                               30000; 0 = none)\n"
+            "  --idle-timeout S             close a connection silent for S seconds (default 120)\n"
+            "  --access-log on|off          one info line per request (default on)\n"
+            "  --usage-scale ID=F           multiply the token counts reported for model ID by F\n"
+            "                               (repeatable; for agents that assume a bigger window)\n");
 }
 
 int cmd_serve(int argc, char **argv)
@@ -55,8 +61,8 @@ int cmd_serve(int argc, char **argv)
     enum {
         O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
-        O_CHECK, O_HELP, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_SPEC, O_SPEC_MIN, O_SPEC_K,
-        O_SPEC_COST,
+        O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
+        O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -68,6 +74,7 @@ int cmd_serve(int argc, char **argv)
         {"max-body-size", required_argument, 0, O_MAX_BODY},
         {"log-level", required_argument, 0, O_LOG},
         {"threads", required_argument, 0, O_THREADS},
+        {"device", required_argument, 0, O_DEVICE},
         {"http-threads", required_argument, 0, O_HTTP_THREADS},
         {"kv-cache-size", required_argument, 0, O_KV},
         {"hot-cache-max-size", required_argument, 0, O_HOT_MAX},
@@ -82,18 +89,25 @@ int cmd_serve(int argc, char **argv)
         {"port-file", required_argument, 0, O_PORT_FILE},
         {"keepalive-ms", required_argument, 0, O_KEEPALIVE},
         {"check-backend", no_argument, 0, O_CHECK}, /* create the backend, then exit */
+        {"request-timeout", required_argument, 0, O_REQ_TIMEOUT},
+        {"idle-timeout", required_argument, 0, O_IDLE_TIMEOUT},
+        {"access-log", required_argument, 0, O_ACCESS_LOG},
+        {"usage-scale", required_argument, 0, O_USAGE_SCALE},
         {"spec-ngram-min", required_argument, 0, O_SPEC_MIN}, /* speculation tuning, for bench/spec_* */
         {"spec-k-max", required_argument, 0, O_SPEC_K},
         {"spec-cost-slope", required_argument, 0, O_SPEC_COST},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
-    const char *model_dir = NULL, *fake = NULL, *port_file = NULL;
+    const char *model_dir = NULL, *fake = NULL, *port_file = NULL, *device = "auto";
     const char *models[SERVE_MAX_MODELS];
     int n_models = 0, preload = 0, n_threads = 0, keepalive_ms = 5000, check_only = 0;
     struct http_config hc = {.host = "127.0.0.1", .port = 8000, .n_threads = 4,
                              .max_body_bytes = 32u << 20, .max_concurrent = 1024};
     struct api_real_opts ro = {0};
+    struct api_model_opt mopts[SERVE_MAX_MODELS];
+    char mopt_ids[SERVE_MAX_MODELS][256];
+    int n_mopts = 0;
     struct kv_tiers_opts tiers_opts = {0}; /* per model; the signature is filled at load */
     const char *ssd_max = NULL;
     uint64_t v;
@@ -130,6 +144,7 @@ int cmd_serve(int argc, char **argv)
             break;
         }
         case O_THREADS: n_threads = atoi(optarg); break;
+        case O_DEVICE: device = optarg; break;
         case O_HTTP_THREADS: hc.n_threads = atoi(optarg); break;
         case O_KV:
             if (!cairn_parse_size(optarg, &v)) {
@@ -164,6 +179,52 @@ int cmd_serve(int argc, char **argv)
         case O_PORT_FILE: port_file = optarg; break;
         case O_KEEPALIVE: keepalive_ms = atoi(optarg); break;
         case O_CHECK: check_only = 1; break;
+        case O_REQ_TIMEOUT: {
+            char *end;
+            long ms = strtol(optarg, &end, 10);
+            if (*end || ms < 0 || ms > 86400000) {
+                fprintf(stderr, "cairn serve: bad --request-timeout '%s' (milliseconds)\n", optarg);
+                return 2;
+            }
+            hc.request_timeout_ms = ms ? (int)ms : -1;
+            break;
+        }
+        case O_IDLE_TIMEOUT: {
+            char *end;
+            long sec = strtol(optarg, &end, 10);
+            if (*end || sec <= 0 || sec > 86400) {
+                fprintf(stderr, "cairn serve: bad --idle-timeout '%s' (seconds)\n", optarg);
+                return 2;
+            }
+            hc.idle_timeout_s = (int)sec;
+            break;
+        }
+        case O_ACCESS_LOG:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "cairn serve: --access-log takes on or off\n");
+                return 2;
+            }
+            hc.access_log_off = !strcmp(optarg, "off");
+            break;
+        case O_USAGE_SCALE: {
+            const char *eq = strrchr(optarg, '=');
+            char *end = NULL;
+            double f = eq ? strtod(eq + 1, &end) : 0;
+            if (!eq || eq == optarg || (size_t)(eq - optarg) >= sizeof(mopt_ids[0]) || !end || *end ||
+                !(f > 0 && f <= 1000)) {
+                fprintf(stderr, "cairn serve: bad --usage-scale '%s' (MODEL_ID=FACTOR, factor in (0, 1000])\n", optarg);
+                return 2;
+            }
+            if (n_mopts == SERVE_MAX_MODELS) {
+                fprintf(stderr, "cairn serve: at most %d --usage-scale\n", SERVE_MAX_MODELS);
+                return 2;
+            }
+            snprintf(mopt_ids[n_mopts], sizeof(mopt_ids[0]), "%.*s", (int)(eq - optarg), optarg);
+            mopts[n_mopts].id = mopt_ids[n_mopts];
+            mopts[n_mopts].usage_scale = f;
+            n_mopts++;
+            break;
+        }
         case O_HELP:
         case 'h': serve_usage(stdout); return 0;
         default: serve_usage(stderr); return 2;
@@ -209,10 +270,8 @@ int cmd_serve(int argc, char **argv)
     int rc = 0;
     struct api *api = NULL;
     struct http_server *srv = NULL;
-    if (cpu_init(n_threads, &err) != 0) {
-        fprintf(stderr, "cairn serve: %s\n", err.msg);
-        return 1;
-    }
+    struct backend *dev = NULL;
+    if (cli_device_open("serve", device, n_threads, &dev) != 0) return 2;
     struct api_backend be;
     if (fake) {
         rc = api_backend_fake_create(fake, &be, &err);
@@ -220,16 +279,17 @@ int cmd_serve(int argc, char **argv)
         ro.model_dir = model_dir;
         ro.models = models;
         ro.n_models = n_models;
+        ro.device = dev;
         rc = api_backend_real_create(&ro, &be, &err);
     }
     if (rc) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
-        cpu_shutdown();
+        backend_close(dev);
         return 1;
     }
     if (check_only) {
         be.destroy(be.ctx);
-        cpu_shutdown();
+        backend_close(dev);
         return 0;
     }
     if (preload) {
@@ -241,22 +301,23 @@ int cmd_serve(int argc, char **argv)
             if (be.get_model(be.ctx, d[i].id, &idx, &err) != 0) {
                 fprintf(stderr, "cairn serve: loading %s: %s\n", d[i].id, err.msg);
                 be.destroy(be.ctx);
-                cpu_shutdown();
+                backend_close(dev);
                 return 1;
             }
         }
     }
-    struct api_config ac = {.keepalive_ms = keepalive_ms, .max_n = 8};
+    struct api_config ac = {.keepalive_ms = keepalive_ms, .max_n = 8, .model_opts = mopts,
+                            .n_model_opts = n_mopts};
     if (api_create(&ac, &be, &api, &err) != 0) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
         be.destroy(be.ctx);
-        cpu_shutdown();
+        backend_close(dev);
         return 1;
     }
     if (http_server_start(&hc, api, &srv, &err) != 0) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
         api_destroy(api);
-        cpu_shutdown();
+        backend_close(dev);
         return 1;
     }
     int port = http_server_port(srv);
@@ -273,7 +334,7 @@ int cmd_serve(int argc, char **argv)
     LOG_INFO("serve", "signal %d: shutting down", sig);
     http_server_stop(srv, 5000);
     api_destroy(api);
-    cpu_shutdown();
+    backend_close(dev);
     LOG_INFO("serve", "stopped");
     return 0;
 }

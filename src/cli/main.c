@@ -13,6 +13,7 @@ static const struct cli_command cli_commands[] = {
     {"synth-model", "write a random-weight checkpoint for a config", cmd_synth_model},
     {"serve", "serve models over OpenAI/Anthropic-compatible HTTP", cmd_serve},
     {"bench-engine", "engine throughput: decode tok/s by concurrency, prefix-cache savings", cmd_bench_engine},
+    {"bench-grammar", "grammar-constrained decoding: mask time per token, schema compile time", cmd_bench_grammar},
     {"tokenize", "text -> token ids (JSON lines) with a tokenizer.json", cmd_tokenize},
     {"detokenize", "token ids -> text (JSON lines) with a tokenizer.json", cmd_detokenize},
     {"render-template", "render a chat template (stdin JSON -> stdout)", cmd_render_template},

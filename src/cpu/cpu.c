@@ -259,7 +259,7 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
     if (total_out <= 0) return;
     cpu_scratch_reserve((size_t)in + 64);
     int packed = 1;
-    for (int i = 0; i < count; i++) packed &= w[i]->packed != NULL;
+    for (int i = 0; i < count; i++) packed &= w[i]->be_data != NULL;
     if (packed && cpu_vnni_active()) {
         int64_t groups = in / w0->group_size;
         size_t xq_floats = (3 * (size_t)n * (size_t)in + 3) / 4 + 16; /* three int8 digits per input */
@@ -402,10 +402,10 @@ void cpu_add_bias(float *y, const float *b, int n_rows, int dim)
 
 /* ---- KV and attention ---- */
 
-void cpu_kv_store(struct kv_pool *kv, int layer, const int32_t *block_table, const int32_t *pos,
-                  int n_tokens, const float *k, const float *v)
+void cpu_kv_store(const struct backend_kv_view *kv, int layer, const int32_t *slots, int n_tokens,
+                  const float *k, const float *v)
 {
-    ref_kv_store(kv, layer, block_table, pos, n_tokens, k, v);
+    ref_kv_store(kv, layer, slots, n_tokens, k, v);
 }
 
 struct cpu_attn_job {

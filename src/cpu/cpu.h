@@ -5,10 +5,11 @@
  * one) and the work is split over a persistent thread pool. Callers see only these functions.
  *
  * Threading: the pool and its scratch serve one caller at a time. A thread that runs ops while
- * another may too (one scheduler thread per loaded model) holds cpu_lock around them: the
- * model room takes it for each forward step, and cpu_pack takes it itself (a model may be
- * loaded while another one runs). Ops fan out to the pool internally. cpu_init must be called
- * once first (ops work without it, single-threaded with the scalar reference).
+ * another may too holds cpu_lock around them: the CPU backend (cpu_backend.c) takes it in
+ * step_begin and releases it in step_end, so loaded models (one scheduler thread each) take
+ * turns per step; cpu_pack takes it itself (a model may be loaded while another one runs). Ops
+ * fan out to the pool internally. cpu_init must be called once first (ops work without it,
+ * single-threaded with the scalar reference).
  *
  * Environment: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_VNNI=0 turns the
  * VNNI q4/q8 path off (on by default where the CPU has AVX-512 VNNI, or AVX-VNNI under the
@@ -22,14 +23,21 @@
  * max) and sums integers, to the same tolerances (x86_avx512_vnni.c).
  *
  * Weights: used in place (mmap'd, MLX layout), except that MLX q4/q8 linears get a packed copy
- * at load when the VNNI path is active (cpu_pack_bytes / cpu_pack); the model room owns it. */
+ * at load when the VNNI path is active (cpu_pack_bytes / cpu_pack), hung off tensor.be_data
+ * (the CPU backend's weight_prepare owns it).
+ *
+ * KV: kernels read the paged pool through tensor/backend.h's backend_kv_view, never kv/.
+ *
+ * cpu_backend_open (cpu_backend.c) wraps all of this as a `struct backend` (tensor/backend.h);
+ * other rooms use that. Direct cpu_* calls are for cpu/ itself, its tests and `cairn bench`'s
+ * CPU probes. */
 #ifndef CAIRN_CPU_CPU_H
 #define CAIRN_CPU_CPU_H
 
 #include <stdint.h>
 
 #include "base/status.h"
-#include "kv/kv_pool.h"
+#include "tensor/backend.h"
 #include "tensor/tensor.h"
 
 enum cpu_isa {
@@ -63,11 +71,11 @@ void cpu_matmul(const struct tensor *w, const float *x, float *y, int n);
 void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count, const float *x, int n);
 /* Bytes of w's packed copy for the kernels active now, or 0 if w is not packed (not MLX q4/q8
  * with group size % 32 == 0, or the VNNI path is off). cpu_pack fills dst (that many bytes,
- * 64-byte aligned) from w; the caller sets w->packed = dst. cpu_packed_rows: the packed copy of
- * rows [row0, ...) of w, for a row slice of it (NULL unless row0 % 16 == 0). */
+ * 64-byte aligned) from w; the caller sets w->be_data = dst. cpu_packed_rows: the packed copy of
+ * rows [row0, ...) of w, for a row slice of it (NULL unless w is packed and row0 % 16 == 0). */
 size_t cpu_pack_bytes(const struct tensor *w);
 void cpu_pack(const struct tensor *w, void *dst);
-const void *cpu_packed_rows(const struct tensor *w, int64_t row0);
+void *cpu_packed_rows(const struct tensor *w, int64_t row0);
 /* Whether the packed VNNI q4/q8 path runs now (AVX-512 active with AVX-512 VNNI, or AVX2 active
  * with AVX-VNNI; CAIRN_CPU_VNNI not 0). */
 int cpu_vnni_active(void);
@@ -88,9 +96,19 @@ void cpu_add(float *y, const float *x, int64_t n);
 /* y[r, i] += b[i] over n_rows rows (bias add) */
 void cpu_add_bias(float *y, const float *b, int n_rows, int dim);
 
-/* Stores k, v: [n_tokens, n_kv_heads, head_dim] at positions pos[] through block_table. */
-void cpu_kv_store(struct kv_pool *kv, int layer, const int32_t *block_table, const int32_t *pos,
-                  int n_tokens, const float *k, const float *v);
+/* Stores k, v: [n_tokens, n_kv_heads, head_dim] of one layer at global slots[] (block
+ * slots[i] / block_size, slot slots[i] % block_size; see backend_kv_view). */
+void cpu_kv_store(const struct backend_kv_view *kv, int layer, const int32_t *slots, int n_tokens,
+                  const float *k, const float *v);
+/* K or V of (block, layer) in the view: [block_size][n_kv_heads][head_dim]. */
+static inline void *cpu_kv_k(const struct backend_kv_view *kv, int block, int layer)
+{
+    return (uint8_t *)kv->k + (size_t)block * kv->block_bytes + (size_t)layer * kv->layer_block_bytes;
+}
+static inline void *cpu_kv_v(const struct backend_kv_view *kv, int block, int layer)
+{
+    return (uint8_t *)kv->v + (size_t)block * kv->block_bytes + (size_t)layer * kv->layer_block_bytes;
+}
 
 /* Causal attention of one sequence over paged KV. Query token i at absolute position pos[i]
  * attends to KV positions [0, pos[i]] (already stored with cpu_kv_store). GQA: query head h
@@ -101,9 +119,9 @@ struct cpu_attn {
     int n_tokens;
     int n_heads;
     const int32_t *pos;          /* [n_tokens] */
-    const struct kv_pool *kv;
+    const struct backend_kv_view *kv;
     int layer;
-    const int32_t *block_table;
+    const int32_t *block_table;  /* this sequence's row of the block tables */
     float scale;                 /* usually 1/sqrt(head_dim) */
 };
 void cpu_attention(const struct cpu_attn *a);
@@ -124,6 +142,18 @@ int cpu_probe_run(size_t bytes, int reps, struct cpu_probe *out, struct cairn_er
  * cpu_probe_release frees the buffer. */
 double cpu_probe_read_now(size_t bytes);
 void cpu_probe_release(void);
+
+/* Mixture-of-experts and Gated DeltaNet ops of the CPU backend (cpu_moe.c, cpu_gdn.c): the
+ * semantics of moe_route, moe_experts and gdn in tensor/backend.h. */
+void cpu_moe_route(const float *logits, int n, int n_experts, int top_k, int norm_topk, int32_t *ids,
+                   float *w);
+void cpu_moe_experts(const struct backend_moe *m);
+void cpu_gdn(const struct backend_gdn *g);
+
+/* The CPU backend (cpu_backend.c): the op table of tensor/backend.h over this room. The first
+ * open starts the pool (cpu_init(n_threads)); later ones share it; the last backend_close stops
+ * it. Prefer backend_open("cpu", ...). */
+int cpu_backend_open(int n_threads, struct backend **out, struct cairn_err *err);
 
 /* Runs fn(ctx, ith, nth) for ith in [0, nth) on the pool and waits (nth = cpu_n_threads()). */
 void cpu_parallel(void (*fn)(void *ctx, int ith, int nth), void *ctx);

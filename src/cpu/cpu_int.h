@@ -71,7 +71,7 @@ struct cpu_kernels {
 /* Fills xq/xd/xsum of mm for tokens [t0, t1) (mm->x, w, in set). AVX2 code (x86_avx2_vnni.c):
  * it serves both widths, and is about 1% of a prefill. */
 void cpu_vnni_prep(struct cpu_mm *mm, int t0, int t1);
-/* Rows [r0, r1) of mm->w->packed, r0 a multiple of 16: AVX-512 VNNI (vpdpbusd) and AVX-VNNI
+/* Rows [r0, r1) of mm->w->be_data (the packed copy), r0 a multiple of 16: AVX-512 VNNI (vpdpbusd) and AVX-VNNI
  * (its 256-bit VEX form, under the AVX2 kernels). */
 void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);
 void cpu_avx2_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1);

@@ -79,9 +79,9 @@ void cpu_pack(const struct tensor *w, void *dst)
     cpu_unlock();
 }
 
-const void *cpu_packed_rows(const struct tensor *w, int64_t row0)
+void *cpu_packed_rows(const struct tensor *w, int64_t row0)
 {
-    if (!w->packed || row0 % CPU_VNNI_ROWS) return NULL;
+    if (!w->be_data || row0 % CPU_VNNI_ROWS) return NULL;
     int64_t groups = w->shape[1] / w->group_size;
-    return (const uint8_t *)w->packed + row0 / CPU_VNNI_ROWS * groups * cpu_pack_group_bytes(w);
+    return (uint8_t *)w->be_data + row0 / CPU_VNNI_ROWS * groups * cpu_pack_group_bytes(w);
 }

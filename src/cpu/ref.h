@@ -13,8 +13,8 @@ void ref_rmsnorm(float *y, const float *x, const float *w, int n_rows, int dim, 
 void ref_rope(float *x, int n_tokens, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
               const float *inv_freq);
 void ref_silu_mul(float *out, const float *gate, const float *up, int64_t n);
-void ref_kv_store(struct kv_pool *kv, int layer, const int32_t *block_table, const int32_t *pos,
-                  int n_tokens, const float *k, const float *v);
+void ref_kv_store(const struct backend_kv_view *kv, int layer, const int32_t *slots, int n_tokens,
+                  const float *k, const float *v);
 /* Query head h of token t; acc holds head_dim floats. */
 void ref_attention_head(const struct cpu_attn *a, int t, int h, float *acc);
 /* Query tokens [t_begin, t_end); scratch holds head_dim floats. */

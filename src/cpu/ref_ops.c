@@ -67,19 +67,19 @@ void ref_silu_mul(float *out, const float *gate, const float *up, int64_t n)
     }
 }
 
-static float ref_kv_load(const struct kv_pool *kv, const void *base, int64_t idx)
+static float ref_kv_load(const struct backend_kv_view *kv, const void *base, int64_t idx)
 {
     if (kv->dtype == DTYPE_F32) return ((const float *)base)[idx];
     return bf16_to_f32(((const uint16_t *)base)[idx]);
 }
 
-void ref_kv_store(struct kv_pool *kv, int layer, const int32_t *block_table, const int32_t *pos,
-                  int n_tokens, const float *k, const float *v)
+void ref_kv_store(const struct backend_kv_view *kv, int layer, const int32_t *slots, int n_tokens,
+                  const float *k, const float *v)
 {
     int64_t row = (int64_t)kv->n_kv_heads * kv->head_dim;
     for (int t = 0; t < n_tokens; t++) {
-        int blk = block_table[pos[t] / kv->block_size], off = pos[t] % kv->block_size;
-        uint8_t *kb = kv_pool_k(kv, blk, layer), *vb = kv_pool_v(kv, blk, layer);
+        int blk = slots[t] / kv->block_size, off = slots[t] % kv->block_size;
+        uint8_t *kb = cpu_kv_k(kv, blk, layer), *vb = cpu_kv_v(kv, blk, layer);
         for (int64_t i = 0; i < row; i++) {
             if (kv->dtype == DTYPE_F32) {
                 ((float *)kb)[off * row + i] = k[t * row + i];
@@ -95,7 +95,7 @@ void ref_kv_store(struct kv_pool *kv, int layer, const int32_t *block_table, con
 /* One query head of one token: online softmax over positions [0, pos[t]]. */
 void ref_attention_head(const struct cpu_attn *a, int t, int h, float *acc)
 {
-    const struct kv_pool *kv = a->kv;
+    const struct backend_kv_view *kv = a->kv;
     int hd = kv->head_dim, group = a->n_heads / kv->n_kv_heads;
     int64_t row = (int64_t)kv->n_kv_heads * hd;
     const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
@@ -104,7 +104,7 @@ void ref_attention_head(const struct cpu_attn *a, int t, int h, float *acc)
     for (int i = 0; i < hd; i++) acc[i] = 0;
     for (int p = 0; p <= a->pos[t]; p++) {
         int blk = a->block_table[p / kv->block_size], off = p % kv->block_size;
-        const void *kb = kv_pool_k(kv, blk, a->layer), *vb = kv_pool_v(kv, blk, a->layer);
+        const void *kb = cpu_kv_k(kv, blk, a->layer), *vb = cpu_kv_v(kv, blk, a->layer);
         int64_t base = off * row + (int64_t)kvh * hd;
         float s = 0;
         for (int i = 0; i < hd; i++) s += q[i] * ref_kv_load(kv, kb, base + i);

@@ -88,7 +88,7 @@ static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cp
     const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
     const int64_t gcode = (int64_t)CPU_VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * CPU_VNNI_ROWS;
     const int64_t step_bytes = 8 * CPU_VNNI_ROWS * bits / 8, pf_ahead = cpu_prefetch_ahead(gbytes);
-    const uint8_t *wp = (const uint8_t *)mm->w->packed + blk * groups * gbytes;
+    const uint8_t *wp = (const uint8_t *)mm->w->be_data + blk * groups * gbytes;
     const int8_t *xq = (const int8_t *)mm->xq + (int64_t)t * CPU_VNNI_DIGITS * in;
     const __m256i m15 = _mm256_set1_epi8(15);
     const __m256 r1 = _mm256_set1_ps(1.0f / CPU_VNNI_RADIX), r2 = _mm256_set1_ps(1.0f / (CPU_VNNI_RADIX * CPU_VNNI_RADIX));

@@ -53,7 +53,7 @@ vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int b
     const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
     const int64_t gcode = (int64_t)CPU_VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * CPU_VNNI_ROWS;
     const int64_t step_bytes = 8 * CPU_VNNI_ROWS * bits / 8, pf_ahead = cpu_prefetch_ahead(gbytes);
-    const uint8_t *wp = (const uint8_t *)mm->w->packed + blk * groups * gbytes;
+    const uint8_t *wp = (const uint8_t *)mm->w->be_data + blk * groups * gbytes;
     const int8_t *xq[VNNI_TMAX];
     __m512 acc[VNNI_TMAX];
 #pragma GCC unroll 8

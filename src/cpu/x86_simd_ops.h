@@ -469,7 +469,7 @@ CPU_AI void K(att_pv)(float *acc0, float *acc1, int two, const float *s0, const 
 
 static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
 {
-    const struct kv_pool *kv = a->kv;
+    const struct backend_kv_view *kv = a->kv;
     const int hd = kv->head_dim, group = a->n_heads / kv->n_kv_heads, bs = kv->block_size;
     const int is_f32 = kv->dtype == DTYPE_F32;
     const size_t esz = is_f32 ? 4 : 2;
@@ -485,8 +485,8 @@ static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
     for (int p0 = 0; p0 < n_pos; p0 += bs) {
         const int np = n_pos - p0 < bs ? n_pos - p0 : bs;
         const int blk = a->block_table[p0 / bs];
-        const char *kb = (const char *)kv_pool_k(kv, blk, a->layer) + (size_t)kvh * hd * esz;
-        const char *vb = (const char *)kv_pool_v(kv, blk, a->layer) + (size_t)kvh * hd * esz;
+        const char *kb = (const char *)cpu_kv_k(kv, blk, a->layer) + (size_t)kvh * hd * esz;
+        const char *vb = (const char *)cpu_kv_v(kv, blk, a->layer) + (size_t)kvh * hd * esz;
         for (int pp = 0; pp < np; pp++) {
             const char *krow = kb + (size_t)pp * row * esz;
             /* the K row is widened once, in registers, for all heads of the group */

@@ -89,7 +89,7 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
         goto fail;
     }
     if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
-    rc = kv_pool_init(&e->pool, e->info.n_kv_layers, (int)n_blocks, o->block_size,
+    rc = kv_pool_init(&e->pool, ops->be, e->info.n_kv_layers, (int)n_blocks, o->block_size,
                       e->info.n_kv_heads > 0 ? e->info.n_kv_heads : 1,
                       e->info.head_dim > 0 ? e->info.head_dim : 1, o->kv_dtype, err);
     if (rc) goto fail;
@@ -194,6 +194,8 @@ void engine_seq_free(struct engine *e, struct engine_seq *s)
     spec_sched_seq_free(e, s);
     sampler_free(&s->sampler);
     stop_free(&s->stop);
+    grammar_matcher_free(s->gm);
+    free(s->gmask);
     free(s->tokens);
     free(s->blocks);
     cairn_mem_free(s->state, e->info.state_bytes, CAIRN_MEM_STATE);
@@ -229,6 +231,9 @@ static int engine_validate(const struct engine *e, const struct engine_request *
             return cairn_err_set(err, CAIRN_ERR_INVALID, "stop: string %d is empty", i);
     if (r->n_stop > 0 && !e->opts.detok.stream_new)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "stop: stop strings need a detokenizer");
+    if (r->grammar && (!r->grammar_vocab || grammar_vocab_size(r->grammar_vocab) > V))
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "grammar: %s",
+                             r->grammar_vocab ? "the grammar vocabulary is larger than the model's" : "no vocabulary given");
     if (r->n_prompt >= e->opts.context_length)
         return cairn_err_set(err, CAIRN_ERR_LIMIT, "prompt of %d tokens does not fit the context length %d",
                              r->n_prompt, e->opts.context_length);
@@ -271,6 +276,15 @@ int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id
     rc = stop_init(&s->stop, &e->opts.detok, r->stop, r->n_stop, r->stop_ids, r->n_stop_ids,
                    e->info.eos_ids, e->info.n_eos, r->ignore_eos, err);
     if (rc) goto fail;
+    if (r->grammar) {
+        rc = grammar_matcher_create(r->grammar, r->grammar_vocab, &s->gm, err);
+        if (rc) goto fail;
+        s->gmask = calloc(((size_t)e->info.vocab_size + 31) / 32, sizeof(uint32_t));
+        if (!s->gmask) {
+            rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory for the grammar mask");
+            goto fail;
+        }
+    }
     memcpy(s->salt, r->cache_salt, 32);
     spec_sched_seq_init(e, s, r);
     s->on_event = r->on_event;

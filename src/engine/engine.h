@@ -22,9 +22,12 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "grammar/grammar.h"
 #include "kv/kv_tier.h"
 #include "model/model.h"
 #include "tensor/tensor.h"
+
+struct kv_pool;
 
 struct engine;
 
@@ -160,12 +163,14 @@ struct engine_event {
     int n_top;
     const int32_t *top_ids;   /* [n_top], by decreasing logprob */
     const float *top_logprobs;
+    /* both kinds: usage so far. prompt_tokens and cached_tokens (the prefix-cache lookup)
+     * are final from the first TOKEN event on, so an API can report them before the end. */
+    struct engine_usage usage;
     /* ENGINE_EVENT_DONE */
     enum engine_finish finish;
     const char *stop_text;    /* matched stop string, or NULL */
     int32_t stop_token;       /* EOS/stop id that ended it, or -1 */
     const char *error;        /* ENGINE_FINISH_ERROR: message */
-    struct engine_usage usage;
 };
 
 typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);
@@ -182,7 +187,15 @@ struct engine_request {
     int n_stop;
     uint8_t cache_salt[32];   /* mixed into block hashes (zeroes = none) */
     enum engine_spec_mode speculative; /* DEFAULT = the engine's; OFF opts out; NGRAM / AUTO
-                               * opt in (only where the engine's mode is not OFF) */
+                               * opt in (only where the engine's mode is not OFF; never with a
+                               * grammar, see spec_sched.h) */
+    /* Constrained decoding (NULL = none): before each sampling step the tokens the grammar does
+     * not allow get -inf logits, after it the grammar advances by the sampled token. The engine
+     * retains the grammar (the caller keeps its own reference). grammar_vocab is the model's
+     * vocabulary as byte strings (ids beyond it are never allowed); it must outlive the request.
+     * The model's EOS ids are allowed only where the grammar accepts the output. */
+    struct grammar *grammar;
+    const struct grammar_vocab *grammar_vocab;
     engine_event_fn on_event;
     void *user;
 };
@@ -202,6 +215,7 @@ struct engine_model_ops {
     int (*forward)(void *ctx, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
                    struct cairn_err *err);
     void (*state_init)(void *ctx, void *state);                       /* may be NULL: zeroes */
+    struct backend *be;  /* where the KV pool lives (the model's backend); NULL: host memory */
 };
 int engine_create_ops(const struct engine_model_ops *ops, const struct engine_opts *opts,
                       struct engine **out, struct cairn_err *err);

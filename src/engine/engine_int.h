@@ -39,6 +39,9 @@ struct engine_seq {
     void *state;               /* state_bytes (hybrid) or NULL */
     struct sampler sampler;
     struct stop_state stop;
+    struct grammar_matcher *gm; /* constrained decoding, or NULL */
+    uint32_t *gmask;           /* [(vocab + 31) / 32] the matcher's mask for this step */
+    const char *error_msg;     /* static text for ENGINE_FINISH_ERROR from sampling, or NULL */
     int admitted_once;         /* cached_tokens counted */
     int cancelled;
     uint64_t order;            /* admission order, for preemption (newest first) */

@@ -1,6 +1,7 @@
 /* engine_create: the engine over a loaded model (model.h). Kept apart from engine.c so that code
  * driving the engine with other model ops (tests, benchmarks) does not need the model room. */
 #include "engine/engine.h"
+#include "kv/kv_pool.h"
 
 static const struct model_info *engine_model_info_op(void *ctx) { return model_get_info(ctx); }
 
@@ -12,7 +13,7 @@ static int engine_model_reserve_op(void *ctx, int max_tokens, struct cairn_err *
 static int engine_model_forward_op(void *ctx, struct kv_pool *kv, const struct model_seq *seqs,
                                    int n_seqs, struct cairn_err *err)
 {
-    return model_forward(ctx, kv, seqs, n_seqs, err);
+    return model_forward(ctx, kv_pool_view(kv), seqs, n_seqs, err);
 }
 
 static void engine_model_state_init_op(void *ctx, void *state) { model_state_init(ctx, state); }
@@ -26,6 +27,7 @@ int engine_create(struct model *m, const struct engine_opts *opts, struct engine
         .reserve = engine_model_reserve_op,
         .forward = engine_model_forward_op,
         .state_init = engine_model_state_init_op,
+        .be = model_backend(m),
     };
     return engine_create_ops(&ops, opts, out, err);
 }

@@ -223,6 +223,24 @@ static void sampler_penalize(struct sampler *s, const int32_t *history, int n_hi
     for (int i = 0; i < s->p.n_logit_bias; i++) w[s->bias[i].id] += s->bias[i].bias;
 }
 
+/* Grammar mask: disallowed tokens to -inf. Whole words are the common case either way (inside a
+ * string nearly everything is allowed, elsewhere nearly nothing). */
+static void sampler_apply_mask(float *w, int V, const uint32_t *allowed)
+{
+    int n_words = (V + 31) / 32;
+    for (int k = 0; k < n_words; k++) {
+        uint32_t m = allowed[k];
+        if (m == 0xffffffffu) continue;
+        int base = k * 32, end = base + 32 < V ? base + 32 : V;
+        if (m == 0) {
+            for (int i = base; i < end; i++) w[i] = -INFINITY;
+            continue;
+        }
+        for (int i = base; i < end; i++)
+            if (!(m >> (i - base) & 1)) w[i] = -INFINITY;
+    }
+}
+
 static int32_t sampler_argmax(const float *w, int V)
 {
     int32_t best = 0;
@@ -284,10 +302,14 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
     int V = s->vocab_size;
     /* w: the processed logits; without penalties or bias that is the input itself (no copy) */
     const float *w = logits;
-    if (s->rep_ctx || s->counts || s->p.n_logit_bias) {
+    if (s->rep_ctx || s->counts || s->p.n_logit_bias || s->allowed) {
         memcpy(s->work, logits, (size_t)V * sizeof(float));
         sampler_penalize(s, history, n_history, n_generated);
         w = s->work;
+    }
+    if (s->allowed) {
+        sampler_apply_mask(s->work, V, s->allowed);
+        s->allowed = NULL;
     }
 
     int32_t tok;
@@ -378,6 +400,8 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
         if (s->p.top_logprobs) {
             s->n_top = s->p.top_logprobs < V ? s->p.top_logprobs : V;
             sampler_top_k_indices(w, V, s->n_top, s->top_ids);
+            /* masked-out tokens (-inf) are no alternatives */
+            while (s->n_top > 1 && w[s->top_ids[s->n_top - 1]] == -INFINITY) s->n_top--;
             for (int i = 0; i < s->n_top; i++) s->top_logprobs[i] = w[s->top_ids[i]] - lse;
         }
     }

@@ -7,6 +7,8 @@
  *   2. presence / frequency penalties over the GENERATED tokens (OpenAI:
  *      logit -= count * frequency + (count > 0) * presence);
  *   3. logit_bias added;
+ *   3b. grammar mask (`allowed`, when the caller set one for this call): every token not in the
+ *      bitset becomes -inf, so it can be neither sampled nor listed among top_logprobs;
  *   -> logprobs: log-softmax of these processed logits (before temperature, top-k/p, min-p), i.e.
  *      the model's distribution as adjusted by the request's penalties and bias;
  *   4. temperature == 0: greedy argmax (ties -> lowest id);
@@ -35,9 +37,11 @@ struct sampler {
     float *work;                      /* [vocab] processed logits (only written when a penalty or
                                        * a bias applies; else the input logits are used as is) */
     float *probs;                     /* [vocab] */
-    int32_t *idx;                     /* [vocab] candidate ids / heap */
+    int32_t *idx;                     /* [vocab] candidate ids / top-k heap */
     int32_t *counts;                  /* [vocab] generated-token counts, or NULL if unused */
     uint8_t *mark;                    /* [vocab] repetition-penalty dedupe, or NULL */
+    const uint32_t *allowed;          /* [(vocab + 31) / 32] grammar mask for the next
+                                       * sampler_sample only (it resets it to NULL); not owned */
     double *bucket_mass;              /* [SAMPLER_N_BUCKETS] top-p histogram */
     int32_t *bucket_count;            /* [SAMPLER_N_BUCKETS] */
     /* outputs of the last sampler_sample */
@@ -57,14 +61,16 @@ int sampler_validate(const struct engine_sampling *p, int vocab_size, struct cai
 
 /* Samples one token from logits[vocab]. `history` holds prompt + generated tokens so far
  * (n_history), of which the last n_generated are generated. Fills logprob/top_* when requested.
- * Does not record the token: call sampler_accept with it. */
+ * Does not record the token: call sampler_accept with it. With s->allowed set (at least one bit
+ * on), only an allowed token can come out; without it nothing of the mask is touched, so an
+ * unconstrained request pays nothing. */
 int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *history,
                        int n_history, int n_generated);
 /* Records a generated token (presence/frequency counts). */
 void sampler_accept(struct sampler *s, int32_t token);
 
 /* Helpers shared with tests: indices of the k largest values (ties -> lower index first), sorted
- * by decreasing value, written to out[k]. heap is scratch of k ints (may alias nothing else). */
+ * by decreasing value, written to out[k] (which is also the selection heap: no other scratch). */
 void sampler_top_k_indices(const float *v, int n, int k, int32_t *out);
 
 #endif

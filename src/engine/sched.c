@@ -303,8 +303,26 @@ static void sched_publish(struct engine *e, struct engine_seq *s)
 static int sched_sample(struct engine *e, struct engine_seq *s, const float *logits, enum engine_finish *fin)
 {
     int n_gen = s->n_tokens - s->n_prompt;
+    if (s->gm) { /* grammar hook: mask before sampling (only constrained sequences pay) */
+        int n_ok = grammar_matcher_fill_mask(s->gm, s->gmask);
+        if (n_ok == 0 && grammar_matcher_finished(s->gm)) { /* complete, eos already taken (ignore_eos) */
+            *fin = ENGINE_FINISH_STOP;
+            return 1;
+        }
+        if (n_ok <= 0) {
+            s->error_msg = n_ok == 0 ? "grammar: no token can continue the output" : "grammar: matcher out of memory";
+            *fin = ENGINE_FINISH_ERROR;
+            return 1;
+        }
+        s->sampler.allowed = s->gmask;
+    }
     int32_t tok = sampler_sample(&s->sampler, logits, s->tokens, s->n_tokens, n_gen);
     sampler_accept(&s->sampler, tok);
+    if (s->gm && grammar_matcher_accept_token(s->gm, tok) != CAIRN_OK) {
+        s->error_msg = "grammar: the sampled token was not accepted";
+        *fin = ENGINE_FINISH_ERROR;
+        return 1;
+    }
     return engine_sched_commit(e, s, tok, fin);
 }
 
@@ -341,6 +359,7 @@ int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enu
     ev.text = text;
     ev.text_len = len;
     ev.stop_token = -1;
+    ev.usage = s->usage; /* prompt and cached counts for the API's first event (engine.h) */
     if (s->sampler.p.logprobs || s->sampler.p.top_logprobs) {
         ev.logprob = s->sampler.logprob;
         ev.n_top = s->sampler.n_top;
@@ -470,7 +489,8 @@ static void sched_step(struct engine *e)
             n_decode_tokens += n_emitted;
             if (done) {
                 sched_running_remove(e, s);
-                sched_finish(e, s, fin, fin == ENGINE_FINISH_ERROR ? "detokenizer failed" : NULL);
+                sched_finish(e, s, fin,
+                             fin == ENGINE_FINISH_ERROR ? (s->error_msg ? s->error_msg : "detokenizer failed") : NULL);
             } else {
                 sched_publish(e, s);
             }
@@ -487,7 +507,7 @@ static void sched_step(struct engine *e)
         enum engine_finish fin = ENGINE_FINISH_STOP;
         if (sched_sample(e, s, e->batch[i].logits, &fin)) {
             sched_running_remove(e, s);
-            sched_finish(e, s, fin, fin == ENGINE_FINISH_ERROR ? "detokenizer failed" : NULL);
+            sched_finish(e, s, fin, fin == ENGINE_FINISH_ERROR ? (s->error_msg ? s->error_msg : "detokenizer failed") : NULL);
         }
     }
     if (dt > 0) {

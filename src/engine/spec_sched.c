@@ -80,7 +80,8 @@ void spec_sched_seq_free(struct engine *e, struct engine_seq *s)
 void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct engine_request *r)
 {
     s->spec = NULL;
-    if (!e->spec_extra_rows || r->speculative == ENGINE_SPEC_OFF) return;
+    /* a grammar's mask and matcher state would have to follow each draft position: not done */
+    if (!e->spec_extra_rows || r->speculative == ENGINE_SPEC_OFF || r->grammar) return;
     struct cairn_err err = {0};
     struct spec_seq *p = calloc(1, sizeof(*p));
     if (!p) {

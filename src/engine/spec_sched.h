@@ -22,8 +22,10 @@
  *   state as is). Verify steps never attach prefix-cache snapshots.
  * - Step cost: every step without prefill feeds (tokens, forward seconds) to the engine's
  *   spec_cost; the controllers read it for their break-even.
- * - Requests with a grammar or other per-token constraints would need their state advanced per
- *   accepted token; none exists in this engine yet. */
+ * - Requests with a grammar (constrained decoding) do not speculate: each verified row would need
+ *   the grammar's mask for the state after the drafts before it, and the matcher advanced per
+ *   emitted token (sched_sample does it for one row). Structured output is copy-heavy, so this
+ *   is the next thing to add: spec_verify would take a per-row sample callback. */
 #ifndef CAIRN_ENGINE_SPEC_SCHED_H
 #define CAIRN_ENGINE_SPEC_SCHED_H
 

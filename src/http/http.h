@@ -1,11 +1,13 @@
-/* The HTTP server: libmicrohttpd (epoll, internal thread pool), auth, body limits, routing to
- * the API room, static files of web/.
+/* The HTTP server: libmicrohttpd (epoll, internal thread pool), auth, header / body limits,
+ * timeouts, routing to the API room, static files of web/, the access log.
  *
- * Handlers never run model code: a request is handed to api_call_start; while its answer isn't
+ * Handlers never run model code: a request is handed to api_call_begin; while its answer isn't
  * ready the connection is suspended (costing no thread), and the API's notify resumes it. SSE
  * streams are pulled from the call in the content-reader callback, which suspends again when
  * nothing is buffered. A client that goes away releases its call (which cancels the engine
- * request). */
+ * request); one that goes away while its connection is suspended is noticed by a 200 ms ticker.
+ * Every error answered here is JSON in the API's error shape (OpenAI's, Anthropic's under
+ * /v1/messages): 400 bad Content-Length, 401, 404, 405, 408 timeout, 413, 429, 431, 503. */
 #ifndef CAIRN_HTTP_HTTP_H
 #define CAIRN_HTTP_HTTP_H
 
@@ -21,6 +23,11 @@ struct http_config {
     const char *api_key;       /* NULL = no auth; else Bearer or x-api-key must match */
     uint64_t max_body_bytes;   /* default 32 MiB */
     int max_concurrent;        /* API requests in flight before 429; 0 = 1024 */
+    int request_timeout_ms;    /* headers + body must arrive within this from the request line,
+                                * else 408 (JSON); 0 = 30000, < 0 = none */
+    int idle_timeout_s;        /* a connection with no traffic is closed (MHD); 0 = 120. Waiting
+                                * for an answer (suspended) does not count */
+    int access_log_off;        /* no per-request info line */
 };
 
 struct http_server;

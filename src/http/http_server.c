@@ -1,15 +1,36 @@
 /* HTTP server on libmicrohttpd (see http.h).
  *
- * DESIGN: one struct http_conn per request (MHD's con_cls). conn->mu guards `suspended` and
- * `wake_pending`, the handshake between the API's notify (any thread) and MHD's threads: a
- * notify while the connection runs sets wake_pending so the next wait doesn't suspend; a notify
- * while suspended resumes it. srv->mu guards the list of connections (resumed at stop). */
+ * DESIGN: one struct http_conn per request (MHD's con_cls), made as soon as the request line is
+ * in (MHD's URI log callback), so a request whose headers or body never finish is known. conn->mu
+ * guards `suspended`, `wake_pending` and `timed_out`: the handshake between the API's notify
+ * (any thread) and MHD's threads (a notify while the connection runs sets wake_pending so the
+ * next wait doesn't suspend; a notify while suspended resumes it), and the ticker's timeout.
+ * srv->mu guards the list of connections; http_completed unlinks a connection under it before
+ * releasing its call, so the ticker may use any listed connection's call while holding srv->mu.
+ * Lock order: srv->mu -> call->mu (api) -> conn->mu.
+ *
+ * The ticker thread (every 200 ms): API keep-alives; requests whose headers + body have not
+ * arrived within request_timeout_ms get a 408 in the API's error shape, written on the socket
+ * (MHD is not writing to it then: nothing was queued) before the socket is shut down; and
+ * suspended connections whose client hung up get their call cancelled (MHD does not watch a
+ * suspended socket), so a disconnect during a long prefill frees the engine at the next step.
+ *
+ * Every error this layer answers is JSON in the path's API shape. Limits MHD itself enforces
+ * are set above cairn's own (header size / count, checked here first), so the JSON answer wins.
+ * Errors MHD answers on its own before any callback (a malformed Content-Length, a header block
+ * above its 256 KiB memory limit) have no hook; MHD logs them just before sending its HTML page,
+ * so the logger (http_mhd_log) writes the JSON answer on the socket first, when it can tell the
+ * request (the only one of that thread between request line and headers). What remains HTML:
+ * a request line too long to be read at all. */
 #include "http/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +57,24 @@ struct http_server {
     int ticker_run;
 };
 
+#define HTTP_MAX_HEADERS 100          /* more: 431 */
+#define HTTP_MAX_HEADER_BYTES (64 << 10)  /* names + values; more: 431 */
+#define HTTP_MHD_MEMORY_LIMIT (256 << 10) /* MHD's per-connection pool (headers live there) */
+
 struct http_conn {
     struct http_server *srv;
     struct MHD_Connection *mc;
-    pthread_mutex_t mu;        /* guards suspended, wake_pending */
+    int fd;                    /* the connection's socket (for the ticker) */
+    pthread_mutex_t mu;        /* guards suspended, wake_pending, timed_out; answered, status
+                                * and call are written under it (read by the ticker) */
     int suspended;
     int wake_pending;
+    int timed_out;             /* answered on the raw socket, which is shut (a 408 from the
+                                * ticker, or a header error MHD would have answered in HTML) */
+    int seen;                  /* the access handler has run once (headers complete) */
+    int status;                /* HTTP status answered (access log); 0 none yet */
+    double t_start;            /* request line received */
+    pthread_t owner;           /* the MHD thread that parses its headers */
     char method[16];
     char path[1024];
     char *body;
@@ -84,6 +117,15 @@ static int http_wait(struct http_conn *hc)
     return 1;
 }
 
+/* answered / status / call are read by the ticker under conn->mu */
+static void http_mark_answered(struct http_conn *hc, int status)
+{
+    pthread_mutex_lock(&hc->mu);
+    hc->answered = 1;
+    hc->status = status;
+    pthread_mutex_unlock(&hc->mu);
+}
+
 static enum MHD_Result http_send(struct http_conn *hc, int status, const char *ctype,
                                  const char *body, size_t len, const char *warning)
 {
@@ -93,7 +135,7 @@ static enum MHD_Result http_send(struct http_conn *hc, int status, const char *c
     if (warning) MHD_add_response_header(r, "x-cairn-warning", warning);
     enum MHD_Result ret = MHD_queue_response(hc->mc, (unsigned)status, r);
     MHD_destroy_response(r);
-    hc->answered = 1;
+    http_mark_answered(hc, status);
     return ret;
 }
 
@@ -101,7 +143,8 @@ static enum MHD_Result http_send_error(struct http_conn *hc, int status, const c
                                        const char *msg)
 {
     char *b = api_error_json(hc->path, status, code, msg, NULL);
-    enum MHD_Result r = http_send(hc, status, "application/json", b ? b : "{}", b ? strlen(b) : 2, NULL);
+    const char *body = b ? b : api_error_json_static(hc->path);
+    enum MHD_Result r = http_send(hc, status, "application/json", body, strlen(body), NULL);
     free(b);
     return r;
 }
@@ -143,7 +186,7 @@ static enum MHD_Result http_answer_call(struct http_conn *hc)
     if (api_call_warning(c)) MHD_add_response_header(r, "x-cairn-warning", api_call_warning(c));
     enum MHD_Result ret = MHD_queue_response(hc->mc, 200, r);
     MHD_destroy_response(r);
-    hc->answered = 1;
+    http_mark_answered(hc, 200);
     return ret;
 }
 
@@ -179,6 +222,47 @@ static const struct web_asset *http_find_asset(const char *path)
     return NULL;
 }
 
+/* A request starts: its request line is in, headers may follow slowly (MHD's URI log callback;
+ * the result becomes the request's con_cls). NULL (out of memory) makes the access handler try
+ * once more. */
+static void *http_request_begin(void *cls, const char *uri, struct MHD_Connection *mc)
+{
+    struct http_server *srv = cls;
+    struct http_conn *hc = calloc(1, sizeof(*hc));
+    if (!hc) return NULL;
+    hc->srv = srv;
+    hc->mc = mc;
+    hc->fd = -1;
+    hc->t_start = cairn_now();
+    hc->owner = pthread_self();
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) hc->fd = ci->connect_fd;
+    pthread_mutex_init(&hc->mu, NULL);
+    snprintf(hc->path, sizeof(hc->path), "%s", uri ? uri : "/");
+    char *q = strchr(hc->path, '?');
+    if (q) *q = 0;
+    pthread_mutex_lock(&srv->mu);
+    hc->next = srv->conns;
+    if (srv->conns) srv->conns->prev = hc;
+    srv->conns = hc;
+    pthread_mutex_unlock(&srv->mu);
+    return hc;
+}
+
+struct http_hdr_count {
+    int n;
+    size_t bytes;
+};
+
+static enum MHD_Result http_count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                         const char *value)
+{
+    struct http_hdr_count *h = cls;
+    h->n++;
+    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
 static enum MHD_Result http_access(void *cls, struct MHD_Connection *mc, const char *url,
                                    const char *method, const char *version,
                                    const char *upload_data, size_t *upload_data_size,
@@ -186,22 +270,25 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *mc, const c
 {
     struct http_server *srv = cls;
     struct http_conn *hc = *con_cls;
-    if (!hc) {
-        hc = calloc(1, sizeof(*hc));
-        if (!hc) return MHD_NO;
-        hc->srv = srv;
-        hc->mc = mc;
-        pthread_mutex_init(&hc->mu, NULL);
+    if (!hc) hc = *con_cls = http_request_begin(srv, url, mc);
+    if (!hc) return MHD_NO;
+    pthread_mutex_lock(&hc->mu);
+    int timed_out = hc->timed_out;
+    pthread_mutex_unlock(&hc->mu);
+    if (timed_out) return MHD_NO; /* the ticker answered 408: close */
+    if (!hc->seen) {
+        hc->seen = 1;
         snprintf(hc->method, sizeof(hc->method), "%s", method);
-        snprintf(hc->path, sizeof(hc->path), "%s", url);
-        char *q = strchr(hc->path, '?');
-        if (q) *q = 0;
-        pthread_mutex_lock(&srv->mu);
-        hc->next = srv->conns;
-        if (srv->conns) srv->conns->prev = hc;
-        srv->conns = hc;
-        pthread_mutex_unlock(&srv->mu);
-        *con_cls = hc;
+
+        struct http_hdr_count hn = {0, 0};
+        MHD_get_connection_values(mc, MHD_HEADER_KIND, http_count_header, &hn);
+        if (hn.n > HTTP_MAX_HEADERS || hn.bytes > HTTP_MAX_HEADER_BYTES) {
+            char msg[200];
+            snprintf(msg, sizeof(msg), "the request has %d header fields (%zu bytes); the limit is %d fields and %d bytes",
+                     hn.n, hn.bytes, HTTP_MAX_HEADERS, HTTP_MAX_HEADER_BYTES);
+            return http_send_error(hc, 431, "request_header_fields_too_large", msg);
+        }
+        /* a malformed Content-Length never gets here: MHD rejects it (see http_mhd_log) */
 
         int is_api = api_route_known(hc->path);
         if (!is_api) {
@@ -213,7 +300,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *mc, const c
             MHD_add_response_header(r, "Content-Type", a->mime);
             enum MHD_Result ret = MHD_queue_response(mc, 200, r);
             MHD_destroy_response(r);
-            hc->answered = 1;
+            http_mark_answered(hc, 200);
             return ret;
         }
         if (strcmp(hc->path, "/health") && !http_authorized(hc))
@@ -269,7 +356,21 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *mc, const c
         return http_send_error(hc, 413, "request_too_large", msg);
     }
     if (!hc->call) {
-        hc->call = api_call_start(srv->api, hc->method, hc->path, hc->body, hc->len, http_notify, hc);
+        struct api_call_in in = {
+            .method = hc->method,
+            .path = hc->path,
+            .anthropic_version = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "anthropic-version"),
+            .body = hc->body,
+            .body_len = hc->len,
+            .notify = http_notify,
+            .notify_user = hc,
+        };
+        /* the anthropic-beta header and ?beta=true (Claude Code) select nothing here: cairn
+         * accepts those requests as they are */
+        struct api_call *call = api_call_begin(srv->api, &in);
+        pthread_mutex_lock(&hc->mu);
+        hc->call = call;
+        pthread_mutex_unlock(&hc->mu);
         free(hc->body);
         hc->body = NULL;
         if (!hc->call) return http_send_error(hc, 503, NULL, "out of memory");
@@ -278,19 +379,58 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *mc, const c
     return http_answer_call(hc);
 }
 
+static const char *http_termination_name(enum MHD_RequestTerminationCode toe)
+{
+    switch (toe) {
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK: return "ok";
+    case MHD_REQUEST_TERMINATED_WITH_ERROR: return "client gone";
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return "idle timeout";
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN: return "shutdown";
+    case MHD_REQUEST_TERMINATED_READ_ERROR: return "client gone";
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT: return "client gone";
+    default: return "error";
+    }
+}
+
+/* One line per request at info (unless --access-log off). */
+static void http_access_log(struct http_conn *hc, enum MHD_RequestTerminationCode toe)
+{
+    if (hc->srv->cfg.access_log_off || cairn_log_get_level() > CAIRN_LOG_INFO) return;
+    struct api_call_summary sum;
+    memset(&sum, 0, sizeof(sum));
+    sum.ttft_s = -1;
+    int status = hc->status;
+    if (hc->call) {
+        api_call_summarize(hc->call, &sum);
+        int st = api_call_status(hc->call);
+        if (st) status = st;
+    }
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !hc->timed_out) status = status ? status : 499;
+    char ttft[32] = "-";
+    if (sum.ttft_s >= 0) snprintf(ttft, sizeof(ttft), "%.0fms", sum.ttft_s * 1000);
+    LOG_INFO("http", "%s %s model=%s status=%d prompt=%d cached=%d completion=%d ttft=%s duration=%.0fms%s%s",
+             hc->method[0] ? hc->method : "-", hc->path, sum.model[0] ? sum.model : "-", status,
+             sum.prompt_tokens, sum.cached_tokens, sum.completion_tokens, ttft,
+             (cairn_now() - hc->t_start) * 1000, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " end=",
+             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
+             : hc->timed_out ? (status == 408 ? "timeout" : "rejected") : http_termination_name(toe));
+}
+
 static void http_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                            enum MHD_RequestTerminationCode toe)
 {
     struct http_server *srv = cls;
     struct http_conn *hc = *con_cls;
     if (!hc) return;
-    if (hc->call) api_call_release(hc->call, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    http_access_log(hc, toe);
+    /* unlink first: the ticker uses a listed connection's call under srv->mu */
     pthread_mutex_lock(&srv->mu);
     if (hc->counted) srv->n_inflight--;
     if (hc->prev) hc->prev->next = hc->next;
     else srv->conns = hc->next;
     if (hc->next) hc->next->prev = hc->prev;
     pthread_mutex_unlock(&srv->mu);
+    if (hc->call) api_call_release(hc->call, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     free(hc->body);
     pthread_mutex_destroy(&hc->mu);
     free(hc);
@@ -307,6 +447,140 @@ static void http_conn_notify(void *cls, struct MHD_Connection *mc, void **socket
     setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+/* Writes a whole JSON error answer straight on a request's socket (best effort, never blocks)
+ * and shuts the socket's sending side, so MHD closes the connection (the client's FIN, or a
+ * failed send of MHD's own answer). For what MHD gives no hook for: a request that never
+ * completes, and the header errors MHD answers itself. Under hc->mu, with nothing written by
+ * MHD for this request yet. */
+static void http_write_raw_error(struct http_conn *hc, int status, const char *reason, const char *code,
+                                 const char *msg)
+{
+    char *b = api_error_json(hc->path, status, code, msg, NULL);
+    const char *body = b ? b : api_error_json_static(hc->path);
+    char head[256];
+    int hn = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n", status, reason, strlen(body));
+    if (send(hc->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT) == hn)
+        (void)!send(hc->fd, body, strlen(body), MSG_NOSIGNAL | MSG_DONTWAIT);
+    free(b);
+    shutdown(hc->fd, SHUT_WR);
+    hc->timed_out = 1;
+    hc->status = status;
+}
+
+static void http_write_timeout(struct http_conn *hc)
+{
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the request's headers and body did not arrive within %d ms",
+             hc->srv->cfg.request_timeout_ms);
+    http_write_raw_error(hc, 408, "Request Timeout", "request_timeout", msg);
+}
+
+/* The server whose MHD threads log through http_mhd_log (one per process: set at start). */
+static struct http_server *http_log_srv;
+
+/* MHD is about to answer a header error of a request this thread parses with its own HTML page:
+ * answer first, in JSON, when exactly one request of this thread is between its request line
+ * and the end of its headers (otherwise it can't be told which, and MHD's page goes out). */
+static void http_preempt_mhd_error(int status, const char *reason, const char *code, const char *msg)
+{
+    struct http_server *srv = __atomic_load_n(&http_log_srv, __ATOMIC_ACQUIRE);
+    if (!srv) return;
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&srv->mu);
+    struct http_conn *one = NULL;
+    int n = 0;
+    for (struct http_conn *hc = srv->conns; hc; hc = hc->next)
+        if (!hc->seen && hc->fd >= 0 && pthread_equal(hc->owner, self)) {
+            one = hc;
+            n++;
+        }
+    if (n == 1) {
+        pthread_mutex_lock(&one->mu);
+        if (!one->timed_out) http_write_raw_error(one, status, reason, code, msg);
+        pthread_mutex_unlock(&one->mu);
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
+/* libmicrohttpd's own messages, through cairn's logger: a peer that hangs up is routine. */
+static void http_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    static const char *const routine[] = {"closed", "closure", "reset by", "disconnect", "Connection reset",
+                                          "Broken pipe", "timed out", "timeout", "Failed to send",
+                                          "Failed to receive", "unexpectedly"};
+    int debug = 0;
+    const char *at;
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(routine); i++)
+        if (strcasestr(msg, routine[i])) debug = 1;
+    if (strstr(msg, "Failed to parse `Content-Length'")) {
+        debug = 1;
+        http_preempt_mhd_error(400, "Bad Request", "invalid_content_length",
+                               "the Content-Length header is not a number of bytes");
+    } else if (strstr(msg, "Too large value of 'Content-Length'")) {
+        debug = 1;
+        http_preempt_mhd_error(413, "Content Too Large", "request_too_large",
+                               "the Content-Length header is larger than any body this server accepts");
+    } else if (strstr(msg, "Not enough memory in pool to allocate header record")) {
+        debug = 1;
+        http_preempt_mhd_error(431, "Request Header Fields Too Large", "request_header_fields_too_large",
+                               "the request's header block is too large");
+    } else if ((at = strstr(msg, "Error processing request (HTTP response code is ")) != NULL) {
+        /* MHD logs this just before it sends any page of its own: the answers above came first
+         * (then this finds the request answered), anything else is answered here */
+        debug = 1;
+        int st = atoi(at + strlen("Error processing request (HTTP response code is "));
+        if (st == 413)
+            http_preempt_mhd_error(413, "Content Too Large", "request_too_large", "the request is too large");
+        else if (st == 431)
+            http_preempt_mhd_error(431, "Request Header Fields Too Large", "request_header_fields_too_large",
+                                   "the request's header block is too large");
+        else if (st >= 400 && st < 500)
+            http_preempt_mhd_error(400, "Bad Request", "invalid_request", "the HTTP request is malformed");
+        else if (st >= 500)
+            http_preempt_mhd_error(500, "Internal Server Error", NULL, "the HTTP layer failed to answer the request");
+    }
+    cairn_log(debug ? CAIRN_LOG_DEBUG : CAIRN_LOG_WARN, "http", "libmicrohttpd: %s", msg);
+}
+
+/* 1 if the peer of a socket has hung up (or the socket failed). */
+static int http_peer_gone(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+static void http_tick_conns(struct http_server *srv)
+{
+    double now = cairn_now();
+    double limit = srv->cfg.request_timeout_ms / 1000.0;
+    pthread_mutex_lock(&srv->mu);
+    for (struct http_conn *hc = srv->conns; hc; hc = hc->next) {
+        if (hc->fd < 0) continue;
+        pthread_mutex_lock(&hc->mu);
+        int waiting_input = !hc->call && !hc->answered && !hc->timed_out;
+        if (waiting_input && limit > 0 && now - hc->t_start > limit) {
+            LOG_DEBUG("http", "%s %s: headers/body not complete after %.1f s: 408", hc->method, hc->path, now - hc->t_start);
+            http_write_timeout(hc);
+        }
+        int check_gone = hc->suspended && hc->call;
+        pthread_mutex_unlock(&hc->mu);
+        /* a suspended socket is not watched by MHD: a client that left would hold its engine
+         * request until the next byte is written. (A client that half-closes its side after
+         * the request, which HTTP clients don't do, reads as gone too.) Lock order holds:
+         * srv->mu -> call->mu -> conn->mu (notify). */
+        if (check_gone && http_peer_gone(hc->fd)) api_call_cancel(hc->call);
+    }
+    pthread_mutex_unlock(&srv->mu);
+}
+
 static void *http_ticker_main(void *arg)
 {
     struct http_server *srv = arg;
@@ -316,6 +590,7 @@ static void *http_ticker_main(void *arg)
         pthread_mutex_unlock(&srv->mu);
         if (!run) break;
         api_tick(srv->api);
+        http_tick_conns(srv);
         usleep(200 * 1000);
     }
     return NULL;
@@ -331,6 +606,9 @@ int http_server_start(const struct http_config *cfg, struct api *api, struct htt
     if (srv->cfg.n_threads <= 0) srv->cfg.n_threads = 4;
     if (!srv->cfg.max_body_bytes) srv->cfg.max_body_bytes = 32u << 20;
     if (srv->cfg.max_concurrent <= 0) srv->cfg.max_concurrent = 1024;
+    if (srv->cfg.request_timeout_ms == 0) srv->cfg.request_timeout_ms = 30000;
+    if (srv->cfg.request_timeout_ms < 0) srv->cfg.request_timeout_ms = 0;
+    if (srv->cfg.idle_timeout_s <= 0) srv->cfg.idle_timeout_s = 120;
     srv->api_key = cfg->api_key && *cfg->api_key ? strdup(cfg->api_key) : NULL;
     srv->api = api;
     pthread_mutex_init(&srv->mu, NULL);
@@ -352,16 +630,21 @@ int http_server_start(const struct http_config *cfg, struct api *api, struct htt
         free(srv);
         return cairn_err_set(err, CAIRN_ERR_INVALID, "--host '%s' is not an IPv4 or IPv6 address", cfg->host);
     }
+    __atomic_store_n(&http_log_srv, srv, __ATOMIC_RELEASE);
     srv->d = MHD_start_daemon(flags, (uint16_t)srv->cfg.port, NULL, NULL, http_access, srv,
+                              MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, srv,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                               MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)srv->cfg.n_threads,
                               MHD_OPTION_NOTIFY_COMPLETED, http_completed, srv,
                               MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, srv,
+                              MHD_OPTION_URI_LOG_CALLBACK, http_request_begin, srv,
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MHD_MEMORY_LIMIT,
                               MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)srv->cfg.idle_timeout_s,
                               MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
                               MHD_OPTION_END);
     if (!srv->d) {
+        __atomic_store_n(&http_log_srv, NULL, __ATOMIC_RELEASE);
         free(srv->api_key);
         free(srv);
         return cairn_err_set(err, CAIRN_ERR_IO, "cannot listen on %s:%d (in use?)", cfg->host ? cfg->host : "127.0.0.1", cfg->port);
@@ -410,6 +693,7 @@ void http_server_stop(struct http_server *srv, int drain_ms)
     }
     pthread_mutex_unlock(&srv->mu);
     MHD_stop_daemon(srv->d);
+    __atomic_store_n(&http_log_srv, NULL, __ATOMIC_RELEASE);
     pthread_mutex_destroy(&srv->mu);
     free(srv->api_key);
     free(srv);

@@ -50,8 +50,10 @@ int kv_cache_init(struct kv_cache *c, struct kv_pool *pool, const uint8_t identi
     c->free_stack = calloc((size_t)n, sizeof(int32_t));
     c->buckets = malloc((size_t)c->n_buckets * sizeof(int32_t));
     if (state_bytes) c->scratch_state = cairn_mem_alloc(state_bytes, CAIRN_MEM_STATE);
+    int stage = !kv_pool_host_visible(pool) && pool->block_bytes > 0;
+    if (stage) c->stage = cairn_mem_alloc(2 * pool->block_bytes, CAIRN_MEM_OTHER);
     if (!c->blocks || !c->tokens || !c->free_stack || !c->buckets ||
-        (state_bytes && !c->scratch_state)) {
+        (state_bytes && !c->scratch_state) || (stage && !c->stage)) {
         kv_cache_free(c);
         return cairn_err_set(err, CAIRN_ERR_NOMEM, "kv cache: cannot allocate metadata for %d blocks", n);
     }
@@ -73,6 +75,7 @@ void kv_cache_free(struct kv_cache *c)
             cairn_mem_free(c->blocks[i].snapshot, c->state_bytes, CAIRN_MEM_STATE);
     }
     cairn_mem_free(c->scratch_state, c->state_bytes, CAIRN_MEM_STATE);
+    if (c->stage) cairn_mem_free(c->stage, 2 * c->pool->block_bytes, CAIRN_MEM_OTHER);
     free(c->blocks);
     free(c->tokens);
     free(c->free_stack);
@@ -162,7 +165,10 @@ int kv_cache_find(const struct kv_cache *c, const uint8_t hash[32], const uint8_
     return -1;
 }
 
-static void kv_cache_desc(const struct kv_cache *c, int b, struct kv_block_desc *d)
+/* The tiers' view of block b. K and V point into the pool where it is host-visible, else into
+ * c->stage after a copy out of the device (valid until the next kv_cache_desc). Returns 0 if the
+ * copy failed: the block is then not offered to the tiers (a lost cache entry, never a wrong one). */
+static int kv_cache_desc(const struct kv_cache *c, int b, struct kv_block_desc *d)
 {
     const struct kv_cache_block *k = &c->blocks[b];
     memset(d, 0, sizeof(*d));
@@ -170,11 +176,17 @@ static void kv_cache_desc(const struct kv_cache *c, int b, struct kv_block_desc 
     memcpy(d->parent, k->parent, 32);
     d->n_tokens = c->pool->block_size;
     d->tokens = kv_cache_block_tokens(c, b);
-    d->k = kv_pool_k(c->pool, b, 0);
-    d->v = kv_pool_v(c->pool, b, 0);
     d->block_bytes = c->pool->block_bytes;
     d->state = k->snapshot;
     d->state_bytes = k->snapshot ? c->state_bytes : 0;
+    if (!c->stage) {
+        d->k = kv_pool_k(c->pool, b, 0);
+        d->v = kv_pool_v(c->pool, b, 0);
+        return 1;
+    }
+    d->k = c->stage;
+    d->v = (uint8_t *)c->stage + c->pool->block_bytes;
+    return kv_pool_block_read(c->pool, b, c->stage, (uint8_t *)c->stage + c->pool->block_bytes, NULL) == CAIRN_OK;
 }
 
 /* ---- alloc / ref / release ---- */
@@ -192,8 +204,7 @@ static void kv_cache_evict_one(struct kv_cache *c, int b)
 {
     if (c->tiers.on_evict) {
         struct kv_block_desc d;
-        kv_cache_desc(c, b, &d);
-        c->tiers.on_evict(c->tiers.ctx, &d);
+        if (kv_cache_desc(c, b, &d)) c->tiers.on_evict(c->tiers.ctx, &d);
     }
     kv_cache_lru_remove(c, b);
     kv_cache_index_remove(c, b);
@@ -278,8 +289,7 @@ int kv_cache_publish(struct kv_cache *c, int b, const uint8_t *parent, const int
     kv_cache_index_insert(c, b);
     if (c->tiers.on_publish) {
         struct kv_block_desc d;
-        kv_cache_desc(c, b, &d);
-        c->tiers.on_publish(c->tiers.ctx, &d);
+        if (kv_cache_desc(c, b, &d)) c->tiers.on_publish(c->tiers.ctx, &d);
     }
     if (hash_out) memcpy(hash_out, h, 32);
     return b;
@@ -294,10 +304,13 @@ static int kv_cache_promote(struct kv_cache *c, const uint8_t hash[32], const ui
     int b = kv_cache_alloc(c);
     if (b < 0) return -1;
     int has_state = 0;
-    int hit = c->tiers.lookup(c->tiers.ctx, hash, tokens, c->pool->block_size,
-                              kv_pool_k(c->pool, b, 0), kv_pool_v(c->pool, b, 0),
+    /* On a device pool the payload lands in the host stage and is uploaded after. */
+    uint8_t *k_dst = c->stage ? c->stage : kv_pool_k(c->pool, b, 0);
+    uint8_t *v_dst = c->stage ? (uint8_t *)c->stage + c->pool->block_bytes : kv_pool_v(c->pool, b, 0);
+    int hit = c->tiers.lookup(c->tiers.ctx, hash, tokens, c->pool->block_size, k_dst, v_dst,
                               c->pool->block_bytes, c->scratch_state,
                               c->scratch_state ? c->state_bytes : 0, &has_state);
+    if (hit && c->stage && kv_pool_block_write(c->pool, b, k_dst, v_dst, NULL) != CAIRN_OK) hit = 0;
     if (!hit) {
         kv_cache_release(c, b);
         return -1;

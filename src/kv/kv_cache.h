@@ -51,6 +51,9 @@ struct kv_cache {
     int32_t *buckets;             /* hash index: [n_buckets] first block id, -1 = empty */
     int n_buckets;                /* power of two */
     void *scratch_state;          /* state_bytes, for tier lookups */
+    void *stage;                  /* 2 * pool->block_bytes of host memory for block copies to
+                                     and from the tiers when the pool is not host-visible (a
+                                     GPU); NULL on the CPU, where tiers see the pool directly */
     int n_snapshots;              /* blocks holding a snapshot */
     int max_snapshots;            /* 0 = no limit */
     /* counters */

@@ -26,8 +26,7 @@ int moe_layer_specs(struct model *m, struct model_specs *s, int il, struct moe_l
                              "num_experts_per_tok %d) are invalid",
                              c->n_experts, c->moe_intermediate_size, c->n_experts_per_tok);
     w->experts = calloc((size_t)E * 3, sizeof(*w->experts));
-    w->views = calloc((size_t)E, sizeof(*w->views));
-    if (!w->experts || !w->views) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    if (!w->experts) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     int ok = model_specs_linear(s, &w->router, E, hid, MODEL_BIAS_NONE, "model.layers.%d.mlp.gate", il) != NULL;
     static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
     char probe[200];
@@ -57,33 +56,21 @@ int moe_layer_specs(struct model *m, struct model_specs *s, int il, struct moe_l
 int moe_layer_bind(struct model *m, struct moe_layer_w *w, struct cairn_err *err)
 {
     const struct model_config *c = &m->cfg;
-    struct moe_params *p = &w->p;
-    p->hidden = c->hidden_size;
-    p->n_experts = c->n_experts;
-    p->top_k = c->n_experts_per_tok;
-    p->norm_topk_prob = c->norm_topk_prob;
-    p->inter = c->moe_intermediate_size;
-    p->router = w->router.w;
-    for (int e = 0; e < c->n_experts; e++) {
+    int E = c->n_experts;
+    w->views = calloc((size_t)E * 3, sizeof(*w->views));
+    if (!w->views) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    struct tensor *gate = w->views, *up = gate + E, *down = up + E;
+    for (int e = 0; e < E; e++) {
         if (w->stacked) {
             int64_t inter = c->moe_intermediate_size, hid = c->hidden_size;
-            moe_row_slice(&w->stack[0].w, e * inter, inter, &w->views[e].gate);
-            moe_row_slice(&w->stack[1].w, e * inter, inter, &w->views[e].up);
-            moe_row_slice(&w->stack[2].w, e * hid, hid, &w->views[e].down);
+            m->be->ops->weight_slice_rows(m->be, &w->stack[0].w, e * inter, inter, &gate[e]);
+            m->be->ops->weight_slice_rows(m->be, &w->stack[1].w, e * inter, inter, &up[e]);
+            m->be->ops->weight_slice_rows(m->be, &w->stack[2].w, e * hid, hid, &down[e]);
         } else {
-            w->views[e].gate = w->experts[e * 3].w;
-            w->views[e].up = w->experts[e * 3 + 1].w;
-            w->views[e].down = w->experts[e * 3 + 2].w;
+            gate[e] = w->experts[e * 3].w;
+            up[e] = w->experts[e * 3 + 1].w;
+            down[e] = w->experts[e * 3 + 2].w;
         }
-    }
-    p->experts = w->views;
-    p->has_shared = c->shared_expert_intermediate_size > 0;
-    p->shared_inter = p->has_shared ? c->shared_expert_intermediate_size : 0;
-    if (p->has_shared) {
-        p->shared.gate = w->shared[0].w;
-        p->shared.up = w->shared[1].w;
-        p->shared.down = w->shared[2].w;
-        p->shared_gate = w->shared_gate.w;
     }
     return CAIRN_OK;
 }
@@ -96,20 +83,72 @@ void moe_layer_free(struct moe_layer_w *w)
     w->views = NULL;
 }
 
+/* Family scratch of a MoE layer for n tokens, each part 64 floats aligned:
+ *   router logits [n, E] | ids [n, K] (int32) | weights [n, K] | moe_experts scratch |
+ *   shared expert: gate, up [n, shared_inter], output [n, hidden], gate logit [n] */
+struct moe_ws {
+    float *logits, *w, *scratch, *sg, *su, *sy, *sgl;
+    int32_t *ids;
+};
+
+static size_t moe_ws_layout(const struct model_config *c, int n, float *base, struct moe_ws *o)
+{
+    size_t N = (size_t)n, E = (size_t)c->n_experts, K = (size_t)c->n_experts_per_tok, H = (size_t)c->hidden_size;
+    size_t sh = (size_t)CAIRN_MAX(c->shared_expert_intermediate_size, 0);
+    size_t sizes[] = {N * E, N * K, N * K, backend_moe_scratch_floats(n, c->hidden_size, c->moe_intermediate_size,
+                                                                      c->n_experts_per_tok),
+                      N * sh, N * sh, sh ? N * H : 0, sh ? N : 0};
+    size_t off = 0;
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(sizes); i++) {
+        if (base) {
+            float **dst[] = {&o->logits, NULL, &o->w, &o->scratch, &o->sg, &o->su, &o->sy, &o->sgl};
+            if (dst[i]) *dst[i] = base + off;
+            else o->ids = (int32_t *)(base + off); /* int32 and float: same size */
+        }
+        off += (sizes[i] + 63) & ~(size_t)63;
+    }
+    return off;
+}
+
 size_t moe_layer_ws_floats(const struct model *m, int max_tokens)
 {
-    const struct model_config *c = &m->cfg;
-    struct moe_params p = {.hidden = c->hidden_size, .n_experts = c->n_experts, .top_k = c->n_experts_per_tok,
-                           .inter = c->moe_intermediate_size,
-                           .shared_inter = c->shared_expert_intermediate_size};
-    return moe_scratch_floats(&p, max_tokens) + moe_scratch_ints(&p, max_tokens) + 16;
+    return moe_ws_layout(&m->cfg, max_tokens, NULL, NULL) + 16;
 }
 
 void moe_layer_forward(struct model *m, const struct moe_layer_w *w, const float *h, float *out, int n)
 {
-    size_t nf = moe_scratch_floats(&w->p, m->ws.max_tokens);
-    /* ints share the float scratch: same size and alignment */
-    moe_forward(&w->p, h, n, out, m->ws.extra, (int *)(m->ws.extra + nf));
+    const struct model_config *c = &m->cfg;
+    struct moe_ws s;
+    moe_ws_layout(c, m->ws.max_tokens, m->ws.extra, &s);
+    int E = c->n_experts, K = c->n_experts_per_tok, H = c->hidden_size;
+    MODEL_OP(m, matmul, &w->router.w, h, s.logits, n);
+    MODEL_OP(m, moe_route, s.logits, n, E, K, c->norm_topk_prob, s.ids, s.w);
+    struct backend_moe bm = {
+        .x = h,
+        .out = out,
+        .n = n,
+        .hidden = H,
+        .inter = c->moe_intermediate_size,
+        .n_experts = E,
+        .top_k = K,
+        .ids = s.ids,
+        .w = s.w,
+        .gate = w->views,
+        .up = w->views + E,
+        .down = w->views + 2 * E,
+        .scratch = s.scratch,
+    };
+    MODEL_OP(m, moe_experts, &bm);
+    int sh = c->shared_expert_intermediate_size;
+    if (sh > 0) {
+        /* out += sigmoid(shared_gate(x)) * down(silu(gate(x)) * up(x)) */
+        MODEL_OP(m, matmul, &w->shared[0].w, h, s.sg, n);
+        MODEL_OP(m, matmul, &w->shared[1].w, h, s.su, n);
+        MODEL_OP(m, silu_mul, s.sg, s.sg, s.su, (int64_t)n * sh);
+        MODEL_OP(m, matmul, &w->shared[2].w, s.sg, s.sy, n);
+        MODEL_OP(m, matmul, &w->shared_gate.w, h, s.sgl, n); /* [n, 1] */
+        MODEL_OP(m, add_sigmoid_scaled, out, s.sy, s.sgl, n, H);
+    }
 }
 
 /* ---- qwen3_moe family ---- */

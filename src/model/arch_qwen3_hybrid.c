@@ -5,15 +5,16 @@
  * partial rotary). All RMSNorms except the DeltaNet's gated one are zero-centred: y = norm(x) *
  * (1 + w). FFN: MoE with a shared expert (qwen3_next, qwen3_5_moe) or dense SwiGLU (qwen3_5).
  *
- * Input projections: qwen3_next packs in_proj_qkvz / in_proj_ba per key head (unpacked with
- * gdn_unpack_qwen3_next); qwen3_5 has separate in_proj_qkv / in_proj_z / in_proj_b / in_proj_a.
+ * Input projections: qwen3_next packs in_proj_qkvz per key head as [q, k, v-group, z-group] and
+ * in_proj_ba as [b-group, a-group] (unpacked into the qwen3_5 layout with the backend's
+ * copy_rows, one strided copy per key head and part); qwen3_5 has separate in_proj_qkv /
+ * in_proj_z / in_proj_b / in_proj_a. The DeltaNet core is the backend's gdn op, per sequence.
  *
  * Recurrent state of a sequence: for each DeltaNet layer in order, gdn_state_floats() floats
  * (conv window, then the delta-rule memory). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu.h"
 #include "model/arch_moe.h"
 #include "model/gdn.h"
 
@@ -136,13 +137,32 @@ static int hybrid_post_bind(struct model *m, struct cairn_err *err)
     return CAIRN_OK;
 }
 
-/* DeltaNet scratch: projections of all T tokens plus the per-token scratch. */
+/* DeltaNet scratch: projections of all T tokens. */
 static size_t hybrid_gdn_floats(const struct hybrid_ext *x, int T)
 {
     const struct gdn_dims *d = &x->dims;
     size_t kd = (size_t)gdn_key_dim(d), vd = (size_t)gdn_value_dim(d), nv = (size_t)d->n_v_heads;
     size_t raw = x->packed ? (2 * kd + 2 * vd) + 2 * nv : 0;
-    return (size_t)T * (raw + (size_t)gdn_conv_dim(d) + vd + 2 * nv + vd) + gdn_scratch_floats(d) + 64;
+    return (size_t)T * (raw + (size_t)gdn_conv_dim(d) + vd + 2 * nv + vd) + 64;
+}
+
+/* qwen3_next: per key head h, [q | k | v-group | z-group] of qkvz and [b-group | a-group] of ba
+ * go to their places in qkv [T, conv_dim], z [T, value_dim], b, a [T, n_v_heads]. */
+static void hybrid_unpack_qwen3_next(struct model *m, const struct gdn_dims *d, int T, const float *qkvz,
+                                     const float *ba, float *qkv, float *z, float *b, float *a)
+{
+    int dk = d->head_k_dim, dv = d->head_v_dim, r = d->n_v_heads / d->n_k_heads;
+    int64_t kd = gdn_key_dim(d), vd = gdn_value_dim(d), cd = gdn_conv_dim(d), nv = d->n_v_heads;
+    int64_t per_head = 2 * dk + 2 * r * dv, row = 2 * kd + 2 * vd;
+    for (int h = 0; h < d->n_k_heads; h++) {
+        const float *src = qkvz + h * per_head;
+        MODEL_OP(m, copy_rows, qkv + h * dk, cd, src, row, T, dk);
+        MODEL_OP(m, copy_rows, qkv + kd + h * dk, cd, src + dk, row, T, dk);
+        MODEL_OP(m, copy_rows, qkv + 2 * kd + h * r * dv, cd, src + 2 * dk, row, T, r * dv);
+        MODEL_OP(m, copy_rows, z + h * r * dv, vd, src + 2 * dk + r * dv, row, T, r * dv);
+        MODEL_OP(m, copy_rows, b + h * r, nv, ba + h * 2 * r, 2 * nv, T, r);
+        MODEL_OP(m, copy_rows, a + h * r, nv, ba + h * 2 * r + r, 2 * nv, T, r);
+    }
 }
 
 static size_t hybrid_ws_floats(const struct model *m, int max_tokens)
@@ -160,35 +180,48 @@ static int hybrid_linear_attn(struct model *m, int il, const struct model_seq *s
     const struct hybrid_layer *H = &x->layers[il];
     const struct gdn_dims *d = &x->dims;
     struct model_ws *w = &m->ws;
-    int T = w->seq_off[n_seqs];
+    int T = w->h_seq_off[n_seqs];
     size_t kd = (size_t)gdn_key_dim(d), vd = (size_t)gdn_value_dim(d), nv = (size_t)d->n_v_heads;
     size_t cd = (size_t)gdn_conv_dim(d), Tz = (size_t)T;
     float *qkv = w->extra, *z = qkv + Tz * cd, *b = z + Tz * vd, *a = b + Tz * nv, *core = a + Tz * nv;
     float *raw = core + Tz * vd; /* packed projections (qwen3_next) */
-    float *scratch = raw + (x->packed ? Tz * (2 * kd + 2 * vd + 2 * nv) : 0);
     if (x->packed) {
         float *qkvz = raw, *ba = raw + Tz * (2 * kd + 2 * vd);
-        model_linear_apply(&H->qkvz, h, qkvz, T);
-        model_linear_apply(&H->ba, h, ba, T);
-        for (int t = 0; t < T; t++)
-            gdn_unpack_qwen3_next(d, qkvz + (size_t)t * (2 * kd + 2 * vd), ba + (size_t)t * 2 * nv, qkv + (size_t)t * cd,
-                                  z + (size_t)t * vd, b + (size_t)t * nv, a + (size_t)t * nv);
+        model_linear_apply(m, &H->qkvz, h, qkvz, T);
+        model_linear_apply(m, &H->ba, h, ba, T);
+        hybrid_unpack_qwen3_next(m, d, T, qkvz, ba, qkv, z, b, a);
     } else {
-        model_linear_apply(&H->qkv, h, qkv, T);
-        model_linear_apply(&H->z, h, z, T);
-        model_linear_apply(&H->b, h, b, T);
-        model_linear_apply(&H->a, h, a, T);
+        model_linear_apply(m, &H->qkv, h, qkv, T);
+        model_linear_apply(m, &H->z, h, z, T);
+        model_linear_apply(m, &H->b, h, b, T);
+        model_linear_apply(m, &H->a, h, a, T);
     }
-    struct gdn_params p = {.conv_w = H->conv_w, .a_log = H->a_log, .dt_bias = H->dt_bias, .norm_w = H->norm_w,
-                           .eps = m->cfg.rms_eps};
     for (int s = 0; s < n_seqs; s++) {
-        int off = w->seq_off[s], n = seqs[s].n_tokens;
+        int off = w->h_seq_off[s], n = seqs[s].n_tokens;
         if (n == 0) continue;
-        float *state = (float *)seqs[s].state + H->state_off;
-        gdn_forward(d, &p, state, qkv + (size_t)off * cd, z + (size_t)off * vd, b + (size_t)off * nv,
-                    a + (size_t)off * nv, n, core + (size_t)off * vd, scratch);
+        struct backend_gdn g = {
+            .n_k_heads = d->n_k_heads,
+            .n_v_heads = d->n_v_heads,
+            .head_k_dim = d->head_k_dim,
+            .head_v_dim = d->head_v_dim,
+            .conv_kernel = d->conv_kernel,
+            .eps = m->cfg.rms_eps,
+            .conv_w = H->conv_w,
+            .a_log = H->a_log,
+            .dt_bias = H->dt_bias,
+            .norm_w = H->norm_w,
+            .state = (float *)seqs[s].state + H->state_off,
+            .qkv = qkv + (size_t)off * cd,
+            .z = z + (size_t)off * vd,
+            .b = b + (size_t)off * nv,
+            .a = a + (size_t)off * nv,
+            .n = n,
+            .out = core + (size_t)off * vd,
+        };
+        MODEL_OP(m, gdn, &g);
     }
-    model_linear_apply(&H->out, core, out, T);
+    model_linear_apply(m, &H->out, core, out, T);
+    (void)err;
     return CAIRN_OK;
 }
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv_pool.h"
+#include "model/model_run.h"
 #include "model/safetensors.h"
 
 struct model_check_case {
@@ -22,7 +22,6 @@ struct model_check_seq {
     int done;   /* tokens already processed */
     int prompt; /* tokens to prefill in chunks (then one per step) */
     int chunk;
-    int32_t *table; /* block table */
     float *mine;    /* [K, V] */
 };
 
@@ -32,26 +31,26 @@ static uint64_t model_check_rng(uint64_t *s)
     return *s >> 33;
 }
 
-/* Runs seqs to completion, a step at a time, all unfinished sequences in each step. */
+/* Runs seqs to completion, a step at a time, all unfinished sequences in each step, over block
+ * tables shuffled across one pool (non-contiguous, with holes). */
 static int model_check_run_seqs(struct model *m, struct model_check_seq *sq, int n,
                                 const struct model_check_opts *o, struct cairn_err *err)
 {
-    const struct model_info *info = model_get_info(m);
-    int V = info->vocab_size, bs = o->block_size, n_blocks = 0, max_step = 0;
+    int bs = o->block_size, n_blocks = 0, max_step = 0, max_T = 1;
     for (int i = 0; i < n; i++) {
         n_blocks += (sq[i].c->T + bs - 1) / bs;
         max_step += CAIRN_MIN(sq[i].chunk, sq[i].c->T);
+        max_T = CAIRN_MAX(max_T, sq[i].c->T);
     }
     n_blocks += 3; /* a few that nobody uses, so the shuffle leaves holes */
-    struct kv_pool kv;
-    int rc = kv_pool_init(&kv, info->n_kv_layers, n_blocks, bs, info->n_kv_heads, info->head_dim,
-                          o->kv_dtype, err);
+    struct model_run run;
+    struct model_run_opts ro = {.n_seqs = n, .max_ctx = max_T, .max_step = max_step, .block_size = bs,
+                                .kv_dtype = o->kv_dtype, .n_blocks = n_blocks};
+    int rc = model_run_open(&run, m, &ro, err);
     if (rc != CAIRN_OK) return rc;
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_blocks);
-    struct model_seq *ms = calloc((size_t)n, sizeof(*ms));
-    size_t sb = info->state_bytes; /* recurrent state per sequence (hybrid models) */
-    uint8_t *states = sb ? malloc(sb * (size_t)n) : NULL;
-    if (!perm || !ms || (sb && !states)) {
+    struct model_run_item *items = calloc((size_t)n, sizeof(*items));
+    if (!perm || !items) {
         rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -67,13 +66,11 @@ static int model_check_run_seqs(struct model *m, struct model_check_seq *sq, int
     int p = 0;
     for (int i = 0; i < n; i++) {
         int nb = (sq[i].c->T + bs - 1) / bs;
+        int32_t *table = model_run_table(&run, i);
         for (int b = 0; b < nb; b++)
-            sq[i].table[b] = perm[p++];
+            table[b] = perm[p++];
         sq[i].done = 0;
-        if (sb) model_state_init(m, states + sb * (size_t)i);
     }
-    rc = model_reserve(m, max_step, err);
-    if (rc != CAIRN_OK) goto done;
     for (;;) {
         int k = 0;
         for (int i = 0; i < n; i++) {
@@ -83,25 +80,22 @@ static int model_check_run_seqs(struct model *m, struct model_check_seq *sq, int
             int len = s->done < s->prompt ? CAIRN_MIN(s->chunk, s->prompt - s->done) : 1;
             len = CAIRN_MIN(len, c->T - s->done);
             int lo = CAIRN_MAX(s->done, c->first), hi = s->done + len;
-            struct model_seq *q = &ms[k++];
+            struct model_run_item *q = &items[k++];
+            q->seq = i;
             q->tokens = c->tokens + s->done;
             q->n_tokens = len;
-            q->pos0 = s->done;
-            q->block_table = s->table;
-            q->state = sb ? states + sb * (size_t)i : NULL;
             q->n_logits = hi > lo ? hi - lo : 0;
-            q->logits = q->n_logits ? s->mine + (size_t)(lo - c->first) * V : NULL;
+            q->logits = q->n_logits ? s->mine + (size_t)(lo - c->first) * (size_t)model_get_info(m)->vocab_size : NULL;
             s->done += len;
         }
         if (k == 0) break;
-        rc = model_forward(m, &kv, ms, k, err);
+        rc = model_run_step(&run, items, k, err);
         if (rc != CAIRN_OK) goto done;
     }
 done:
     free(perm);
-    free(ms);
-    free(states);
-    kv_pool_free(&kv);
+    free(items);
+    model_run_close(&run);
     return rc;
 }
 
@@ -251,10 +245,8 @@ int model_check_run(struct model *m, const char *expected_path, const struct mod
     }
     for (int i = 0; i < n; i++) {
         sq[i].c = &cs[i];
-        sq[i].table =
-            malloc(sizeof(int32_t) * (size_t)((cs[i].T + o->block_size - 1) / o->block_size));
         sq[i].mine = malloc(sizeof(float) * (size_t)cs[i].K * (size_t)V);
-        if (!sq[i].table || !sq[i].mine) {
+        if (!sq[i].mine) {
             rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
             goto done;
         }
@@ -302,7 +294,6 @@ int model_check_run(struct model *m, const char *expected_path, const struct mod
 done:
     if (sq)
         for (int i = 0; i < n; i++) {
-            free(sq[i].table);
             free(sq[i].mine);
         }
     free(sq);

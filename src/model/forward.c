@@ -1,83 +1,80 @@
-/* The batched forward pass.
+/* The batched forward pass, written once against the backend op table (tensor/backend.h).
  *
  * One step = several sequences, each with n_tokens new tokens (a prefill chunk or one decode
  * token) at positions pos0.. in its own block table. All tokens of the step are stacked as rows
  * of x: [T, hidden] (sequence s owns rows [seq_off[s], seq_off[s+1])), so every matmul reads
- * each weight once per step; attention runs per sequence over its paged KV.
+ * each weight once per step; attention runs over all sequences' paged KV in one op.
  *
- * Per layer:  h = rmsnorm(x); x += mixer(h)   (mixer by layer kind: attention / linear attn)
- *             h = rmsnorm(x); x += ffn(h)     (dense SwiGLU, or the family's MoE)
- * Then the rows whose logits are asked for are gathered, normed and multiplied by lm_head in
- * chunks of ws.logit_rows. Nothing is allocated here: workspaces come from model_reserve. */
+ * Per step: the host staging (token ids, positions, global KV slots, sequence offsets, logit row
+ * ids, block tables; model_int.h's model_ws layout) is filled and uploaded in one buf_upload,
+ * then only ops run, between the backend's step_begin and step_end:
+ *   per layer:  h = rmsnorm(x); x += mixer(h)   (mixer by layer kind: attention / linear attn)
+ *               h = rmsnorm(x); x += ffn(h)     (dense SwiGLU, or the family's MoE)
+ * then the rows whose logits are asked for are gathered, normed and multiplied by lm_head in
+ * chunks of ws.logit_rows, and each chunk's rows are downloaded into seqs[s].logits. Nothing is
+ * allocated here except the block-table staging growing (grow-only) for a longer context. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu.h"
+#include "base/mem.h"
 #include "model/model_int.h"
 
 /* Linears that read the same x (q/k/v, gate/up) in one matmul round. */
-static void model_linears_apply(const struct model_linear *const *l, float *const *y, int count,
+static void model_linears_apply(struct model *m, const struct model_linear *const *l, float *const *y, int count,
                                 const float *x, int n_tokens)
 {
     const struct tensor *w[4];
     CAIRN_ASSERT(count <= (int)CAIRN_ARRAY_LEN(w));
     for (int i = 0; i < count; i++) w[i] = &l[i]->w;
-    cpu_matmul_multi(w, y, count, x, n_tokens);
+    MODEL_OP(m, matmul_multi, w, y, count, x, n_tokens);
     for (int i = 0; i < count; i++)
-        if (l[i]->bias) cpu_add_bias(y[i], l[i]->bias, n_tokens, (int)l[i]->w.shape[0]);
+        if (l[i]->bias) MODEL_OP(m, add_bias, y[i], l[i]->bias, n_tokens, (int)l[i]->w.shape[0]);
 }
 
-void model_linear_apply(const struct model_linear *l, const float *x, float *y, int n_tokens)
+void model_linear_apply(struct model *m, const struct model_linear *l, const float *x, float *y, int n_tokens)
 {
-    model_linears_apply(&l, &y, 1, x, n_tokens);
+    model_linears_apply(m, &l, &y, 1, x, n_tokens);
 }
 
-static int model_attn_forward(struct model *m, int il, struct kv_pool *kv, const struct model_seq *seqs,
-                              int n_seqs, const float *h, float *out)
+static void model_attn_forward(struct model *m, int il, const struct backend_kv_view *kv, int n_seqs,
+                               const float *h, float *out)
 {
     const struct model_config *c = &m->cfg;
     struct model_ws *w = &m->ws;
     const struct model_layer *L = &m->layers[il];
-    int T = w->seq_off[n_seqs], nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
-    int qd = nh * hd, kvd = nkv * hd;
+    int T = w->h_seq_off[n_seqs], nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    int qd = nh * hd;
     const struct model_linear *qkv[3] = {&L->attn.q, &L->attn.k, &L->attn.v};
-    float *qkv_out[3] = {w->q, w->k, w->v};
-    model_linears_apply(qkv, qkv_out, 3, h, T);
-    if (m->attn_gated) {
-        /* q_proj rows are [head][query hd | gate hd]: split off the gates, compact the queries
-         * in place (the destination never passes the source). */
-        for (int r = 0; r < T * nh; r++) {
-            memcpy(w->qgate + (size_t)r * hd, w->q + (size_t)r * 2 * hd + hd, sizeof(float) * hd);
-            memmove(w->q + (size_t)r * hd, w->q + (size_t)r * 2 * hd, sizeof(float) * hd);
-        }
-    }
-    if (L->attn.q_norm) cpu_rmsnorm(w->q, w->q, L->attn.q_norm, T * nh, hd, c->rms_eps, m->norm_offset);
-    if (L->attn.k_norm) cpu_rmsnorm(w->k, w->k, L->attn.k_norm, T * nkv, hd, c->rms_eps, m->norm_offset);
-    cpu_rope(w->q, T, nh, hd, c->rot_dim, w->pos, m->inv_freq);
-    cpu_rope(w->k, T, nkv, hd, c->rot_dim, w->pos, m->inv_freq);
-    for (int s = 0; s < n_seqs; s++) {
-        int off = w->seq_off[s], n = seqs[s].n_tokens;
-        if (n == 0) continue;
-        cpu_kv_store(kv, L->kv_index, seqs[s].block_table, w->pos + off, n, w->k + (size_t)off * kvd,
-                     w->v + (size_t)off * kvd);
-        struct cpu_attn a = {
-            .q = w->q + (size_t)off * qd,
-            .out = w->att + (size_t)off * qd,
-            .n_tokens = n,
-            .n_heads = nh,
-            .pos = w->pos + off,
-            .kv = kv,
-            .layer = L->kv_index,
-            .block_table = seqs[s].block_table,
-            /* yarn scales cos/sin by attn_factor: scores by its square */
-            .scale = (float)(c->rope_attn_factor * c->rope_attn_factor) / sqrtf((float)hd),
-        };
-        cpu_attention(&a);
-    }
-    if (m->attn_gated)
-        for (size_t i = 0; i < (size_t)T * qd; i++) w->att[i] *= 1.0f / (1.0f + expf(-w->qgate[i]));
-    model_linear_apply(&L->attn.o, w->att, out, T);
-    return CAIRN_OK;
+    float *qkv_out[3] = {m->attn_gated ? w->q_raw : w->q, w->k, w->v};
+    model_linears_apply(m, qkv, qkv_out, 3, h, T);
+    /* q_proj rows of gated attention are [head][query hd | gate hd]: split off the gates. */
+    if (m->attn_gated) MODEL_OP(m, split_halves, w->q, w->qgate, w->q_raw, T * nh, hd);
+    if (L->attn.q_norm) MODEL_OP(m, rmsnorm, w->q, w->q, L->attn.q_norm, T * nh, hd, c->rms_eps, m->norm_offset);
+    if (L->attn.k_norm) MODEL_OP(m, rmsnorm, w->k, w->k, L->attn.k_norm, T * nkv, hd, c->rms_eps, m->norm_offset);
+    MODEL_OP(m, rope, w->q, T, nh, hd, c->rot_dim, w->pos, m->inv_freq);
+    MODEL_OP(m, rope, w->k, T, nkv, hd, c->rot_dim, w->pos, m->inv_freq);
+    MODEL_OP(m, kv_store, kv, L->kv_index, w->slots, T, w->k, w->v);
+    struct backend_attn a = {
+        .q = w->q,
+        .out = w->att,
+        .n_tokens = T,
+        .n_seqs = n_seqs,
+        .n_heads = nh,
+        .pos = w->pos,
+        .seq_off = w->seq_off,
+        .block_tables = w->bt,
+        .bt_stride = w->bt_stride,
+        .seq_off_host = w->h_seq_off,
+        .ctx_len_host = w->h_ctx_len,
+        .kv = kv,
+        .layer = L->kv_index,
+        /* yarn scales cos/sin by attn_factor: scores by its square */
+        .scale = (float)(c->rope_attn_factor * c->rope_attn_factor) / sqrtf((float)hd),
+    };
+    MODEL_OP(m, attention, &a);
+    if (m->attn_gated) MODEL_OP(m, mul_sigmoid, w->att, w->qgate, (int64_t)T * qd);
+    model_linear_apply(m, &L->attn.o, w->att, out, T);
 }
 
 void model_mlp_forward(struct model *m, int il, const float *h, float *out, int T)
@@ -87,12 +84,12 @@ void model_mlp_forward(struct model *m, int il, const float *h, float *out, int 
     int64_t inter = L->mlp.gate.w.shape[0];
     const struct model_linear *gate_up[2] = {&L->mlp.gate, &L->mlp.up};
     float *gate_up_out[2] = {w->gate, w->up};
-    model_linears_apply(gate_up, gate_up_out, 2, h, T);
-    cpu_silu_mul(w->gate, w->gate, w->up, (int64_t)T * inter);
-    model_linear_apply(&L->mlp.down, w->gate, out, T);
+    model_linears_apply(m, gate_up, gate_up_out, 2, h, T);
+    MODEL_OP(m, silu_mul, w->gate, w->gate, w->up, (int64_t)T * inter);
+    model_linear_apply(m, &L->mlp.down, w->gate, out, T);
 }
 
-static int model_forward_check(struct model *m, const struct kv_pool *kv, const struct model_seq *seqs,
+static int model_forward_check(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs,
                                int n_seqs, struct cairn_err *err)
 {
     const struct model_config *c = &m->cfg;
@@ -135,31 +132,102 @@ static int model_forward_check(struct model *m, const struct kv_pool *kv, const 
     return CAIRN_OK;
 }
 
-static int model_forward_locked(struct model *m, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
-                                struct cairn_err *err)
+int model_i32_reserve(struct model *m, size_t need, struct cairn_err *err)
 {
-    int rc = model_forward_check(m, kv, seqs, n_seqs, err);
-    if (rc != CAIRN_OK) return rc;
+    struct model_ws *w = &m->ws;
+    if (need <= w->i32_cap) return CAIRN_OK;
+    size_t cap = need + need / 2 + 256;
+    int32_t *h = cairn_mem_alloc(cap * sizeof(int32_t), CAIRN_MEM_SCRATCH);
+    void *d = NULL;
+    if (!h) return cairn_err_set(err, CAIRN_ERR_NOMEM, "model_forward: cannot allocate %zu ints of staging", cap);
+    int rc = m->be->ops->buf_alloc(m->be, cap * sizeof(int32_t), CAIRN_MEM_SCRATCH, &d, err);
+    if (rc != CAIRN_OK) {
+        cairn_mem_free(h, cap * sizeof(int32_t), CAIRN_MEM_SCRATCH);
+        return rc;
+    }
+    if (w->h_i32) cairn_mem_free(w->h_i32, w->i32_cap * sizeof(int32_t), CAIRN_MEM_SCRATCH);
+    if (w->i32) m->be->ops->buf_free(m->be, w->i32, w->i32_cap * sizeof(int32_t), CAIRN_MEM_SCRATCH);
+    w->h_i32 = h;
+    w->i32 = d;
+    w->i32_cap = cap;
+    return CAIRN_OK;
+}
+
+/* Fills the host staging of a step and sets ws's step pointers; returns the logit rows. */
+static int model_stage(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs, int n_seqs,
+                       int bt_stride, int T, int n_sel)
+{
+    struct model_ws *w = &m->ws;
+    int32_t *h = w->h_i32, *tok = h, *pos = h + T, *slots = h + 2 * T, *seq_off = h + 3 * T;
+    int32_t *rows = seq_off + n_seqs + 1, *bt = rows + n_sel;
+    int bs = kv ? kv->block_size : 1, t = 0, r = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const struct model_seq *q = &seqs[s];
+        seq_off[s] = t;
+        w->h_ctx_len[s] = q->pos0 + q->n_tokens;
+        for (int i = 0; i < q->n_tokens; i++) {
+            int p = q->pos0 + i;
+            tok[t + i] = q->tokens[i];
+            pos[t + i] = p;
+            slots[t + i] = m->info.n_kv_layers > 0 ? q->block_table[p / bs] * bs + p % bs : 0;
+        }
+        int nb = m->info.n_kv_layers > 0 && q->n_tokens > 0 ? (q->pos0 + q->n_tokens + bs - 1) / bs : 0;
+        for (int b = 0; b < bt_stride; b++) bt[(size_t)s * bt_stride + b] = b < nb ? q->block_table[b] : 0;
+        for (int i = q->n_tokens - q->n_logits; i < q->n_tokens; i++) rows[r++] = t + i;
+        t += q->n_tokens;
+    }
+    seq_off[n_seqs] = t;
+    const int32_t *d = w->i32;
+    w->tok = d;
+    w->pos = d + T;
+    w->slots = d + 2 * T;
+    w->seq_off = d + 3 * T;
+    w->rows = w->seq_off + n_seqs + 1;
+    w->bt = w->rows + n_sel;
+    w->bt_stride = bt_stride;
+    w->h_seq_off = seq_off;
+    return (int)(bt + (size_t)n_seqs * bt_stride - h);
+}
+
+/* Downloads the n logit rows now in ws.logits to their sequences (a sequence's consecutive
+ * rows in one copy); *s, *r_in_s: where the first row goes, advanced past the chunk. */
+static int model_logits_out(struct model *m, const struct model_seq *seqs, int n, int *s, int *r_in_s,
+                            struct cairn_err *err)
+{
+    size_t V = (size_t)m->cfg.vocab_size;
+    int r = 0;
+    while (r < n) {
+        while (*r_in_s >= seqs[*s].n_logits) {
+            (*s)++;
+            *r_in_s = 0;
+        }
+        int k = CAIRN_MIN(n - r, seqs[*s].n_logits - *r_in_s);
+        int rc = m->be->ops->buf_download(m->be, seqs[*s].logits + (size_t)*r_in_s * V, m->ws.logits + (size_t)r * V,
+                                          sizeof(float) * V * (size_t)k, err);
+        if (rc != CAIRN_OK) return rc;
+        r += k;
+        *r_in_s += k;
+    }
+    return CAIRN_OK;
+}
+
+/* The ops of one step (inside step_begin/step_end). */
+static int model_forward_ops(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs,
+                             int n_seqs, int n_ints, int n_sel, struct cairn_err *err)
+{
     const struct model_config *c = &m->cfg;
     struct model_ws *w = &m->ws;
-    int hid = c->hidden_size, T = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        w->seq_off[s] = T;
-        for (int i = 0; i < seqs[s].n_tokens; i++) {
-            w->tok[T + i] = seqs[s].tokens[i];
-            w->pos[T + i] = seqs[s].pos0 + i;
-        }
-        T += seqs[s].n_tokens;
-    }
-    w->seq_off[n_seqs] = T;
+    int hid = c->hidden_size, T = w->h_seq_off[n_seqs];
+    int rc = m->be->ops->buf_upload(m->be, w->i32, w->h_i32, sizeof(int32_t) * (size_t)n_ints, err);
+    if (rc != CAIRN_OK) return rc;
     if (T > 0) {
-        cpu_embed(&m->embed.w, w->tok, T, w->x);
+        MODEL_OP(m, embed, &m->embed.w, w->tok, T, w->x);
         for (int il = 0; il < c->n_layers; il++) {
             const struct model_layer *L = &m->layers[il];
-            cpu_rmsnorm(w->h, w->x, L->attn_norm, T, hid, c->rms_eps, m->norm_offset);
+            MODEL_OP(m, rmsnorm, w->h, w->x, L->attn_norm, T, hid, c->rms_eps, m->norm_offset);
             switch (L->kind) {
             case MODEL_LAYER_ATTN:
-                rc = model_attn_forward(m, il, kv, seqs, n_seqs, w->h, w->out);
+                model_attn_forward(m, il, kv, n_seqs, w->h, w->out);
                 break;
             case MODEL_LAYER_LINEAR_ATTN:
                 rc = m->fam->linear_attn ? m->fam->linear_attn(m, il, seqs, n_seqs, w->h, w->out, err)
@@ -167,45 +235,50 @@ static int model_forward_locked(struct model *m, struct kv_pool *kv, const struc
                 break;
             }
             if (rc != CAIRN_OK) return rc;
-            cpu_add(w->x, w->out, (int64_t)T * hid);
-            cpu_rmsnorm(w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
+            MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
+            MODEL_OP(m, rmsnorm, w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
             if (m->fam->ffn) m->fam->ffn(m, il, w->h, w->out, T);
             else model_mlp_forward(m, il, w->h, w->out, T);
-            cpu_add(w->x, w->out, (int64_t)T * hid);
+            MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
         }
-    }
-    /* Gather the rows asked for: the last n_logits of each sequence. */
-    int n_sel = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        int first = w->seq_off[s] + seqs[s].n_tokens - seqs[s].n_logits;
-        memcpy(w->sel + (size_t)n_sel * hid, w->x + (size_t)first * hid, sizeof(float) * (size_t)seqs[s].n_logits * hid);
-        n_sel += seqs[s].n_logits;
     }
     if (n_sel == 0) return CAIRN_OK;
-    cpu_rmsnorm(w->sel, w->sel, m->final_norm, n_sel, hid, c->rms_eps, m->norm_offset);
-    int V = c->vocab_size, s = 0, r_in_s = 0;
+    /* The rows asked for (the last n_logits of each sequence), normed, through lm_head. */
+    MODEL_OP(m, gather_rows, w->sel, w->x, w->rows, n_sel, hid);
+    MODEL_OP(m, rmsnorm, w->sel, w->sel, m->final_norm, n_sel, hid, c->rms_eps, m->norm_offset);
+    int s = 0, r_in_s = 0;
     for (int r0 = 0; r0 < n_sel; r0 += w->logit_rows) {
         int n = CAIRN_MIN(w->logit_rows, n_sel - r0);
-        model_linear_apply(&m->lm_head, w->sel + (size_t)r0 * hid, w->logits, n);
-        for (int r = 0; r < n; r++) {
-            while (r_in_s >= seqs[s].n_logits) {
-                s++;
-                r_in_s = 0;
-            }
-            memcpy(seqs[s].logits + (size_t)r_in_s * V, w->logits + (size_t)r * V, sizeof(float) * (size_t)V);
-            r_in_s++;
-        }
+        model_linear_apply(m, &m->lm_head, w->sel + (size_t)r0 * hid, w->logits, n);
+        rc = model_logits_out(m, seqs, n, &s, &r_in_s, err);
+        if (rc != CAIRN_OK) return rc;
     }
     return CAIRN_OK;
 }
 
-/* Each step holds the cpu room's lock: loaded models (one scheduler thread each) take turns
- * per step on the one compute pool, which a step uses whole anyway. */
-int model_forward(struct model *m, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
+int model_forward(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs, int n_seqs,
                   struct cairn_err *err)
 {
-    cpu_lock();
-    int rc = model_forward_locked(m, kv, seqs, n_seqs, err);
-    cpu_unlock();
+    int rc = model_forward_check(m, kv, seqs, n_seqs, err);
+    if (rc != CAIRN_OK) return rc;
+    int T = 0, n_sel = 0, bt_stride = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        T += seqs[s].n_tokens;
+        n_sel += seqs[s].n_logits;
+        if (kv && m->info.n_kv_layers > 0 && seqs[s].n_tokens > 0)
+            bt_stride = CAIRN_MAX(bt_stride, (seqs[s].pos0 + seqs[s].n_tokens + kv->block_size - 1) / kv->block_size);
+    }
+    rc = model_i32_reserve(m, 4 * (size_t)T + (size_t)n_seqs + 1 + (size_t)n_seqs * (size_t)bt_stride, err);
+    if (rc != CAIRN_OK) return rc;
+    int n_ints = model_stage(m, kv, seqs, n_seqs, bt_stride, T, n_sel);
+    rc = m->be->ops->step_begin(m->be, err);
+    if (rc != CAIRN_OK) return rc;
+    rc = model_forward_ops(m, kv, seqs, n_seqs, n_ints, n_sel, err);
+    struct cairn_err end_err = {0};
+    int rc_end = m->be->ops->step_end(m->be, &end_err);
+    if (rc == CAIRN_OK && rc_end != CAIRN_OK) {
+        rc = rc_end;
+        if (err) *err = end_err;
+    }
     return rc;
 }

@@ -1,18 +1,17 @@
 /* Model loading: config, family lookup, binding every weight spec from the safetensors set
- * (dtype/shape checks, MLX quantization, f32 conversion of small vectors), identity hash,
- * workspace reservation. */
+ * (dtype/shape checks, MLX quantization, f32 conversion of small vectors into device buffers),
+ * identity hash, preparing every weight on the model's backend, workspace reservation. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "base/hash.h"
 #include "base/log.h"
 #include "base/mem.h"
-#include "cpu/cpu.h"
 #include "model/model_int.h"
+
+static void model_ws_free(struct model *m);
 
 const struct model_family *model_family_get(enum model_arch arch)
 {
@@ -104,6 +103,31 @@ void *model_alloc_owned(struct model *m, size_t bytes)
     return p;
 }
 
+float *model_dev_vector(struct model *m, const float *host, size_t n, struct cairn_err *err)
+{
+    if (m->n_dev == m->cap_dev) {
+        int cap = m->cap_dev ? m->cap_dev * 2 : 64;
+        struct model_dev_buf *d = realloc(m->dev, sizeof(*d) * (size_t)cap);
+        if (!d) {
+            cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        m->dev = d;
+        m->cap_dev = cap;
+    }
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    void *p = NULL;
+    if (m->be->ops->buf_alloc(m->be, bytes, CAIRN_MEM_WEIGHTS, &p, err) != CAIRN_OK) return NULL;
+    if (n && m->be->ops->buf_upload(m->be, p, host, n * sizeof(float), err) != CAIRN_OK) {
+        m->be->ops->buf_free(m->be, p, bytes, CAIRN_MEM_WEIGHTS);
+        return NULL;
+    }
+    m->dev[m->n_dev].p = p;
+    m->dev[m->n_dev].bytes = bytes;
+    m->n_dev++;
+    return p;
+}
+
 /* ---- binding ---- */
 
 /* "model.safetensors" or "model.safetensors.index.json" for messages about a missing tensor. */
@@ -163,7 +187,7 @@ static const void *model_aligned(struct model *m, const struct safetensors_tenso
     return p;
 }
 
-/* A 1-D tensor of `rows` floats (F32/F16/BF16) converted to an owned f32 array. */
+/* A 1-D tensor of `rows` floats (F32/F16/BF16) converted to an owned f32 device vector. */
 static int model_bind_vector(struct model *m, const char *name, int64_t rows, float **out,
                              int optional, int flat, struct cairn_err *err)
 {
@@ -182,7 +206,7 @@ static int model_bind_vector(struct model *m, const char *name, int64_t rows, fl
     if (!shape_ok || !t->dtype_ok ||
         (t->dtype != DTYPE_F32 && t->dtype != DTYPE_F16 && t->dtype != DTYPE_BF16))
         return model_tensor_err(m, t, expect, err);
-    float *v = model_alloc_owned(m, (size_t)rows * sizeof(float));
+    float *v = malloc((size_t)(rows > 0 ? rows : 1) * sizeof(float));
     if (!v) return cairn_err_set(err, CAIRN_ERR_NOMEM, "%s: out of memory", name);
     const uint8_t *d = t->data;
     for (int64_t i = 0; i < rows; i++) {
@@ -194,7 +218,12 @@ static int model_bind_vector(struct model *m, const char *name, int64_t rows, fl
             v[i] = t->dtype == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
         }
     }
-    *out = v;
+    *out = model_dev_vector(m, v, (size_t)rows, err);
+    free(v);
+    if (!*out) {
+        cairn_err_prefix(err, "%s", name);
+        return err ? err->status : CAIRN_ERR_NOMEM;
+    }
     return CAIRN_OK;
 }
 
@@ -387,38 +416,45 @@ static void model_fill_info(struct model *m)
     }
 }
 
-/* Drops the pages of [p, p + bytes) that lie in one of the model's mmap'd files from this
- * process (MADV_DONTNEED on a read-only private mapping: a later read faults them back in from
- * the page cache). No-op for owned copies. */
-static void model_drop_file_pages(const struct model *m, const void *p, size_t bytes)
+static int model_note_prepared(struct model *m, struct tensor *t)
 {
-    if (!safetensors_set_maps(&m->st, p)) return;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, e = a + bytes;
-    a = (a + page - 1) / page * page;
-    e = e / page * page;
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+    if (m->n_prepared == m->cap_prepared) {
+        int cap = m->cap_prepared ? m->cap_prepared * 2 : 64;
+        struct tensor **p = realloc(m->prepared, sizeof(*p) * (size_t)cap);
+        if (!p) return CAIRN_ERR_NOMEM;
+        m->prepared = p;
+        m->cap_prepared = cap;
+    }
+    m->prepared[m->n_prepared++] = t;
+    return CAIRN_OK;
 }
 
-/* MLX q4/q8 linears get the cpu room's packed copy (one stream per 16 rows for its VNNI
- * kernel) when that path is active. The embedding is packed only when it is also the lm_head.
- * The file's pages of a packed weight (codes, scales, biases) are then dropped: only other ISAs
- * or an embedding lookup read them again, so resident memory holds the weights once. */
-static int model_pack_linears(struct model *m, const struct model_specs *s, struct cairn_err *err)
+/* Every bound linear goes through the backend's weight_prepare (the CPU packs MLX q4/q8 for its
+ * VNNI kernel; a GPU uploads). An untied embedding is only looked up (LOOKUP_ONLY: the CPU
+ * leaves it unpacked). When all of a weight's bytes are pages of the mmap'd files, the backend
+ * may drop them once it has its own copy (RELEASE_HOST): resident memory then holds the weights
+ * once; owned copies (converted scales, realigned data) are never dropped. */
+static int model_prepare_weights(struct model *m, const struct model_specs *s, struct cairn_err *err)
 {
     for (int i = 0; i < s->n; i++) {
         const struct model_wspec *sp = &s->v[i];
-        if (sp->kind != MODEL_WSPEC_LINEAR || (sp->lin == &m->embed && !m->cfg.tie_word_embeddings)) continue;
+        if (sp->kind != MODEL_WSPEC_LINEAR || !sp->lin->w.data) continue;
         struct tensor *t = &sp->lin->w;
-        size_t bytes = cpu_pack_bytes(t);
-        if (!bytes) continue;
-        void *p = model_alloc_owned(m, bytes);
-        if (!p) return cairn_err_set(err, CAIRN_ERR_NOMEM, "%s: out of memory packing weights", sp->name);
-        cpu_pack(t, p);
-        t->packed = p;
-        size_t groups_bytes = (size_t)(t->shape[0] * (t->shape[1] / t->group_size)) * 2;
-        model_drop_file_pages(m, t->data, (size_t)(t->shape[0] * t->shape[1] * t->bits / 8));
-        model_drop_file_pages(m, t->scales, groups_bytes);
-        model_drop_file_pages(m, t->biases, groups_bytes);
+        int flags = 0;
+        if (sp->lin == &m->embed && !m->cfg.tie_word_embeddings) flags |= BACKEND_WEIGHT_LOOKUP_ONLY;
+        if (safetensors_set_maps(&m->st, t->data) &&
+            (t->dtype != DTYPE_Q || (safetensors_set_maps(&m->st, t->scales) && safetensors_set_maps(&m->st, t->biases))))
+            flags |= BACKEND_WEIGHT_RELEASE_HOST;
+        size_t extra = 0;
+        int rc = m->be->ops->weight_prepare(m->be, t, flags, &extra, err);
+        if (rc != CAIRN_OK) {
+            cairn_err_prefix(err, "%s", sp->name);
+            return rc;
+        }
+        if (model_note_prepared(m, t) != CAIRN_OK) {
+            m->be->ops->weight_release(m->be, t);
+            return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+        }
     }
     return CAIRN_OK;
 }
@@ -433,11 +469,13 @@ static void model_count_quant(struct model *m, const struct model_specs *s)
     }
 }
 
-int model_load(const char *dir, struct model **out, struct cairn_err *err)
+int model_load(const char *dir, struct backend *be, struct model **out, struct cairn_err *err)
 {
     *out = NULL;
+    if (!be) return cairn_err_set(err, CAIRN_ERR_INVALID, "model_load: no backend");
     struct model *m = calloc(1, sizeof(*m));
     if (!m) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    m->be = be;
     struct model_specs specs = {0};
     int rc = model_config_load(dir, &m->cfg, err);
     if (rc != CAIRN_OK) goto fail_cfg;
@@ -468,20 +506,29 @@ int model_load(const char *dir, struct model **out, struct cairn_err *err)
     }
     if (m->n_q_derived > 1)
         LOG_INFO("model", "%s: quantization of %d linears in all derived from packed shapes", dir, m->n_q_derived);
-    model_identity(m); /* reads the files: before their pages of packed weights are dropped */
-    rc = model_pack_linears(m, &specs, err);
+    model_identity(m); /* reads the files: before the backend drops pages of prepared weights */
+    rc = model_prepare_weights(m, &specs, err);
     if (rc != CAIRN_OK) goto fail;
     if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;
     if (m->fam->post_bind) {
         rc = m->fam->post_bind(m, err);
         if (rc != CAIRN_OK) goto fail;
     }
-    m->inv_freq = model_alloc_owned(m, sizeof(float) * (size_t)(m->cfg.rot_dim / 2));
-    if (!m->inv_freq) {
-        rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-        goto fail;
+    {
+        size_t n_freq = (size_t)(m->cfg.rot_dim / 2);
+        float *freq = malloc(sizeof(float) * (n_freq ? n_freq : 1));
+        if (!freq) {
+            rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        model_config_rope_inv_freq(&m->cfg, freq);
+        m->inv_freq = model_dev_vector(m, freq, n_freq, err);
+        free(freq);
+        if (!m->inv_freq) {
+            rc = err ? err->status : CAIRN_ERR_NOMEM;
+            goto fail;
+        }
     }
-    model_config_rope_inv_freq(&m->cfg, m->inv_freq);
     model_fill_info(m);
     model_count_quant(m, &specs);
     model_specs_free(&specs);
@@ -504,8 +551,13 @@ fail_cfg:
 void model_free(struct model *m)
 {
     if (!m) return;
+    /* prepared tensors live in layers and family structs: release them first */
+    for (int i = 0; i < m->n_prepared; i++) m->be->ops->weight_release(m->be, m->prepared[i]);
+    free(m->prepared);
     if (m->fam && m->fam->free_ext) m->fam->free_ext(m);
-    if (m->ws.mem) cairn_mem_free(m->ws.mem, m->ws.mem_bytes, CAIRN_MEM_SCRATCH);
+    model_ws_free(m);
+    for (int i = 0; i < m->n_dev; i++) m->be->ops->buf_free(m->be, m->dev[i].p, m->dev[i].bytes, CAIRN_MEM_WEIGHTS);
+    free(m->dev);
     for (int i = 0; i < m->n_owned; i++) cairn_mem_free(m->owned[i].p, m->owned[i].bytes, CAIRN_MEM_WEIGHTS);
     free(m->owned);
     free(m->layers);
@@ -519,6 +571,11 @@ const struct model_info *model_get_info(const struct model *m)
     return &m->info;
 }
 
+struct backend *model_backend(const struct model *m)
+{
+    return m->be;
+}
+
 void model_state_init(const struct model *m, void *state)
 {
     if (m->info.state_bytes) memset(state, 0, m->info.state_bytes);
@@ -527,6 +584,17 @@ void model_state_init(const struct model *m, void *state)
 /* ---- workspaces ---- */
 
 #define MODEL_LOGIT_ROWS 32
+
+static void model_ws_free(struct model *m)
+{
+    struct model_ws *w = &m->ws;
+    if (w->mem) m->be->ops->buf_free(m->be, w->mem, w->mem_bytes, CAIRN_MEM_SCRATCH);
+    if (w->i32) m->be->ops->buf_free(m->be, w->i32, w->i32_cap * sizeof(int32_t), CAIRN_MEM_SCRATCH);
+    if (w->h_i32) cairn_mem_free(w->h_i32, w->i32_cap * sizeof(int32_t), CAIRN_MEM_SCRATCH);
+    free(w->h_ctx_len);
+    memset(w, 0, sizeof(*w));
+    m->ws_ok = 0;
+}
 
 int model_reserve(struct model *m, int max_tokens, struct cairn_err *err)
 {
@@ -539,32 +607,39 @@ int model_reserve(struct model *m, int max_tokens, struct cairn_err *err)
     size_t inter = (size_t)CAIRN_MAX(c->intermediate_size, 1);
     size_t rows = CAIRN_MIN(T, (size_t)MODEL_LOGIT_ROWS);
     size_t extra = m->fam->ws_extra_floats ? m->fam->ws_extra_floats(m, max_tokens) : 0;
-    size_t gated = m->attn_gated ? 2 : 1; /* gated q_proj rows carry the gate too */
-    size_t floats[] = {T * hid, T * hid, T * hid, T * qd * gated, T * kvd, T * kvd, T * qd, T * inter, T * inter,
-                       m->attn_gated ? T * qd : 0, T * hid, rows * (size_t)c->vocab_size, extra};
+    size_t gated = m->attn_gated ? 1 : 0; /* gated q_proj rows carry the gate too */
+    size_t floats[] = {T * hid, T * hid, T * hid, T * qd, gated * 2 * T * qd, T * kvd, T * kvd, T * qd, T * inter,
+                       T * inter, gated * T * qd, T * hid, rows * (size_t)c->vocab_size, extra};
     size_t total = 0;
-    for (size_t i = 0; i < CAIRN_ARRAY_LEN(floats); i++) total += (floats[i] * 4 + 63) & ~(size_t)63;
-    total += 3 * ((T + 1) * 4 + 64);
-    uint8_t *mem = cairn_mem_alloc(total, CAIRN_MEM_SCRATCH);
-    if (!mem) return cairn_err_set(err, CAIRN_ERR_NOMEM, "model_reserve: cannot allocate %zu bytes", total);
-    if (m->ws.mem) cairn_mem_free(m->ws.mem, m->ws.mem_bytes, CAIRN_MEM_SCRATCH);
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(floats); i++) total += (floats[i] * 4 + 255) & ~(size_t)255;
+    void *mem = NULL;
+    int32_t *ctx_len = malloc(sizeof(int32_t) * T);
+    if (!ctx_len) return cairn_err_set(err, CAIRN_ERR_NOMEM, "model_reserve: out of memory");
+    int rc = m->be->ops->buf_alloc(m->be, total, CAIRN_MEM_SCRATCH, &mem, err);
+    if (rc != CAIRN_OK) {
+        free(ctx_len);
+        cairn_err_prefix(err, "model_reserve");
+        return rc;
+    }
+    model_ws_free(m);
     struct model_ws *w = &m->ws;
-    memset(w, 0, sizeof(*w));
     w->mem = mem;
     w->mem_bytes = total;
+    w->h_ctx_len = ctx_len;
     w->max_tokens = max_tokens;
     w->logit_rows = (int)rows;
-    float **ptrs[] = {&w->x, &w->h, &w->out, &w->q, &w->k, &w->v, &w->att, &w->gate, &w->up, &w->qgate,
-                      &w->sel, &w->logits, &w->extra};
+    float **ptrs[] = {&w->x, &w->h, &w->out, &w->q, &w->q_raw, &w->k, &w->v, &w->att, &w->gate, &w->up,
+                      &w->qgate, &w->sel, &w->logits, &w->extra};
     size_t off = 0;
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(floats); i++) {
-        *ptrs[i] = (float *)(mem + off);
-        off += (floats[i] * 4 + 63) & ~(size_t)63;
+        *ptrs[i] = floats[i] ? (float *)((uint8_t *)mem + off) : NULL;
+        off += (floats[i] * 4 + 255) & ~(size_t)255;
     }
-    int32_t **iptrs[] = {&w->tok, &w->pos, &w->seq_off};
-    for (size_t i = 0; i < 3; i++) {
-        *iptrs[i] = (int32_t *)(mem + off);
-        off += ((T + 1) * 4 + 63) & ~(size_t)63;
+    /* i32 staging: a step's metadata plus some block-table entries; grows for long contexts */
+    rc = model_i32_reserve(m, 5 * T + 1 + 4096, err);
+    if (rc != CAIRN_OK) {
+        model_ws_free(m);
+        return rc;
     }
     m->ws_ok = 1;
     return CAIRN_OK;

@@ -1,13 +1,17 @@
 /* Models: load a Hugging Face / MLX checkpoint folder and run the batched forward pass.
  *
- * A `struct model` owns the mmap'd safetensors files, the parsed config and any converted
- * weights. model_forward runs one step for several sequences at once: each sequence appends its
- * tokens to its own KV blocks (through its block table into a shared kv_pool) and, for hybrid
- * models, advances its recurrent state. Matmuls run over all sequences' tokens together;
- * attention runs per sequence.
+ * A model is loaded on a backend (tensor/backend.h: the CPU or a GPU), which prepares every
+ * weight (the CPU's packed copy, a GPU's device copy) and holds the workspaces; the forward pass
+ * runs only that backend's ops. A `struct model` owns the mmap'd safetensors files, the parsed
+ * config and any converted weights. model_forward runs one step for several sequences at once:
+ * each sequence appends its tokens to its own KV blocks (through its block table into a shared
+ * paged KV, seen as a backend_kv_view: kv_pool_view) and, for hybrid models, advances its
+ * recurrent state. Matmuls run over all sequences' tokens together; attention over all
+ * sequences in one op.
  *
  * Threading: model_load/free anywhere; model_forward from one thread at a time per model (the
- * engine's scheduler thread). It fans out to the cpu pool internally. */
+ * engine's scheduler thread). Models on one backend take turns per step (the backend's
+ * step_begin/step_end). */
 #ifndef CAIRN_MODEL_MODEL_H
 #define CAIRN_MODEL_MODEL_H
 
@@ -15,7 +19,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "kv/kv_pool.h"
+#include "tensor/backend.h"
 
 enum model_arch {
     MODEL_ARCH_LLAMA = 0,
@@ -55,7 +59,7 @@ struct model_info {
     int n_heads;
     int n_kv_heads;
     int head_dim;
-    int n_kv_layers;         /* layers that keep KV (full attention); kv_pool.n_layers */
+    int n_kv_layers;         /* layers that keep KV (full attention); the KV view's n_layers */
     int max_position;        /* max_position_embeddings */
     int32_t eos_ids[MODEL_MAX_EOS]; /* from generation_config.json, else config.json */
     int n_eos;
@@ -70,11 +74,14 @@ struct model_info {
 struct model;
 
 /* Loads dir/config.json, dir/generation_config.json (optional) and the safetensors weights
- * (model.safetensors, or the shards listed in model.safetensors.index.json). Errors name the
- * file, the tensor and expected vs actual shape/dtype. Caller frees with model_free. */
-int model_load(const char *dir, struct model **out, struct cairn_err *err);
+ * (model.safetensors, or the shards listed in model.safetensors.index.json) onto backend be,
+ * which must outlive the model. Errors name the file, the tensor and expected vs actual
+ * shape/dtype. Caller frees with model_free (before closing be). */
+int model_load(const char *dir, struct backend *be, struct model **out, struct cairn_err *err);
 void model_free(struct model *m);
 const struct model_info *model_get_info(const struct model *m);
+/* The backend the model runs on (for its KV pool: kv_pool_init). */
+struct backend *model_backend(const struct model *m);
 
 /* One sequence's part of a forward step. */
 struct model_seq {
@@ -88,9 +95,12 @@ struct model_seq {
 };
 
 /* Preallocates workspaces for up to max_tokens tokens (all sequences) per step, so that
- * model_forward allocates nothing. model_forward fails with CAIRN_ERR_LIMIT past it. */
+ * model_forward allocates nothing (except growing the block-table staging, grow-only, the
+ * first time a longer context comes). model_forward fails with CAIRN_ERR_LIMIT past it. */
 int model_reserve(struct model *m, int max_tokens, struct cairn_err *err);
-int model_forward(struct model *m, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
+/* kv: the paged KV in the model's backend (kv_pool_view of a pool on model_backend(m)); may be
+ * NULL for a model without attention layers. */
+int model_forward(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs, int n_seqs,
                   struct cairn_err *err);
 
 /* Recurrent state of a fresh sequence (zeroes; kept as a function in case a model needs more). */

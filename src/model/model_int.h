@@ -9,7 +9,14 @@
  * - Each layer has a kind (config.h: full attention, linear attention) and the forward pass
  *   (forward.c) dispatches per kind: attention is generic here (q/k norm, qkv bias, partial
  *   rotary are flags); other mixers and MoE FFNs plug in through the family's hooks.
- * - Activations are contiguous f32 [n_tokens, dim] in preallocated workspaces (model_reserve).
+ * - Activations are contiguous f32 [n_tokens, dim] in preallocated workspaces (model_reserve),
+ *   in the backend's memory (buf_alloc). Everything numeric runs as ops of the model's backend
+ *   (tensor/backend.h, through MODEL_OP); model/ never reads or writes activation memory itself.
+ *   Weights are prepared by the backend at load (weight_prepare); norm vectors, biases and
+ *   inv_freq are device buffers (model_dev_vector).
+ * - Per step, forward.c fills host staging arrays (token ids, positions, global KV slots,
+ *   sequence offsets, block tables, logit row ids: model_ws.h_i32), uploads them in one
+ *   buf_upload, runs the ops, and downloads the logits rows.
  */
 #ifndef CAIRN_MODEL_MODEL_INT_H
 #define CAIRN_MODEL_MODEL_INT_H
@@ -19,12 +26,18 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "tensor/backend.h"
 #include "tensor/tensor.h"
 
-/* A linear layer y = x W^T (+ b). */
+/* Runs op `name` of the model's backend: MODEL_OP(m, matmul, w, x, y, n). */
+#define MODEL_OP(m, name, ...) ((m)->be->ops->name((m)->be, __VA_ARGS__))
+
+/* A linear layer y = x W^T (+ b). Vectors (norm weights, biases, DeltaNet parameters) are f32
+ * device buffers of the model. */
 struct model_linear {
-    struct tensor w;  /* [out, in]; data points into the mmap (or an owned copy) */
-    float *bias;      /* [out] f32, owned, or NULL */
+    struct tensor w;  /* [out, in]; data points into the mmap (or an owned copy); be_data: the
+                         backend's (weight_prepare) */
+    float *bias;      /* [out] f32 device buffer, owned, or NULL */
 };
 
 struct model_attn_w {
@@ -99,7 +112,7 @@ struct model_family {
     int (*post_bind)(struct model *m, struct cairn_err *err);
     /* Extra workspace floats for max_tokens (MoE, DeltaNet scratch). */
     size_t (*ws_extra_floats)(const struct model *m, int max_tokens);
-    /* FFN of layer il: out[n, hidden] from h[n, hidden]. NULL: dense SwiGLU MLP. */
+    /* FFN of layer il: out[n, hidden] from h[n, hidden] (device). NULL: dense SwiGLU MLP. */
     void (*ffn)(struct model *m, int il, const float *h, float *out, int n_tokens);
     /* Linear-attention mixer (MODEL_LAYER_LINEAR_ATTN). */
     int (*linear_attn)(struct model *m, int il, const struct model_seq *seqs, int n_seqs,
@@ -126,6 +139,11 @@ int llama_specs_mlp(struct model *m, struct model_specs *s, int i, enum model_ws
 /* embed_tokens, the final norm and lm_head (unless tied). */
 int llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth);
 
+/* Workspaces. Float buffers are device memory of the model's backend (one buf_alloc under
+ * CAIRN_MEM_SCRATCH); h_i32 is the host staging whose used part goes to i32 in one buf_upload
+ * per step. i32 layout of a step of T tokens, n sequences and n_sel logit rows:
+ *   tok [T] | pos [T] | slots [T] | seq_off [n + 1] | rows [n_sel] | block tables [n][bt_stride]
+ * tok, pos, ... point into i32 (device) at those offsets, set by each step. */
 struct model_ws {
     int max_tokens;
     int logit_rows;     /* rows of `logits` */
@@ -133,6 +151,7 @@ struct model_ws {
     float *h;           /* [T, hidden] normed input of a sub-layer */
     float *out;         /* [T, hidden] sub-layer output */
     float *q;           /* [T, n_heads * head_dim] */
+    float *q_raw;       /* [T, n_heads * 2 * head_dim] gated q_proj output, or NULL */
     float *k;           /* [T, n_kv_heads * head_dim] */
     float *v;
     float *att;         /* [T, n_heads * head_dim] */
@@ -142,11 +161,22 @@ struct model_ws {
     float *sel;         /* [T, hidden] rows whose logits are wanted */
     float *logits;      /* [logit_rows, vocab] */
     float *extra;       /* family scratch */
-    int32_t *tok;       /* [T] */
-    int32_t *pos;       /* [T] */
-    int32_t *seq_off;   /* first row of each sequence, [T + 1] (n_seqs <= T) */
-    void *mem;          /* one allocation */
+    void *mem;          /* the float buffers: one device allocation */
     size_t mem_bytes;
+    int32_t *i32;       /* device, i32_cap ints (layout above) */
+    int32_t *h_i32;     /* host staging, same layout and size */
+    size_t i32_cap;
+    int32_t *h_ctx_len; /* host [max_tokens]: last position + 1 of each sequence */
+    /* This step's device arrays (into i32) and host copy of seq_off (into h_i32). */
+    const int32_t *tok, *pos, *slots, *seq_off, *rows, *bt;
+    const int32_t *h_seq_off;
+    int bt_stride;
+};
+
+/* A device buffer of the model, freed with it. */
+struct model_dev_buf {
+    void *p;
+    size_t bytes;
 };
 
 struct model_owned {
@@ -155,17 +185,22 @@ struct model_owned {
 };
 
 struct model {
+    struct backend *be;           /* the backend it was loaded on (not owned) */
     struct model_info info;
     struct model_config cfg;
     const struct model_family *fam;
     struct safetensors_set st;
     struct model_linear embed;
     struct model_linear lm_head;  /* a copy of embed when tied */
-    float *final_norm;
+    float *final_norm;            /* device */
     struct model_layer *layers;   /* [n_layers] */
-    float *inv_freq;              /* [rot_dim / 2] */
-    struct model_owned *owned;    /* converted weights, freed with the model */
+    float *inv_freq;              /* [rot_dim / 2], device */
+    struct model_owned *owned;    /* converted weights (host), freed with the model */
     int n_owned, cap_owned;
+    struct model_dev_buf *dev;    /* device vectors, freed with the model */
+    int n_dev, cap_dev;
+    struct tensor **prepared;     /* weights weight_prepare'd, released with the model */
+    int n_prepared, cap_prepared;
     struct model_ws ws;
     int ws_ok;
     int n_q_derived;              /* linears whose bits/group came from shapes, not config */
@@ -174,16 +209,21 @@ struct model {
     void *ext;                    /* family-owned (MoE experts, DeltaNet weights) */
 };
 
-/* Allocates (accounted under CAIRN_MEM_WEIGHTS) memory freed with the model. */
+/* Allocates (accounted under CAIRN_MEM_WEIGHTS) host memory freed with the model. */
 void *model_alloc_owned(struct model *m, size_t bytes);
+/* A device copy of n host floats (CAIRN_MEM_WEIGHTS), freed with the model; NULL on failure
+ * (err set). */
+float *model_dev_vector(struct model *m, const float *host, size_t n, struct cairn_err *err);
 
 int model_has_tensor(struct model *m, const char *name);
 
 /* Binds one spec from the safetensors set (the loader's checks and conversions). */
 int model_bind_spec(struct model *m, const struct model_wspec *s, struct cairn_err *err);
 
-/* Forward building blocks (forward.c). */
-void model_linear_apply(const struct model_linear *l, const float *x, float *y, int n_tokens);
+/* Forward building blocks (forward.c), on device buffers. */
+void model_linear_apply(struct model *m, const struct model_linear *l, const float *x, float *y, int n_tokens);
+/* Grows the i32 staging (host and device) to at least `need` ints (grow-only); outside a step. */
+int model_i32_reserve(struct model *m, size_t need, struct cairn_err *err);
 /* Dense SwiGLU MLP of layer il (the default FFN). */
 void model_mlp_forward(struct model *m, int il, const float *h, float *out, int n_tokens);
 

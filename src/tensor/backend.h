@@ -107,7 +107,9 @@ struct backend_gdn {
     const float *a_log;           /* device [n_v_heads] */
     const float *dt_bias;         /* device [n_v_heads] */
     const float *norm_w;          /* device [head_v_dim] */
-    void *state;                  /* device: conv state then delta state (gdn_state_floats) */
+    void *state;                  /* conv state then delta state (gdn_state_floats): host
+                                   * memory for now (the sequence's recurrent state), so the CPU
+                                   * only until issue 15 moves it to the device */
     float *qkv;                   /* device [n, conv_dim], convolved in place */
     const float *z;               /* device [n, n_v_heads * head_v_dim] */
     const float *b;               /* device [n, n_v_heads] */
@@ -162,10 +164,14 @@ struct backend_ops {
     /* ---- weights ---- */
     /* Makes w usable by the ops (sets w->be_data, or leaves it NULL where the host bytes are
      * used in place); *extra_bytes: memory it holds for w (accounted under CAIRN_MEM_WEIGHTS).
-     * hint_release: the host bytes are not needed any more once this returns (the CPU then
-     * drops the file's pages it has copied; a GPU drops them after upload). */
+     * hint_release: BACKEND_WEIGHT_* bits (below; 0 or 1 keep their first meaning):
+     * RELEASE_HOST: the host bytes are pages of a read-only file mapping that are not needed
+     * any more once this returns (the CPU then drops the file's pages it has copied; a GPU drops
+     * them after upload); never set for heap memory. LOOKUP_ONLY: only `embed` reads w (an
+     * untied embedding), never matmul: the CPU leaves it in place unpacked. */
     int (*weight_prepare)(struct backend *be, struct tensor *w, int hint_release,
                           size_t *extra_bytes, struct cairn_err *err);
+    /* Frees what weight_prepare set (not for weight_slice_rows views); be_data becomes NULL. */
     void (*weight_release)(struct backend *be, struct tensor *w);
     /* View of rows [row0, row0 + rows) of a prepared 2-D weight (one expert of a stacked
      * [n_experts * out, in] weight), with be_data pointing into w's own. */
@@ -224,7 +230,16 @@ struct backend_ops {
                       int norm_topk, int32_t *ids, float *w);
     void (*moe_experts)(struct backend *be, const struct backend_moe *m);
     void (*gdn)(struct backend *be, const struct backend_gdn *g);
+    /* dst[r * dst_stride + i] = src[r * src_stride + i] for r < n_rows, i < width (strides in
+     * floats): a strided row copy (qwen3_next's interleaved qkvz/ba unpacked per key head). The
+     * rows must not overlap. */
+    void (*copy_rows)(struct backend *be, float *dst, int64_t dst_stride, const float *src,
+                      int64_t src_stride, int n_rows, int width);
 };
+
+/* weight_prepare's hint_release bits. */
+#define BACKEND_WEIGHT_RELEASE_HOST 1
+#define BACKEND_WEIGHT_LOOKUP_ONLY 2
 
 /* Scratch floats moe_experts needs for up to n tokens (the same on every backend). */
 size_t backend_moe_scratch_floats(int n, int hidden, int inter, int top_k);

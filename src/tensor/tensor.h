@@ -38,8 +38,6 @@ struct tensor {
     const uint16_t *biases;         /* DTYPE_Q: bf16, same shape as scales */
     int bits;                       /* DTYPE_Q: 2..8 */
     int group_size;                 /* DTYPE_Q: 32, 64 or 128 */
-    const void *packed;             /* DTYPE_Q: the cpu room's packed copy (cpu_pack), or NULL.
-                                     * Being replaced by be_data (tensor/backend.h). */
     void *be_data;                  /* the backend's own data for this weight (weight_prepare:
                                      * the CPU's packed copy, a GPU's device copy), opaque to all
                                      * but that backend; NULL: the host bytes are used in place */

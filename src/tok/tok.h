@@ -72,6 +72,14 @@ int32_t tok_piece_to_id(const struct tok *t, const char *piece); /* -1 if none *
 const char *tok_id_to_piece(const struct tok *t, int32_t id);    /* NULL if none; owned by t */
 int tok_is_special(const struct tok *t, int32_t id);             /* added token with special */
 
+/* The bytes each token adds to a decoded text when it is not the first token (byte-level pieces
+ * mapped back to bytes, byte-fallback pieces as their byte, SentencePiece's U+2581 as a space),
+ * for grammar-constrained decoding. Special added tokens get no bytes (length 0). bytes[i]
+ * points into *blob, lens[i] is its length, for i < tok_vocab_size. The caller frees *blob,
+ * *bytes and *lens. */
+int tok_vocab_bytes(const struct tok *t, uint8_t **blob, const uint8_t ***bytes, size_t **lens,
+                    struct cairn_err *err);
+
 /* From tokenizer_config.json (NULL if absent); owned by t. */
 const char *tok_bos_token(const struct tok *t);
 const char *tok_eos_token(const struct tok *t);

@@ -411,3 +411,75 @@ int tok_stream_flush(struct tok_stream *s, const char **text, size_t *len)
     s->win_starts_seq = 1;
     return CAIRN_OK;
 }
+
+/* ---- token bytes (for grammar-constrained decoding) ---- */
+
+int tok_vocab_bytes(const struct tok *t, uint8_t **blob, const uint8_t ***bytes, size_t **lens,
+                    struct cairn_err *err)
+{
+    size_t n = (size_t)t->n_vocab;
+    struct tok_buf all = {0}, one = {0};
+    struct tok_dec_work w;
+    memset(&w, 0, sizeof(w));
+    size_t *off = malloc((n + 1) * sizeof(size_t));
+    *blob = NULL;
+    *bytes = NULL;
+    *lens = malloc((n ? n : 1) * sizeof(size_t));
+    w.md = pcre2_match_data_create(4, NULL);
+    int bytelevel = tok_dec_has(t->dec, TOK_DEC_BYTELEVEL), st = CAIRN_OK;
+    if (!off || !*lens || !w.md) goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = (int32_t)i;
+        const char *p = tok_id_to_piece(t, id);
+        size_t pl = p ? t->piece_len[id] : 0, at = all.n;
+        off[i] = at;
+        if (!p || t->special[id]) continue; /* no bytes: never allowed by a grammar */
+        if (t->is_added[id]) {
+            st = tok_buf_put(&all, p, pl);
+        } else if (t->id_byte && t->id_byte[id]) {
+            char b = (char)(t->id_byte[id] - 1);
+            st = tok_buf_put(&all, &b, 1);
+        } else if (bytelevel) {
+            for (size_t k = 0; k < pl && !st;) {
+                uint32_t cp;
+                size_t l = tok_utf8_get(p, pl, k, &cp);
+                int b = tok_cp_to_byte(cp);
+                if (b < 0) { /* not a byte-level piece: its text as is */
+                    all.n = at;
+                    st = tok_buf_put(&all, p, pl);
+                    break;
+                }
+                char c = (char)b;
+                st = tok_buf_put(&all, &c, 1);
+                k += l;
+            }
+        } else {
+            /* the decoder pipeline on this one token, as a token inside a text */
+            st = tok_dec_run(t, &w, &id, 1, 0, 0, &one);
+            if (!st) st = tok_buf_put(&all, one.p, one.n);
+        }
+        if (st) goto nomem;
+    }
+    off[n] = all.n;
+    *bytes = malloc((n ? n : 1) * sizeof(uint8_t *));
+    if (!*bytes || tok_buf_reserve(&all, 1)) goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        (*bytes)[i] = (const uint8_t *)all.p + off[i];
+        (*lens)[i] = off[i + 1] - off[i];
+    }
+    *blob = (uint8_t *)all.p;
+    free(off);
+    tok_buf_free(&one);
+    tok_dec_work_free(&w);
+    return CAIRN_OK;
+nomem:
+    free(off);
+    free(*lens);
+    free((void *)*bytes);
+    *lens = NULL;
+    *bytes = NULL;
+    tok_buf_free(&all);
+    tok_buf_free(&one);
+    tok_dec_work_free(&w);
+    return cairn_err_set(err, CAIRN_ERR_NOMEM, "tokenizer: out of memory for the token byte strings");
+}

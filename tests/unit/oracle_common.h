@@ -5,6 +5,7 @@
 #ifndef CAIRN_TEST_ORACLE_COMMON_H
 #define CAIRN_TEST_ORACLE_COMMON_H
 #include "testlib.h"
+#include "test_backend.h"
 
 #include "model/check.h"
 #include "model/model.h"
@@ -32,7 +33,7 @@ static void oracle_check_model(const char *name, enum dtype kv, double tol, unsi
     snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
     struct cairn_err err = {0};
     struct model *m = NULL;
-    int rc = model_load(dir, &m, &err);
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
     if (rc != CAIRN_OK) return;
     const struct {

@@ -80,7 +80,7 @@ static void test_chat(void)
     CHECK_NEAR(r.sampling.temperature, 1.0, 1e-6);
     CHECK_EQ_INT(r.n, 1);
     CHECK(!r.stream && !r.tools && !r.sampling.has_seed);
-    CHECK(r.warning[0] == 0);
+    CHECK(r.grammar_kind == API_GRAMMAR_NONE && r.grammar == NULL);
     api_req_free(&r);
 
     /* tool_choice none drops tools; a named function keeps only it */
@@ -90,16 +90,28 @@ static void test_chat(void)
     CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", &r, &e) == 0);
     CHECK(r.tools && json_array_size(r.tools) == 1);
     CHECK(r.tool_required);
-    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "content")),
-                 "You must answer by calling the provided tool.");
+    /* the call is forced by a grammar, not asked for in the prompt */
+    CHECK(r.grammar_kind == API_GRAMMAR_TOOLS && r.grammar != NULL);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "role")), "user");
     api_req_free(&r);
 
-    /* response_format becomes an instruction and a warning */
+    /* response_format compiles to a grammar; the prompt is untouched */
     CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":{\"type\":\"object\"}}}}", &r, &e) == 0);
-    CHECK(r.warning[0] != 0);
-    const char *sys = json_string_value(json_object_get(json_array_get(r.messages, 0), "content"));
-    CHECK(sys && strstr(sys, "{\"type\":\"object\"}") != NULL);
-    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "role")), "system");
+    CHECK(r.grammar_kind == API_GRAMMAR_SCHEMA && r.grammar != NULL);
+    CHECK_EQ_INT(json_array_size(r.messages), 1);
+    api_req_free(&r);
+    /* unsupported schema keywords, bad regexes and two constraints at once are 400s naming them */
+    CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"string\",\"contentMediaType\":\"x\"}}}}", &r, &e) < 0);
+    CHECK_EQ_STR(e.param, "response_format");
+    CHECK(e.status == 400 && strstr(e.message, "contentMediaType"));
+    CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"cairn\":{\"regex\":\"(?=a)\"}}", &r, &e) < 0);
+    CHECK_EQ_STR(e.param, "cairn.regex");
+    CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"},\"cairn\":{\"regex\":\"a\"}}", &r, &e) < 0);
+    CHECK_EQ_STR(e.param, "cairn.regex");
+    CHECK(parse(API_KIND_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{}}}}],\"tool_choice\":\"required\"}", &r, &e) < 0);
+    CHECK(!strcmp(e.param, "tools") && strstr(e.message, "patternProperties"));
+    CHECK(parse(API_KIND_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"x\",\"cairn\":{\"grammar\":\"root ::= [a-z]+\"}}", &r, &e) == 0);
+    CHECK(r.grammar_kind == API_GRAMMAR_GBNF && r.grammar != NULL);
     api_req_free(&r);
 
     expect_err(API_KIND_CHAT, "{\"model\":\"m\"", "");
@@ -191,8 +203,9 @@ static void test_messages(void)
     CHECK(r.stream && r.thinking == 1);
     CHECK(json_is_true(json_object_get(r.kwargs, "enable_thinking")));
     char *m = dump(r.messages);
-    /* tool_choice any: asked for in the system prompt */
-    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"sys\\n\\nYou must answer by calling the provided tool.\"},{\"role\":\"user\",\"content\":\"weather?\"},"
+    /* tool_choice any: forced by a grammar, the system prompt untouched */
+    CHECK(r.grammar_kind == API_GRAMMAR_TOOLS && r.grammar != NULL);
+    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"sys\"},{\"role\":\"user\",\"content\":\"weather?\"},"
                     "{\"role\":\"assistant\",\"content\":\"checking\",\"reasoning_content\":\"hmm\",\"tool_calls\":[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":{\"c\":\"P\"}}}]},"
                     "{\"role\":\"tool\",\"content\":\"sunny\",\"tool_call_id\":\"t1\"},{\"role\":\"user\",\"content\":\"thanks\"}]");
     free(m);
@@ -203,7 +216,7 @@ static void test_messages(void)
     CHECK(parse(API_KIND_COUNT_TOKENS, "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, &e) == 0);
     api_req_free(&r);
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens");
-    expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages.0");
+    expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.0");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}", "messages.0.content");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1.5}", "temperature");
     expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"system\":5}", "system");
@@ -232,13 +245,13 @@ static void test_responses(void)
         "\"text\":{\"format\":{\"type\":\"json_object\"}}}";
     CHECK(parse(API_KIND_RESPONSES, body, &r, &e) == 0);
     m = dump(r.messages);
-    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"Respond only with a valid JSON object.\"},{\"role\":\"user\",\"content\":\"w?\"},"
+    CHECK_EQ_STR(m, "[{\"role\":\"user\",\"content\":\"w?\"},"
                     "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":{}}},"
                     "{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"v\",\"arguments\":{\"q\":1}}}]},"
                     "{\"role\":\"tool\",\"content\":\"sun\",\"tool_call_id\":\"c1\"}]");
     free(m);
     CHECK(r.tools && json_array_size(r.tools) == 1);
-    CHECK(r.warning[0] != 0);
+    CHECK(r.grammar_kind == API_GRAMMAR_SCHEMA && r.grammar != NULL);
     api_req_free(&r);
     expect_err(API_KIND_RESPONSES, "{\"model\":\"m\"}", "input");
     expect_err(API_KIND_RESPONSES, "{\"model\":\"m\",\"input\":5}", "input");
@@ -248,11 +261,83 @@ static void test_responses(void)
     expect_err(API_KIND_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"instructions\":3}", "instructions");
 }
 
+/* What Claude Code sends, field by field: accepted, and each does what it should. */
+static void test_messages_claude_code(void)
+{
+    struct api_req r;
+    struct api_req_err e;
+#define CC_BASE "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+    static const struct {
+        const char *extra;
+        int thinking; /* kwargs.enable_thinking: 1 true, 0 false, -1 absent */
+    } fields[] = {
+        {",\"thinking\":{\"type\":\"adaptive\"}", 1},
+        {",\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048}", 1},
+        {",\"thinking\":{\"type\":\"disabled\"}", 0},
+        {",\"context_management\":{\"edits\":[{\"type\":\"clear_tool_uses_20250919\",\"trigger\":{\"type\":\"input_tokens\",\"value\":30000}}]}", -1},
+        {",\"output_config\":{\"effort\":\"high\"}", -1},
+        {",\"metadata\":{\"user_id\":\"user_abc\"}", -1},
+        {",\"betas\":[\"interleaved-thinking-2025-05-14\"]", -1},
+        {",\"system\":[{\"type\":\"text\",\"text\":\"S\",\"cache_control\":{\"type\":\"ephemeral\"}}]", -1},
+        {",\"tools\":[{\"name\":\"Read\",\"input_schema\":{\"type\":\"object\"},\"cache_control\":{\"type\":\"ephemeral\"}},"
+         "{\"type\":\"web_search_20250305\",\"name\":\"web_search\",\"max_uses\":5}]", -1},
+    };
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(fields); i++) {
+        char body[1024];
+        snprintf(body, sizeof(body), CC_BASE "%s}", fields[i].extra);
+        int rc = parse(API_KIND_MESSAGES, body, &r, &e);
+        CHECK_MSG(rc == 0, "refused %s: %s", fields[i].extra, e.message);
+        if (rc) continue;
+        json_t *th = json_object_get(r.kwargs, "enable_thinking");
+        if (fields[i].thinking < 0) CHECK_MSG(th == NULL, "%s set enable_thinking", fields[i].extra);
+        else CHECK_MSG(th && json_is_true(th) == fields[i].thinking, "%s: enable_thinking", fields[i].extra);
+        api_req_free(&r);
+    }
+    /* tools: the server tool (no input_schema) is left out, Read kept */
+    CHECK(parse(API_KIND_MESSAGES, CC_BASE ",\"tools\":[{\"name\":\"Read\",\"input_schema\":{}},{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}]}", &r, &e) == 0);
+    CHECK_EQ_INT((int)json_array_size(r.tools), 1);
+    api_req_free(&r);
+
+    /* a system turn inside messages: kept in place, as a system message */
+    const char *mid = "{\"model\":\"c\",\"max_tokens\":10,\"system\":\"S\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                      "{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"R1\"}]},{\"role\":\"assistant\",\"content\":\"b\"},"
+                      "{\"role\":\"system\",\"content\":\"R2\"},{\"role\":\"user\",\"content\":\"c\"}]}";
+    CHECK(parse(API_KIND_MESSAGES, mid, &r, &e) == 0);
+    char *m = dump(r.messages);
+    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"a\"},"
+                    "{\"role\":\"system\",\"content\":\"R1\"},{\"role\":\"assistant\",\"content\":\"b\"},"
+                    "{\"role\":\"system\",\"content\":\"R2\"},{\"role\":\"user\",\"content\":\"c\"}]");
+    free(m);
+    /* ... and merged into the leading one for a template that refuses it there */
+    CHECK_EQ_INT(api_req_merge_system(r.messages), 1);
+    m = dump(r.messages);
+    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"S\\n\\nR1\\n\\nR2\"},{\"role\":\"user\",\"content\":\"a\"},"
+                    "{\"role\":\"assistant\",\"content\":\"b\"},{\"role\":\"user\",\"content\":\"c\"}]");
+    free(m);
+    CHECK_EQ_INT(api_req_merge_system(r.messages), 0); /* nothing left to move */
+    api_req_free(&r);
+    /* no leading system prompt: one is made */
+    CHECK(parse(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                                   "{\"role\":\"system\",\"content\":\"R\"}]}", &r, &e) == 0);
+    CHECK_EQ_INT(api_req_merge_system(r.messages), 1);
+    m = dump(r.messages);
+    CHECK_EQ_STR(m, "[{\"role\":\"system\",\"content\":\"R\"},{\"role\":\"user\",\"content\":\"a\"}]");
+    free(m);
+    api_req_free(&r);
+    /* a system turn's content must be text */
+    expect_err(API_KIND_MESSAGES, "{\"model\":\"c\",\"max_tokens\":10,\"messages\":[{\"role\":\"system\",\"content\":5}]}", "messages.0.content");
+    /* a NUL escape: the message names it, not jansson's flag */
+    CHECK(parse(API_KIND_MESSAGES, CC_BASE ",\"system\":\"a\\u0000b\"}", &r, &e) == -1);
+    CHECK_MSG(strstr(e.message, "\\u0000 (a NUL character)") && !strstr(e.message, "JSON_ALLOW_NUL"), "%s", e.message);
+#undef CC_BASE
+}
+
 int main(void)
 {
     test_chat();
     test_completions();
     test_messages();
+    test_messages_claude_code();
     test_responses();
     return test_summary("test_api_request");
 }

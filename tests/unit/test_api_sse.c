@@ -239,7 +239,7 @@ static void test_anthropic(void)
     char buf[1024];
     snprintf(buf, sizeof(buf), "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"fake\","
                                "\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":%d,"
-                               "\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":0}}}", p);
+                               "\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":2,\"output_tokens\":0}}}", p - 2);
     an(&w, "message_start", buf);
     an(&w, "ping", "{\"type\":\"ping\"}");
     an(&w, "content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}");
@@ -261,10 +261,11 @@ static void test_anthropic(void)
                                  "\"tools\":[{\"name\":\"w\",\"input_schema\":{\"type\":\"object\"}}]}", &st);
     memset(&w, 0, sizeof(w));
     int pw = -1;
+    /* message_start's input count, which message_delta must repeat (checked below) */
     sscanf(strstr(got, "\"input_tokens\":") ? strstr(got, "\"input_tokens\":") : "", "\"input_tokens\":%d", &pw);
     snprintf(buf, sizeof(buf), "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"fake\","
                                "\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":%d,"
-                               "\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":0}}}", pw);
+                               "\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":2,\"output_tokens\":0}}}", pw);
     an(&w, "message_start", buf);
     an(&w, "ping", "{\"type\":\"ping\"}");
     an(&w, "content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}");
@@ -274,7 +275,7 @@ static void test_anthropic(void)
     an(&w, "content_block_delta", "{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"c\\\":\\\"P\\\"}\"}}");
     an(&w, "content_block_stop", "{\"type\":\"content_block_stop\",\"index\":1}");
     snprintf(buf, sizeof(buf), "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},"
-                               "\"usage\":{\"input_tokens\":%d,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":2,\"output_tokens\":%d}}", pw - 2,
+                               "\"usage\":{\"input_tokens\":%d,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":2,\"output_tokens\":%d}}", pw,
              (int)(strlen(WEATHER_REPLY) + 3) / 4);
     an(&w, "message_delta", buf);
     an(&w, "message_stop", "{\"type\":\"message_stop\"}");

@@ -79,7 +79,7 @@ static void weight_make(struct test_w *w, enum dtype dt, int64_t out, int64_t in
     if (pb) {
         w->packed = aligned_alloc(64, (pb + 63) / 64 * 64);
         cpu_pack(&w->t, w->packed);
-        w->t.packed = w->packed;
+        w->t.be_data = w->packed;
     }
 }
 
@@ -174,7 +174,7 @@ static void test_matmul_q16(void)
                     struct test_w w;
                     int64_t out = outs[(k + ng) % CAIRN_ARRAY_LEN(outs)];
                     weight_make(&w, DTYPE_Q, out, (int64_t)gss[g] * n_groups[ng], bits, gss[g]);
-                    CHECK_MSG(w.t.packed != NULL, "q%d g%d packed", bits, gss[g]);
+                    CHECK_MSG(w.t.be_data != NULL, "q%d g%d packed", bits, gss[g]);
                     CHECK_MSG(check_matmul_tol(&w, ns[k], "Q vnni", 2e-5) == 0, "vnni q%d g%d %lldx%lld n=%d",
                               bits, gss[g], (long long)out, (long long)gss[g] * n_groups[ng], ns[k]);
                     weight_free(&w);
@@ -330,9 +330,14 @@ static void test_attention(void)
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = cfg[c][3];
         enum dtype dt = cfg[c][4] ? DTYPE_BF16 : DTYPE_F32;
         int max_pos = 70, n_blocks = (max_pos + bs - 1) / bs + 3;
-        struct kv_pool kv;
-        struct cairn_err err = {0};
-        CHECK(kv_pool_init(&kv, 2, n_blocks, bs, nkv, hd, dt, &err) == CAIRN_OK);
+        /* Paged KV as the kernels see it: 2 layers of n_blocks blocks (tensor/backend.h). */
+        struct backend_kv_view kv = {.n_blocks = n_blocks, .n_layers = 2, .block_size = bs, .n_kv_heads = nkv,
+                                     .head_dim = hd, .dtype = dt};
+        kv.layer_block_bytes = (size_t)bs * (size_t)nkv * (size_t)hd * dtype_size(dt);
+        kv.block_bytes = 2 * kv.layer_block_bytes;
+        kv.k = calloc((size_t)n_blocks, kv.block_bytes);
+        kv.v = calloc((size_t)n_blocks, kv.block_bytes);
+        CHECK(kv.k && kv.v);
         int32_t table[64];
         for (int j = 0; j < n_blocks; j++) table[j] = (j * 5 + 2) % n_blocks; /* scattered */
         /* Fill positions [0, max_pos) of layer 1 through the table. */
@@ -341,9 +346,12 @@ static void test_attention(void)
         fill(k, max_pos * kvrow);
         fill(v, max_pos * kvrow);
         for (int64_t i = 0; i < max_pos * kvrow; i++) k[i] *= 3;
-        int32_t pos[80];
-        for (int p = 0; p < max_pos; p++) pos[p] = p;
-        cpu_kv_store(&kv, 1, table, pos, max_pos, k, v);
+        int32_t pos[80], slots[80];
+        for (int p = 0; p < max_pos; p++) {
+            pos[p] = p;
+            slots[p] = table[p / bs] * bs + p % bs; /* global slot through the table */
+        }
+        cpu_kv_store(&kv, 1, slots, max_pos, k, v);
         /* Cases: prefill from 0 (17 tokens), a chunk at 30 (3 tokens), one decode token at 69. */
         static const int cases[][2] = {{0, 17}, {30, 3}, {69, 1}};
         for (size_t q = 0; q < CAIRN_ARRAY_LEN(cases); q++) {
@@ -365,7 +373,8 @@ static void test_attention(void)
         }
         free(k);
         free(v);
-        kv_pool_free(&kv);
+        free(kv.k);
+        free(kv.v);
     }
 }
 

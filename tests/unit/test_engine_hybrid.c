@@ -3,7 +3,7 @@
  * from a recurrent-state snapshot. */
 #include "base/mem.h"
 #include "engine_oracle_util.h"
-#include "cpu/cpu.h"
+#include "test_backend.h"
 #include "model/model.h"
 
 /* Hybrid models (recurrent state + attention): oracle greedy alone and batched, and a prefix hit
@@ -20,7 +20,7 @@ static void run_hybrid(const char *name)
     uint64_t state_mem0 = cairn_mem_used(CAIRN_MEM_STATE);
     struct model *m = NULL;
     struct cairn_err err = {0};
-    int rc = model_load(dir, &m, &err);
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
     if (rc) return;
     CHECK(model_get_info(m)->state_bytes > 0);
@@ -81,8 +81,7 @@ static void run_hybrid(const char *name)
 int main(void)
 {
     /* the real kernels (SIMD, thread pool), as the server runs them */
-    struct cairn_err err = {0};
-    CHECK_MSG(cpu_init(0, &err) == CAIRN_OK, "%s", err.msg);
+    CHECK(test_cpu_be() != NULL);
     run_hybrid("qwen3_5-tiny");
     return test_summary("test_engine_hybrid");
 }

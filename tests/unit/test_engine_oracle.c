@@ -13,9 +13,9 @@
 #include "engine/engine.h"
 #include "engine_oracle_util.h"
 #include "engine_testutil.h"
-#include "cpu/cpu.h"
 #include "model/model.h"
 #include "testlib.h"
+#include "test_backend.h"
 
 static void run_model(const char *name, int full)
 {
@@ -27,7 +27,7 @@ static void run_model(const char *name, int full)
     CHECK_MSG(oracle_read(exp, &o), "%s: cannot read %s", name, exp);
     struct model *m = NULL;
     struct cairn_err err = {0};
-    int rc = model_load(dir, &m, &err);
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
     if (rc) return;
     const struct model_info *info = model_get_info(m);
@@ -184,8 +184,7 @@ static void run_model(const char *name, int full)
 int main(void)
 {
     /* the real kernels (SIMD, thread pool), as the server runs them */
-    struct cairn_err err = {0};
-    CHECK_MSG(cpu_init(0, &err) == CAIRN_OK, "%s", err.msg);
+    CHECK(test_cpu_be() != NULL);
     run_model("qwen3-tiny", 1);
     run_model("llama-tiny", 0);
     return test_summary("test_engine_oracle");

@@ -11,6 +11,7 @@
 
 #include "base/hash.h"
 #include "engine/engine.h"
+#include "kv/kv_pool.h"
 #include "engine_testutil.h"
 #include "testlib.h"
 
@@ -159,7 +160,7 @@ static struct engine *make_engine(struct fake *f, int block_size, int n_blocks, 
     o.max_batch_tokens = batch;
     o.max_running = running;
     o.detok = (struct engine_detok){NULL, detok_new, detok_feed, detok_flush, detok_free};
-    struct engine_model_ops ops = {f, fake_info, NULL, fake_forward, f->info.state_bytes ? fake_state_init : NULL};
+    struct engine_model_ops ops = {f, fake_info, NULL, fake_forward, f->info.state_bytes ? fake_state_init : NULL, NULL};
     struct engine *e = NULL;
     struct cairn_err err = {0};
     int rc = engine_create_ops(&ops, &o, &e, &err);
@@ -409,6 +410,48 @@ static void test_cancel(void)
     }
 }
 
+/* A client gone during a long prefill: the sequence is dropped at the next step boundary, even
+ * mid-prefill, so at most the chunk in flight is computed (issue 16: four 20K-token prompts kept
+ * the server busy 3.5 s after their clients left). */
+static void test_cancel_mid_prefill(void)
+{
+    struct fake f;
+    fake_init(&f, 0);
+    int chunk = 32, n_prompt = 480; /* 15 prefill chunks */
+    struct engine *e = make_engine(&f, 8, 128, chunk, 4);
+    int32_t p[480];
+    make_prompt(p, n_prompt, 7);
+    struct collect a;
+    struct engine_request r = collect_request(&a, p, n_prompt, 4);
+    uint64_t id = 0;
+    fake_gate(&f, 1);
+    CHECK(engine_submit(e, &r, &id, NULL) == CAIRN_OK);
+    fake_wait_entered(&f, 1); /* chunk 1 of 15 is in the forward */
+    engine_cancel(e, id);
+    fake_gate(&f, 0);
+    CHECK(collect_wait(&a, 1));
+    collect_wait_idle(e, 1);
+    CHECK_EQ_INT(a.finish, ENGINE_FINISH_CANCELLED);
+    CHECK_EQ_INT(a.n_tokens, 0);
+    CHECK_MSG(atomic_load(&f.n_forward) == 1, "%d forwards ran for a request cancelled during its first chunk",
+              atomic_load(&f.n_forward));
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    CHECK_EQ_INT(st.n_running, 0);
+    CHECK_EQ_INT(st.n_blocks_used, 0);
+    /* the engine goes on: the same prompt again runs to the end (reusing the cancelled
+     * sequence's published chunk) */
+    struct collect b;
+    r = collect_request(&b, p, n_prompt, 4);
+    CHECK(engine_submit(e, &r, NULL, NULL) == CAIRN_OK);
+    CHECK(collect_wait(&b, 1));
+    CHECK_EQ_INT(b.finish, ENGINE_FINISH_LENGTH);
+    CHECK_EQ_INT(b.n_tokens, 4);
+    CHECK_EQ_INT(b.tokens[0], fake_ref_next(p, n_prompt));
+    CHECK_EQ_INT(atomic_load(&f.n_errors), 0);
+    engine_destroy(e);
+}
+
 static void test_seeded_batch_independent(void)
 {
     struct fake f;
@@ -570,7 +613,7 @@ static void test_submit_errors(void)
     o.kv_bytes = 1 << 20;
     o.max_running = 1;
     o.max_waiting = 2;
-    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, NULL};
+    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, NULL, NULL};
     CHECK(engine_create_ops(&ops, &o, &e, &err) == CAIRN_OK);
     fake_gate(&f, 1);
     struct collect cs[4];
@@ -713,7 +756,7 @@ static void test_tiers(size_t state_bytes)
     o.kv_bytes = 64ull * 2 * 2 * 8 * 2 * sizeof(float); /* 64 blocks */
     o.max_batch_tokens = 64;
     o.tiers = (struct kv_tier_ops){&t, ram_on_evict, ram_on_publish, ram_lookup};
-    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, state_bytes ? fake_state_init : NULL};
+    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, state_bytes ? fake_state_init : NULL, NULL};
     struct engine *e = NULL;
     CHECK(engine_create_ops(&ops, &o, &e, NULL) == CAIRN_OK);
     static int32_t p[60];
@@ -783,6 +826,7 @@ int main(void)
     test_shared_prompt_once();
     test_preemption();
     test_cancel();
+    test_cancel_mid_prefill();
     test_seeded_batch_independent();
     test_stops();
     test_submit_errors();

@@ -6,6 +6,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "testlib.h"
+#include "test_backend.h"
 
 #define N_PREFIX 40
 #define N_DECODE 12
@@ -23,7 +24,7 @@ static void run(void *state, const int32_t *tokens, int n, int pos0, int chunk, 
         struct model_seq s = {.tokens = tokens + i, .n_tokens = len, .pos0 = pos0 + i, .block_table = table,
                               .state = state, .n_logits = out ? len : 0, .logits = out ? out + (size_t)i * V : NULL};
         struct cairn_err err;
-        int rc = model_forward(m, &kv, &s, 1, &err);
+        int rc = model_forward(m, kv_pool_view(&kv), &s, 1, &err);
         CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
     }
 }
@@ -34,11 +35,11 @@ int main(void)
     test_src_path("tests/data/oracle/models/qwen3_5-tiny", dir, sizeof(dir));
     snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
     struct cairn_err err;
-    CHECK(model_load(dir, &m, &err) == CAIRN_OK);
+    CHECK(model_load(dir, test_cpu_be(), &m, &err) == CAIRN_OK);
     const struct model_info *info = model_get_info(m);
     CHECK(info->state_bytes > 0);
     CHECK(model_reserve(m, 64, &err) == CAIRN_OK);
-    CHECK(kv_pool_init(&kv, info->n_kv_layers, 64, 16, info->n_kv_heads, info->head_dim, DTYPE_F32, &err) == CAIRN_OK);
+    CHECK(kv_pool_init(&kv, test_cpu_be(), info->n_kv_layers, 64, 16, info->n_kv_heads, info->head_dim, DTYPE_F32, &err) == CAIRN_OK);
     for (int i = 0; i < 64; i++) table[i] = 63 - i;
 
     /* Real token ids from the oracle's long case. */

@@ -75,7 +75,7 @@ static void setup(struct kv_pool *p, struct kv_cache *c, struct fake_tier *t, si
     struct cairn_err err = {0};
     uint8_t ident[32];
     cairn_sha256("test-model", 10, ident);
-    CHECK(kv_pool_init(p, 1, NB, BS, 1, 2, DTYPE_F32, &err) == CAIRN_OK);
+    CHECK(kv_pool_init(p, NULL, 1, NB, BS, 1, 2, DTYPE_F32, &err) == CAIRN_OK);
     struct kv_tier_ops ops = {t, fake_on_evict, fake_on_publish, fake_lookup};
     CHECK(kv_cache_init(c, p, ident, state_bytes, t ? &ops : NULL, &err) == CAIRN_OK);
 }

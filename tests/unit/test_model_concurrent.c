@@ -1,15 +1,17 @@
-/* Loaded models share the cpu room's one compute pool: two models stepping on two threads (as
- * two schedulers do) while a third model is loaded (which packs its q4/q8 weights on the pool)
- * must each still match the oracle logits, as they do alone. Without the pool's lock
- * (cpu_lock, taken per forward step and by cpu_pack) their rounds and prepared activations
- * mix and the logits are wrong or the run crashes. */
+/* Loaded models share one CPU backend and its one compute pool: two models stepping on two
+ * threads (as two schedulers do) while a third model is loaded (which packs its q4/q8 weights on
+ * the pool) must each still match the oracle logits, as they do alone. Without the pool's lock
+ * (cpu_lock, taken by the backend's step_begin/step_end and by cpu_pack) their rounds and
+ * prepared activations mix and the logits are wrong or the run crashes. */
 #include <pthread.h>
 
-#include "cpu/cpu.h"
+#include "tensor/backend.h"
 #include "testlib.h"
 
 #include "model/check.h"
 #include "model/model.h"
+
+static struct backend *conc_be; /* opened by main before the threads start */
 
 struct job {
     const char *name;
@@ -33,7 +35,7 @@ static void *run_checks(void *arg)
     snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
     struct cairn_err err = {0};
     struct model *m = NULL;
-    if (model_load(dir, &m, &err) != CAIRN_OK) {
+    if (model_load(dir, conc_be, &m, &err) != CAIRN_OK) {
         j->failed = -1;
         return NULL;
     }
@@ -55,7 +57,8 @@ static void *run_checks(void *arg)
 int main(void)
 {
     struct cairn_err err = {0};
-    CHECK(cpu_init(2, &err) == CAIRN_OK);
+    CHECK_MSG(backend_open("cpu", 2, &conc_be, &err) == CAIRN_OK, "%s", err.msg);
+    if (!conc_be) return test_summary("test_model_concurrent");
     struct job jobs[] = {
         {.name = "qwen3-tiny-mlx-q4-g64", .rounds = 3},
         {.name = "llama-tiny-mlx-q8-g64", .rounds = 3},
@@ -69,6 +72,6 @@ int main(void)
                   jobs[i].max_abs);
         printf("%-26s concurrent: max|dlogit| %.3e\n", jobs[i].name, jobs[i].max_abs);
     }
-    cpu_shutdown();
+    backend_close(conc_be);
     return test_summary("test_model_concurrent");
 }

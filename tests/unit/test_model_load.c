@@ -2,6 +2,7 @@
  * forms, eos, text_config, quantization overrides, hybrid/MoE configs), MLX bits derived from
  * packed shapes, identity, synth-model round trip, model_forward argument checks. */
 #include "testlib.h"
+#include "test_backend.h"
 
 #include <math.h>
 
@@ -120,7 +121,7 @@ static void expect_load_fail(const char *dir, int status, const char *n1, const 
 {
     struct model *m = NULL;
     struct cairn_err err = {0};
-    int rc = model_load(dir, &m, &err);
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == status, "%s: rc %d (%s), wanted %d", dir, rc, err.msg, status);
     const char *needles[3] = {n1, n2, n3};
     for (int i = 0; i < 3; i++)
@@ -195,7 +196,7 @@ static void test_load_errors(void)
         char dir[512];
         struct model *m = NULL;
         struct cairn_err err = {0};
-        CHECK_MSG(model_load(oracle_dir(fams[i], dir, sizeof(dir)), &m, &err) == CAIRN_OK, "%s: %s",
+        CHECK_MSG(model_load(oracle_dir(fams[i], dir, sizeof(dir)), test_cpu_be(), &m, &err) == CAIRN_OK, "%s: %s",
                   fams[i], err.msg);
         if (!m) continue;
         CHECK_EQ_INT(model_get_info(m)->n_kv_layers, kv_layers[i]);
@@ -413,7 +414,7 @@ static void test_derived_bits(void)
              oracle_dir("llama-tiny-mlx-q4-g64", src, sizeof(src)));
     struct model *m = NULL;
     struct cairn_err err = {0};
-    CHECK_EQ_INT(model_load(d, &m, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_load(d, test_cpu_be(), &m, &err), CAIRN_OK);
     if (!m) return;
     struct model_check_opts o = {.tol = 2e-3,
                                  .kv_dtype = DTYPE_F32,
@@ -478,7 +479,7 @@ static void test_weight_dtypes(void)
         convert_weights(d, v[i].dt);
         struct model *m = NULL;
         struct cairn_err err = {0};
-        CHECK_EQ_INT(model_load(d, &m, &err), CAIRN_OK);
+        CHECK_EQ_INT(model_load(d, test_cpu_be(), &m, &err), CAIRN_OK);
         if (!m) continue;
         struct model_check_opts o = {.tol = v[i].tol,
                                      .kv_dtype = DTYPE_F32,
@@ -499,9 +500,9 @@ static void test_identity(void)
     char d1[512], d2[512];
     struct model *a = NULL, *b = NULL, *c = NULL;
     struct cairn_err err = {0};
-    CHECK_EQ_INT(model_load(oracle_dir("llama-tiny", d1, sizeof(d1)), &a, &err), CAIRN_OK);
-    CHECK_EQ_INT(model_load(d1, &b, &err), CAIRN_OK);
-    CHECK_EQ_INT(model_load(oracle_dir("llama-tiny-mlx-q8-g64", d2, sizeof(d2)), &c, &err),
+    CHECK_EQ_INT(model_load(oracle_dir("llama-tiny", d1, sizeof(d1)), test_cpu_be(), &a, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_load(d1, test_cpu_be(), &b, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_load(oracle_dir("llama-tiny-mlx-q8-g64", d2, sizeof(d2)), test_cpu_be(), &c, &err),
                  CAIRN_OK);
     if (!a || !b || !c) return;
     CHECK(memcmp(model_get_info(a)->identity, model_get_info(b)->identity, 32) == 0);
@@ -529,7 +530,7 @@ static int run_steps(struct model *m, float *out)
     const struct model_info *in = model_get_info(m);
     struct kv_pool kv;
     struct cairn_err err = {0};
-    if (kv_pool_init(&kv, in->n_kv_layers, 4, 16, in->n_kv_heads, in->head_dim, DTYPE_F32, &err) !=
+    if (kv_pool_init(&kv, test_cpu_be(), in->n_kv_layers, 4, 16, in->n_kv_heads, in->head_dim, DTYPE_F32, &err) !=
         CAIRN_OK)
         return -1;
     int32_t table[4] = {3, 1, 2, 0}, toks[5] = {1, 5, 9, 200, 7};
@@ -540,7 +541,7 @@ static int run_steps(struct model *m, float *out)
                           .block_table = table,
                           .n_logits = 1,
                           .logits = out};
-    if (rc == CAIRN_OK) rc = model_forward(m, &kv, &s, 1, &err);
+    if (rc == CAIRN_OK) rc = model_forward(m, kv_pool_view(&kv), &s, 1, &err);
     kv_pool_free(&kv);
     return rc;
 }
@@ -581,7 +582,7 @@ static void test_synth_roundtrip(void)
         CHECK(cairn_file_exists(tpath));
         struct model *m = NULL;
         logits[i] = calloc(1024, sizeof(float));
-        CHECK_MSG(model_load(out, &m, &err) == CAIRN_OK, "%s", err.msg);
+        CHECK_MSG(model_load(out, test_cpu_be(), &m, &err) == CAIRN_OK, "%s", err.msg);
         if (!m) continue;
         memcpy(ids[i], model_get_info(m)->identity, 32);
         CHECK_EQ_INT(run_steps(m, logits[i]), CAIRN_OK);
@@ -615,7 +616,7 @@ static void test_synth_roundtrip(void)
     struct model_synth_opts o = {.config_path = cfg, .out_dir = out, .seed = 1, .group_size = 64};
     CHECK_EQ_INT(model_synth(&o, &err), CAIRN_OK);
     struct model *m = NULL;
-    CHECK_EQ_INT(model_load(out, &m, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_load(out, test_cpu_be(), &m, &err), CAIRN_OK);
     if (m) CHECK(memcmp(ids[0], model_get_info(m)->identity, 32) == 0);
     model_free(m);
     /* Sharded like a real big checkpoint: same tensors, same identity, same logits. */
@@ -633,7 +634,7 @@ static void test_synth_roundtrip(void)
     if (dh) closedir(dh);
     CHECK_MSG(n_shards >= 4, "%d shards", n_shards); /* ~1.3 MB in 200 KB pieces */
     m = NULL;
-    CHECK_MSG(model_load(out, &m, &err) == CAIRN_OK, "%s", err.msg);
+    CHECK_MSG(model_load(out, test_cpu_be(), &m, &err) == CAIRN_OK, "%s", err.msg);
     if (m) {
         CHECK(memcmp(ids[0], model_get_info(m)->identity, 32) == 0);
         float *l = calloc(1024, sizeof(float));
@@ -677,42 +678,42 @@ static void test_forward_args(void)
     char d[512];
     struct model *m = NULL;
     struct cairn_err err = {0};
-    CHECK_EQ_INT(model_load(oracle_dir("llama-tiny", d, sizeof(d)), &m, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_load(oracle_dir("llama-tiny", d, sizeof(d)), test_cpu_be(), &m, &err), CAIRN_OK);
     if (!m) return;
     struct kv_pool kv, bad;
-    CHECK_EQ_INT(kv_pool_init(&kv, 3, 2, 16, 2, 32, DTYPE_F32, &err), CAIRN_OK);
-    CHECK_EQ_INT(kv_pool_init(&bad, 2, 2, 16, 2, 32, DTYPE_F32, &err), CAIRN_OK);
+    CHECK_EQ_INT(kv_pool_init(&kv, test_cpu_be(), 3, 2, 16, 2, 32, DTYPE_F32, &err), CAIRN_OK);
+    CHECK_EQ_INT(kv_pool_init(&bad, test_cpu_be(), 2, 2, 16, 2, 32, DTYPE_F32, &err), CAIRN_OK);
     int32_t table[2] = {1, 0}, toks[4] = {1, 2, 3, 4}, badtok = 5000, badtable[2] = {0, 7};
     float logits[1024];
     struct model_seq s = {
         .tokens = toks, .n_tokens = 4, .block_table = table, .n_logits = 1, .logits = logits};
-    CHECK_EQ_INT(model_forward(m, &kv, &s, 1, &err), CAIRN_ERR_INVALID); /* no reserve */
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), &s, 1, &err), CAIRN_ERR_INVALID); /* no reserve */
     CHECK_EQ_INT(model_reserve(m, 3, &err), CAIRN_OK);
-    CHECK_EQ_INT(model_forward(m, &kv, &s, 1, &err), CAIRN_ERR_LIMIT);
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), &s, 1, &err), CAIRN_ERR_LIMIT);
     CHECK_EQ_INT(model_reserve(m, 4, &err), CAIRN_OK);
-    CHECK_EQ_INT(model_forward(m, &bad, &s, 1, &err), CAIRN_ERR_INVALID);
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&bad), &s, 1, &err), CAIRN_ERR_INVALID);
     CHECK(strstr(err.msg, "geometry") != NULL);
     struct model_seq sb = s;
     sb.tokens = &badtok;
     sb.n_tokens = 1;
-    CHECK_EQ_INT(model_forward(m, &kv, &sb, 1, &err), CAIRN_ERR_INVALID);
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), &sb, 1, &err), CAIRN_ERR_INVALID);
     CHECK(strstr(err.msg, "5000") != NULL);
     sb = s;
     sb.pos0 = 14;
     sb.block_table = badtable;
-    CHECK_EQ_INT(model_forward(m, &kv, &sb, 1, &err), CAIRN_ERR_INVALID);
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), &sb, 1, &err), CAIRN_ERR_INVALID);
     sb = s;
     sb.n_logits = 5;
-    CHECK_EQ_INT(model_forward(m, &kv, &sb, 1, &err), CAIRN_ERR_INVALID);
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), &sb, 1, &err), CAIRN_ERR_INVALID);
     logits[0] = NAN;
-    CHECK_EQ_INT(model_forward(m, &kv, &s, 1, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), &s, 1, &err), CAIRN_OK);
     CHECK(isfinite(logits[0]));
     /* Zero-token sequences and n_logits 0 are fine. */
     struct model_seq two[2] = {s, s};
     two[0].n_tokens = 0;
     two[0].n_logits = 0;
     two[1].n_logits = 0;
-    CHECK_EQ_INT(model_forward(m, &kv, two, 2, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), two, 2, &err), CAIRN_OK);
     kv_pool_free(&kv);
     kv_pool_free(&bad);
     model_free(m);

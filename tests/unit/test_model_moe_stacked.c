@@ -6,12 +6,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "cpu/cpu.h"
 #include "model/check.h"
 #include "model/model.h"
-#include "model/moe.h"
 #include "model/safetensors.h"
 #include "testlib.h"
+#include "test_backend.h"
 
 static int is_expert(const char *name, int *layer, int *e, char *proj)
 {
@@ -76,7 +75,7 @@ static void test_stacked_checkpoint(void)
     safetensors_close(&src);
 
     struct model *m = NULL;
-    int rc = model_load(tmp, &m, &err);
+    int rc = model_load(tmp, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
     if (rc == CAIRN_OK) {
         snprintf(path, sizeof(path), "%s/expected.safetensors", src_dir);
@@ -109,7 +108,7 @@ static void test_row_slice_quant(void)
     float a[IN], b[IN];
     for (int e = 0; e < E; e++) {
         struct tensor v;
-        moe_row_slice(&big, (int64_t)e * OUT, OUT, &v);
+        test_cpu_be()->ops->weight_slice_rows(test_cpu_be(), &big, (int64_t)e * OUT, OUT, &v);
         CHECK(v.shape[0] == OUT && v.shape[1] == IN);
         for (int r = 0; r < OUT; r++) {
             tensor_row_to_f32(&v, r, a);
@@ -119,13 +118,14 @@ static void test_row_slice_quant(void)
     }
 }
 
-/* A per-expert view of a stacked weight packed for the VNNI kernel (cpu_pack) reads its own rows
- * of the packed copy where the expert starts on a 16-row block, and falls back to the MLX
- * layout elsewhere; either way its matmul matches the unpacked view's to f32 tolerance. */
+/* A per-expert view (weight_slice_rows) of a stacked weight the CPU backend packed for its VNNI
+ * kernel (weight_prepare) reads its own rows of the packed copy where the expert starts on a
+ * 16-row block, and falls back to the MLX layout elsewhere; either way its matmul matches the
+ * unpacked view's to f32 tolerance. */
 static void test_row_slice_packed(void)
 {
     struct cairn_err err = {0};
-    CHECK(cpu_init(1, &err) == CAIRN_OK);
+    struct backend *be = test_cpu_be();
     static const int outs[] = {32, 24};
     for (size_t oi = 0; oi < CAIRN_ARRAY_LEN(outs); oi++) {
         enum { E = 3, IN = 128, GS = 64, BITS = 4 };
@@ -143,32 +143,30 @@ static void test_row_slice_packed(void)
         }
         struct tensor big = {.dtype = DTYPE_Q, .n_dims = 2, .shape = {(int64_t)E * out, IN}, .data = words,
                              .scales = sc, .biases = bi, .bits = BITS, .group_size = GS};
-        size_t pb = cpu_pack_bytes(&big);
-        void *packed = pb ? aligned_alloc(64, (pb + 63) / 64 * 64) : NULL;
-        if (packed) {
-            cpu_pack(&big, packed);
-            big.packed = packed;
-        }
+        size_t extra = 0;
+        CHECK(be->ops->weight_prepare(be, &big, 0, &extra, &err) == CAIRN_OK);
+        const void *packed = big.be_data;
         float x[2 * IN], y[2 * 32], yref[2 * 32];
         for (int i = 0; i < 2 * IN; i++) x[i] = (float)((i * 37) % 101 - 50) / 50.0f;
         for (int e = 0; e < E; e++) {
             struct tensor v;
-            moe_row_slice(&big, (int64_t)e * out, out, &v);
-            CHECK_MSG((v.packed != NULL) == (packed && (e * out) % 16 == 0), "out %d expert %d packed view", out, e);
-            cpu_matmul(&v, x, y, 2);
-            v.packed = NULL;
-            cpu_matmul(&v, x, yref, 2);
+            be->ops->weight_slice_rows(be, &big, (int64_t)e * out, out, &v);
+            CHECK_MSG((v.be_data != NULL) == (packed && (e * out) % 16 == 0), "out %d expert %d packed view", out, e);
+            CHECK(be->ops->step_begin(be, &err) == CAIRN_OK);
+            be->ops->matmul(be, &v, x, y, 2);
+            v.be_data = NULL;
+            be->ops->matmul(be, &v, x, yref, 2);
+            CHECK(be->ops->step_end(be, &err) == CAIRN_OK);
             for (int i = 0; i < 2 * out; i++)
                 CHECK_MSG(fabsf(y[i] - yref[i]) <= 1e-4f * (1.0f + fabsf(yref[i])), "out %d expert %d y[%d] %g vs %g",
                           out, e, i, y[i], yref[i]);
         }
         printf("row slices of %d rows: %s\n", out, packed ? "packed" : "not packed (no AVX-512 VNNI)");
-        free(packed);
+        be->ops->weight_release(be, &big);
         free(words);
         free(sc);
         free(bi);
     }
-    cpu_shutdown();
 }
 
 int main(void)

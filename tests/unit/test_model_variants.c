@@ -6,6 +6,7 @@
  *   equal the plain model with o_proj scaled by 0.5;
  * - flat f32 weight specs (conv1d kernels of the DeltaNet layers). */
 #include "testlib.h"
+#include "test_backend.h"
 
 #include "kv/kv_pool.h"
 #include "model/model_int.h"
@@ -21,14 +22,14 @@ static void forward_logits(struct model *m, float *out)
     struct kv_pool kv;
     struct cairn_err err = {0};
     CHECK_EQ_INT(
-        kv_pool_init(&kv, in->n_kv_layers, 4, 8, in->n_kv_heads, in->head_dim, DTYPE_F32, &err),
+        kv_pool_init(&kv, test_cpu_be(), in->n_kv_layers, 4, 8, in->n_kv_heads, in->head_dim, DTYPE_F32, &err),
         CAIRN_OK);
     int32_t table[4] = {2, 0, 3, 1}, toks[12] = {3, 17, 99, 512, 1000, 7, 8, 9, 44, 300, 2, 1};
     CHECK_EQ_INT(model_reserve(m, 12, &err), CAIRN_OK);
     /* 10-token prefill then 2 decodes: 3 logit rows in all. */
     struct model_seq s = {
         .tokens = toks, .n_tokens = 10, .block_table = table, .n_logits = 1, .logits = out};
-    CHECK_EQ_INT(model_forward(m, &kv, &s, 1, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), &s, 1, &err), CAIRN_OK);
     for (int i = 10; i < 12; i++) {
         struct model_seq d = {.tokens = toks + i,
                               .n_tokens = 1,
@@ -36,7 +37,7 @@ static void forward_logits(struct model *m, float *out)
                               .block_table = table,
                               .n_logits = 1,
                               .logits = out + (size_t)(i - 9) * (size_t)in->vocab_size};
-        CHECK_EQ_INT(model_forward(m, &kv, &d, 1, &err), CAIRN_OK);
+        CHECK_EQ_INT(model_forward(m, kv_pool_view(&kv), &d, 1, &err), CAIRN_OK);
     }
     kv_pool_free(&kv);
 }
@@ -91,7 +92,7 @@ int main(void)
     char dir[512];
     struct cairn_err err = {0};
     struct model *ref = NULL, *m = NULL;
-    CHECK_EQ_INT(model_load(qwen3_dir(dir, sizeof(dir)), &ref, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_load(qwen3_dir(dir, sizeof(dir)), test_cpu_be(), &ref, &err), CAIRN_OK);
     if (!ref) return test_summary("test_model_variants");
     size_t V = (size_t)model_get_info(ref)->vocab_size;
     float *a = calloc(3 * V, sizeof(float)), *b = calloc(3 * V, sizeof(float));
@@ -99,7 +100,7 @@ int main(void)
     test_flat_spec(ref);
 
     /* zero-centred norms */
-    CHECK_EQ_INT(model_load(dir, &m, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_load(dir, test_cpu_be(), &m, &err), CAIRN_OK);
     int hid = m->cfg.hidden_size, hd = m->cfg.head_dim;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         struct model_layer *L = &m->layers[l];
@@ -116,7 +117,7 @@ int main(void)
     model_free(m);
 
     /* gated attention on every layer */
-    CHECK_EQ_INT(model_load(dir, &m, &err), CAIRN_OK);
+    CHECK_EQ_INT(model_load(dir, test_cpu_be(), &m, &err), CAIRN_OK);
     int nh = m->cfg.n_heads;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         struct model_layer *L = &m->layers[l];

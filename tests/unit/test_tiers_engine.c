@@ -18,6 +18,7 @@
 #include "kv/tiers.h"
 #include "model/model.h"
 #include "testlib.h"
+#include "tensor/backend.h"
 #include "tier_testutil.h"
 
 #define BLOCK 16
@@ -37,7 +38,10 @@ static void sig_from_model(const struct model_info *mi, struct kv_tier_signature
     memcpy(s->identity, mi->identity, 32);
 }
 
+/* Each process opens its own CPU backend (one thread: a forked child has no pool threads) and
+ * closes it before the next fork. */
 struct run {
+    struct backend *be;
     struct model *m;
     struct kv_tiers *tiers;
     struct engine *e;
@@ -47,7 +51,7 @@ static int run_open(struct run *r, const char *model_dir, const char *ssd, int w
 {
     memset(r, 0, sizeof(*r));
     struct cairn_err err = {0};
-    if (model_load(model_dir, &r->m, &err) != CAIRN_OK) {
+    if (backend_open("cpu", 1, &r->be, &err) != CAIRN_OK || model_load(model_dir, r->be, &r->m, &err) != CAIRN_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
@@ -103,6 +107,7 @@ static void first_process(const char *model_dir, const char *ssd, int write_thro
     engine_destroy(r.e);
     kv_tiers_close(r.tiers); /* hot dirty blocks -> SSD */
     model_free(r.m);
+    backend_close(r.be);
     _exit(0);
 }
 
@@ -168,6 +173,7 @@ static void check_restart(const char *name, int write_through, int max_prompt)
     engine_destroy(r.e);
     kv_tiers_close(r.tiers);
     model_free(r.m);
+    backend_close(r.be);
     tt_rm_rf(ssd);
 }
 

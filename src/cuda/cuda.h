@@ -1,0 +1,41 @@
+/* The CUDA backend: one NVIDIA GPU behind the op table of tensor/backend.h.
+ *
+ * Built only when CMake finds the CUDA toolkit (CAIRN_HAVE_CUDA is then defined for the core
+ * library). The runtime is linked statically, so a binary built with CUDA starts on a machine
+ * with no driver or no GPU: cuda_backend_open then fails with CAIRN_ERR_UNSUPPORTED and says
+ * why, and the caller runs on the CPU. Nothing CUDA-specific is visible past this header.
+ *
+ * Environment (read at open):
+ *   CAIRN_CUDA_MEM_LIMIT=SIZE  device bytes cairn may hold (e.g. "40G"); beyond it buf_alloc and
+ *                              weight_prepare fail with CAIRN_ERR_NOMEM (default: no limit
+ *                              other than the device's own memory)
+ *   CAIRN_CUDA_GEMV_MAX_ROWS=N matmuls of up to N rows (1..8, default 8) take the GEMV kernel,
+ *                              larger ones cuBLASLt; 0 sends every matmul to cuBLASLt
+ *   CAIRN_CUDA_ATTN=auto|split|tiled  attention kernel: auto (default) takes the tiled prefill
+ *                              kernel for steps of >= 8 rows per sequence, split-K otherwise;
+ *                              split or tiled force one (tiled still needs head_dim <= 128)
+ *   CAIRN_CUDA_SYNC=1          wait for the GPU after every kernel launch, so that a fault is
+ *                              reported with the launch that caused it (debugging; slow) */
+#ifndef CAIRN_CUDA_CUDA_H
+#define CAIRN_CUDA_CUDA_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+#include "tensor/backend.h"
+
+/* Opens GPU `device` (0-based) as a backend (name "cuda:N"). Fails with CAIRN_ERR_UNSUPPORTED
+ * when there is no driver, no such device or the device is older than sm_90's PTX can run on;
+ * CAIRN_ERR_NOMEM when its stream, handles or workspaces cannot be allocated. The caller frees
+ * the backend with be->ops->destroy (backend_close). */
+int cuda_backend_open(int device, struct backend **out, struct cairn_err *err);
+
+/* Number of usable GPUs (0 when there is no driver or no device; never fails). */
+int cuda_device_count(void);
+
+/* Device-to-device copy bandwidth of GPU `device` in GB/s (bytes read + bytes written per
+ * second, as STREAM's copy counts them), best of several copies of `bytes`, for the decode
+ * roofline of `cairn bench --device cuda`. Allocates 2 x bytes of device memory for the run. */
+int cuda_probe_copy_bandwidth(int device, size_t bytes, double *gbs, struct cairn_err *err);
+
+#endif

@@ -1,0 +1,388 @@
+/* Paged causal attention over the block tables of one step (tensor/backend.h backend_attn).
+ *
+ * Shapes: q, out [n_tokens, n_heads, head_dim] f32; K, V in the pool as backend_kv_view says
+ * (bf16 or f32); row r of sequence s attends to positions [0, pos[r]] of s; GQA: head h reads
+ * KV head h / (n_heads / n_kv_heads); head_dim <= CUDA_ATTN_MAX_HEAD_DIM.
+ *
+ * One kernel serves decode and prefill rows: a block of CUDA_ATTN_THREADS threads takes one
+ * (row, head, split), where the split is a range of split_len positions; it walks the range in
+ * chunks of CUDA_ATTN_CHUNK positions (one thread per position computes q.k, with 16-byte
+ * loads of its K row when rows are 16-byte aligned, and the chunk's
+ * softmax is folded into a running max and sum, and threads then own head dims and accumulate
+ * p.v over the chunk, coalesced across the block). When a step has few rows (decode), the
+ * context is split so that the grid fills the GPU (flash-decoding split-K) and a second kernel
+ * combines the partials (acc, max, sum per split) in f32; with many rows (prefill) each block
+ * takes a row's whole context and writes out directly.
+ * Bytes per call: every (row, head) reads its context's K and V once (KV heads are re-read by
+ * each query head of their group, mostly from L2): decode is bound by KV bandwidth; prefill is
+ * far from the tensor-core bound. Steps with many rows per sequence (prefill chunks) take the
+ * tiled kernel below instead, which reads each KV tile once per CUDA_ATTN_TQ rows.
+ * CPU reference: ref_attention_head in cpu/ref_ops.c. */
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define CUDA_ATTN_THREADS 128      /* threads per (row, head, split) block */
+#define CUDA_ATTN_CHUNK 256        /* positions scored per pass (shared scores) */
+#define CUDA_ATTN_MAX_HEAD_DIM CUDA_ATTN_HEAD_DIM_MAX /* q is staged in shared memory; 2 dims per thread */
+#define CUDA_ATTN_DIMS_PER_THREAD (CUDA_ATTN_MAX_HEAD_DIM / CUDA_ATTN_THREADS)
+#define CUDA_ATTN_TARGET_BLOCKS_PER_SM 4 /* split-K aims at this many blocks per SM */
+
+struct cuda_attn_args {
+    const float *q;
+    float *out;       /* n_splits == 1: the output */
+    float *part;      /* n_splits > 1: [n_tokens][n_heads][n_splits][head_dim + 2] */
+    const int32_t *pos;
+    const int32_t *seq_off;
+    const int32_t *block_tables;
+    int bt_stride;
+    int n_seqs;
+    int n_heads;
+    int group;
+    int n_splits;
+    int split_len;    /* positions per split, a multiple of CUDA_ATTN_CHUNK */
+    float scale;
+    int k_vec;        /* K rows are 16-byte aligned (head_dim * dtype size % 16 == 0): vector loads */
+    struct backend_kv_view kv;
+    int layer;
+};
+
+static __device__ __forceinline__ float cuda_attn_kv_load(const struct backend_kv_view &kv,
+                                                          const uint8_t *base, int64_t idx)
+{
+    return kv.dtype == DTYPE_F32 ? ((const float *)base)[idx]
+                                 : cuda_bf16_f32(((const uint16_t *)base)[idx]);
+}
+
+/* Sequence of row r: the last s with seq_off[s] <= r. */
+static __device__ int cuda_attn_seq_of(const int32_t *seq_off, int n_seqs, int r)
+{
+    int lo = 0, hi = n_seqs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (seq_off[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_kernel(struct cuda_attn_args a)
+{
+    __shared__ float qs[CUDA_ATTN_MAX_HEAD_DIM];
+    __shared__ float sc[CUDA_ATTN_CHUNK];
+    __shared__ float red[32];
+    const struct backend_kv_view &kv = a.kv;
+    int r = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    int hd = kv.head_dim, kvh = h / a.group;
+    int p_end = a.pos[r] + 1;
+    int p_begin = sp * a.split_len;
+    if (p_begin >= p_end) return; /* the combine reads only the splits that hold positions */
+    p_end = min(p_end, p_begin + a.split_len);
+    int s = cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
+    const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
+    const float *q = a.q + ((int64_t)r * a.n_heads + h) * hd;
+    for (int d = tid; d < hd; d += CUDA_ATTN_THREADS) qs[d] = q[d];
+    const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
+    const uint8_t *vbase = (const uint8_t *)kv.v + (size_t)a.layer * kv.layer_block_bytes;
+    float m_run = -INFINITY, l_run = 0;
+    float acc[CUDA_ATTN_DIMS_PER_THREAD];
+#pragma unroll
+    for (int j = 0; j < CUDA_ATTN_DIMS_PER_THREAD; j++) acc[j] = 0;
+    __syncthreads();
+    for (int c0 = p_begin; c0 < p_end; c0 += CUDA_ATTN_CHUNK) {
+        int cn = min(CUDA_ATTN_CHUNK, p_end - c0);
+        float m_loc = -INFINITY;
+        for (int i = tid; i < cn; i += CUDA_ATTN_THREADS) {
+            int p = c0 + i, blk = bt[p / kv.block_size], off = p % kv.block_size;
+            const uint8_t *kb = kbase + (size_t)blk * kv.block_bytes;
+            int64_t e0 = ((int64_t)off * kv.n_kv_heads + kvh) * hd;
+            float dot = 0;
+            if (a.k_vec && kv.dtype == DTYPE_BF16) { /* 16-byte loads: 8 bf16 */
+                const uint4 *kr = (const uint4 *)((const uint16_t *)kb + e0);
+                for (int d8 = 0; d8 < hd / 8; d8++) {
+                    uint4 c = kr[d8];
+                    const uint32_t u[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        dot += qs[d8 * 8 + 2 * j] * cuda_bf16_f32((uint16_t)(u[j] & 0xffffu));
+                        dot += qs[d8 * 8 + 2 * j + 1] * cuda_bf16_f32((uint16_t)(u[j] >> 16));
+                    }
+                }
+            } else if (a.k_vec) { /* 16-byte loads: 4 f32 */
+                const float4 *kr = (const float4 *)((const float *)kb + e0);
+                for (int d4 = 0; d4 < hd / 4; d4++) {
+                    float4 c = kr[d4];
+                    dot += qs[d4 * 4] * c.x + qs[d4 * 4 + 1] * c.y + qs[d4 * 4 + 2] * c.z + qs[d4 * 4 + 3] * c.w;
+                }
+            } else {
+                for (int d = 0; d < hd; d++) dot += qs[d] * cuda_attn_kv_load(kv, kb, e0 + d);
+            }
+            dot *= a.scale;
+            sc[i] = dot;
+            m_loc = fmaxf(m_loc, dot);
+        }
+        float m_new = fmaxf(m_run, cuda_block_max(m_loc, red)); /* syncs: sc is complete */
+        float l_loc = 0;
+        for (int i = tid; i < cn; i += CUDA_ATTN_THREADS) {
+            float e = expf(sc[i] - m_new);
+            sc[i] = e;
+            l_loc += e;
+        }
+        float corr = expf(m_run - m_new); /* 0 on the first chunk (m_run = -inf) */
+        l_run = l_run * corr + cuda_block_sum(l_loc, red); /* syncs: sc holds the weights */
+        m_run = m_new;
+#pragma unroll
+        for (int j = 0; j < CUDA_ATTN_DIMS_PER_THREAD; j++) {
+            int d = tid + j * CUDA_ATTN_THREADS;
+            if (d >= hd) break;
+            float sum = 0;
+            for (int i = 0; i < cn; i++) {
+                int p = c0 + i, blk = bt[p / kv.block_size], off = p % kv.block_size;
+                const uint8_t *vb = vbase + (size_t)blk * kv.block_bytes;
+                sum += sc[i] * cuda_attn_kv_load(kv, vb, ((int64_t)off * kv.n_kv_heads + kvh) * hd + d);
+            }
+            acc[j] = acc[j] * corr + sum;
+        }
+        __syncthreads(); /* sc is rewritten by the next chunk */
+    }
+    if (a.n_splits == 1) {
+        float *o = a.out + ((int64_t)r * a.n_heads + h) * hd;
+#pragma unroll
+        for (int j = 0; j < CUDA_ATTN_DIMS_PER_THREAD; j++) {
+            int d = tid + j * CUDA_ATTN_THREADS;
+            if (d < hd) o[d] = acc[j] / l_run;
+        }
+        return;
+    }
+    float *pp = a.part + (((int64_t)r * a.n_heads + h) * a.n_splits + sp) * (hd + 2);
+#pragma unroll
+    for (int j = 0; j < CUDA_ATTN_DIMS_PER_THREAD; j++) {
+        int d = tid + j * CUDA_ATTN_THREADS;
+        if (d < hd) pp[d] = acc[j];
+    }
+    if (tid == 0) {
+        pp[hd] = m_run;
+        pp[hd + 1] = l_run;
+    }
+}
+
+/* out[r, h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the splits holding positions. */
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_combine_kernel(struct cuda_attn_args a)
+{
+    int r = blockIdx.x, h = blockIdx.y, hd = a.kv.head_dim;
+    int n_valid = (a.pos[r] + a.split_len) / a.split_len; /* ceil((pos + 1) / split_len) */
+    n_valid = min(n_valid, a.n_splits);
+    const float *pp = a.part + ((int64_t)r * a.n_heads + h) * a.n_splits * (hd + 2);
+    float M = -INFINITY;
+    for (int sp = 0; sp < n_valid; sp++) M = fmaxf(M, pp[(int64_t)sp * (hd + 2) + hd]);
+    float L = 0;
+    for (int sp = 0; sp < n_valid; sp++) {
+        const float *p = pp + (int64_t)sp * (hd + 2);
+        L += expf(p[hd] - M) * p[hd + 1];
+    }
+    float *o = a.out + ((int64_t)r * a.n_heads + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += CUDA_ATTN_THREADS) {
+        float v = 0;
+        for (int sp = 0; sp < n_valid; sp++) {
+            const float *p = pp + (int64_t)sp * (hd + 2);
+            v += expf(p[hd] - M) * p[d];
+        }
+        o[d] = v / L;
+    }
+}
+
+/* ---- tiled prefill: CUDA_ATTN_TQ query rows of one sequence x one head per block ----
+ * The block walks KV tiles of CUDA_ATTN_TK positions up to the tile's last position: K and V
+ * go to shared memory once for all TQ rows (TQ times less KV traffic than a block per row);
+ * 8 threads per query row compute its TK scores (the causal mask sets p > pos to -inf), fold
+ * them into the row's running max and sum (shuffles among the 8), and accumulate p.v for
+ * head_dim / 8 dims each, in registers. f32 on the CUDA cores: a correct tiled kernel; the
+ * tensor-core (wmma/wgmma, bf16) version is the next step. */
+#define CUDA_ATTN_TQ 16             /* query rows per tile */
+#define CUDA_ATTN_TK 32             /* KV positions per tile */
+#define CUDA_ATTN_TILE_THREADS 128  /* 8 threads per query row */
+#define CUDA_ATTN_TILE_MAX_HD 128   /* shared memory (43 KB at 128) stays under the 48 KB default */
+#define CUDA_ATTN_TILE_DPT (CUDA_ATTN_TILE_MAX_HD / 8) /* output dims per thread */
+
+static size_t cuda_attn_tile_smem(int hd)
+{
+    return sizeof(float) * ((size_t)CUDA_ATTN_TQ * (hd + 1) + (size_t)CUDA_ATTN_TK * (hd + 1) +
+                            (size_t)CUDA_ATTN_TK * hd + (size_t)CUDA_ATTN_TQ * (CUDA_ATTN_TK + 1));
+}
+
+static __global__ void __launch_bounds__(CUDA_ATTN_TILE_THREADS)
+cuda_attn_tiled_kernel(struct cuda_attn_args a, const int32_t *tiles)
+{
+    extern __shared__ float smem[];
+    const struct backend_kv_view &kv = a.kv;
+    int hd = kv.head_dim, ld = hd + 1;
+    float *qs = smem;                              /* [TQ][hd + 1] */
+    float *ks = qs + CUDA_ATTN_TQ * ld;            /* [TK][hd + 1] */
+    float *vs = ks + CUDA_ATTN_TK * ld;            /* [TK][hd] */
+    float *ps = vs + CUDA_ATTN_TK * hd;            /* [TQ][TK + 1] */
+    int h = blockIdx.y, tid = threadIdx.x;
+    int r0 = tiles[2 * blockIdx.x], s = tiles[2 * blockIdx.x + 1];
+    int nq = min(CUDA_ATTN_TQ, a.seq_off[s + 1] - r0);
+    int kvh = h / a.group;
+    const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
+    for (int idx = tid; idx < CUDA_ATTN_TQ * hd; idx += CUDA_ATTN_TILE_THREADS) {
+        int i = idx / hd, d = idx % hd;
+        qs[i * ld + d] = i < nq ? a.q[((int64_t)(r0 + i) * a.n_heads + h) * hd + d] : 0.0f;
+    }
+    int max_pos = 0;
+    for (int i = 0; i < nq; i++) max_pos = max(max_pos, a.pos[r0 + i]);
+    int row = tid / 8, sub = tid % 8;
+    int my_pos = row < nq ? a.pos[r0 + row] : 0; /* rows past the sequence: finite, not written */
+    const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
+    const uint8_t *vbase = (const uint8_t *)kv.v + (size_t)a.layer * kv.layer_block_bytes;
+    float m_run = -INFINITY, l_run = 0;
+    float acc[CUDA_ATTN_TILE_DPT];
+#pragma unroll
+    for (int k = 0; k < CUDA_ATTN_TILE_DPT; k++) acc[k] = 0;
+    for (int k0 = 0; k0 <= max_pos; k0 += CUDA_ATTN_TK) {
+        __syncthreads(); /* the previous tile's ks, vs, ps are read; qs is written */
+        for (int idx = tid; idx < CUDA_ATTN_TK * hd; idx += CUDA_ATTN_TILE_THREADS) {
+            int j = idx / hd, d = idx % hd, p = k0 + j;
+            float kf = 0, vf = 0;
+            if (p <= max_pos) {
+                int blk = bt[p / kv.block_size], off = p % kv.block_size;
+                int64_t e = ((int64_t)off * kv.n_kv_heads + kvh) * hd + d;
+                kf = cuda_attn_kv_load(kv, kbase + (size_t)blk * kv.block_bytes, e);
+                vf = cuda_attn_kv_load(kv, vbase + (size_t)blk * kv.block_bytes, e);
+            }
+            ks[j * ld + d] = kf;
+            vs[j * hd + d] = vf;
+        }
+        __syncthreads();
+        float sc[CUDA_ATTN_TK / 8], mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < CUDA_ATTN_TK / 8; c++) {
+            int j = sub + 8 * c;
+            float dot = 0;
+            for (int d = 0; d < hd; d++) dot += qs[row * ld + d] * ks[j * ld + d];
+            dot = k0 + j > my_pos ? -INFINITY : dot * a.scale;
+            sc[c] = dot;
+            mx = fmaxf(mx, dot);
+        }
+        /* the 8 lanes of a row are consecutive and 8-aligned: xor 4, 2, 1 stays among them */
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        float m_new = fmaxf(m_run, mx); /* finite: position 0 is in every row's first tile */
+        float corr = expf(m_run - m_new), sum = 0;
+#pragma unroll
+        for (int c = 0; c < CUDA_ATTN_TK / 8; c++) {
+            float e = expf(sc[c] - m_new);
+            ps[row * (CUDA_ATTN_TK + 1) + sub + 8 * c] = e;
+            sum += e;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        l_run = l_run * corr + sum;
+        m_run = m_new;
+        __syncwarp(); /* ps of this row was written by lanes of this warp */
+#pragma unroll
+        for (int k = 0; k < CUDA_ATTN_TILE_DPT; k++) {
+            int d = sub + 8 * k;
+            if (d < hd) {
+                float o = acc[k] * corr;
+                for (int j = 0; j < CUDA_ATTN_TK; j++) o += ps[row * (CUDA_ATTN_TK + 1) + j] * vs[j * hd + d];
+                acc[k] = o;
+            }
+        }
+    }
+    if (row < nq) {
+        float *o = a.out + ((int64_t)(r0 + row) * a.n_heads + h) * hd;
+#pragma unroll
+        for (int k = 0; k < CUDA_ATTN_TILE_DPT; k++) {
+            int d = sub + 8 * k;
+            if (d < hd) o[d] = acc[k] / l_run;
+        }
+    }
+}
+
+/* Whether a step takes the tiled kernel: many rows per sequence (prefill), head_dim it holds. */
+static bool cuda_attn_use_tiled(const struct backend_attn *at, int mode)
+{
+    if (mode == CUDA_ATTN_SPLIT || at->kv->head_dim > CUDA_ATTN_TILE_MAX_HD) return false;
+    if (mode == CUDA_ATTN_TILED) return true;
+    return at->n_tokens >= CUDA_ATTN_TILED_MIN_ROWS * at->n_seqs;
+}
+
+/* Splits per (row, head) and positions per split for a step. */
+static void cuda_attn_plan(int n_tokens, int n_heads, int max_ctx, int n_sms, int *n_splits,
+                           int *split_len)
+{
+    int64_t rows = (int64_t)n_tokens * n_heads;
+    int max_chunks = (max_ctx + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
+    int64_t want = ((int64_t)CUDA_ATTN_TARGET_BLOCKS_PER_SM * n_sms + rows - 1) / rows;
+    int ns = (int)(want < 1 ? 1 : want > max_chunks ? max_chunks : want);
+    if (ns < 1) ns = 1;
+    int chunks_per_split = (max_chunks + ns - 1) / ns;
+    *split_len = (chunks_per_split < 1 ? 1 : chunks_per_split) * CUDA_ATTN_CHUNK;
+    *n_splits = (max_ctx + *split_len - 1) / *split_len;
+    if (*n_splits < 1) *n_splits = 1;
+}
+
+extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode)
+{
+    if (cuda_attn_use_tiled(a, mode)) return 2 * (size_t)(a->n_tokens + a->n_seqs); /* tile list */
+    int ns, len;
+    cuda_attn_plan(a->n_tokens, a->n_heads, max_ctx, n_sms, &ns, &len);
+    return ns == 1 ? 0 : (size_t)a->n_tokens * a->n_heads * ns * (size_t)(a->kv->head_dim + 2);
+}
+
+extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, int max_ctx,
+                                int n_sms, int mode, float *ws, int32_t *tiles_host)
+{
+    if (at->n_tokens <= 0) return (int)cudaGetLastError();
+    if (at->kv->head_dim > CUDA_ATTN_MAX_HEAD_DIM || at->n_heads > 65535)
+        return (int)cudaErrorInvalidValue;
+    struct cuda_attn_args a;
+    a.q = at->q;
+    a.out = at->out;
+    a.part = ws;
+    a.pos = at->pos;
+    a.seq_off = at->seq_off;
+    a.block_tables = at->block_tables;
+    a.bt_stride = at->bt_stride;
+    a.n_seqs = at->n_seqs;
+    a.n_heads = at->n_heads;
+    a.group = at->n_heads / at->kv->n_kv_heads;
+    a.scale = at->scale;
+    a.kv = *at->kv;
+    a.layer = at->layer;
+    size_t row_bytes = (size_t)at->kv->head_dim * (at->kv->dtype == DTYPE_F32 ? 4 : 2);
+    a.k_vec = row_bytes % 16 == 0 && (uintptr_t)at->kv->k % 16 == 0 && at->kv->layer_block_bytes % 16 == 0;
+    if (cuda_attn_use_tiled(at, mode)) {
+        /* Tiles of up to TQ rows that never cross a sequence: (first row, sequence) pairs. */
+        int n_tiles = 0;
+        for (int q = 0; q < at->n_seqs; q++)
+            for (int r0 = at->seq_off_host[q]; r0 < at->seq_off_host[q + 1]; r0 += CUDA_ATTN_TQ) {
+                tiles_host[2 * n_tiles] = r0;
+                tiles_host[2 * n_tiles + 1] = q;
+                n_tiles++;
+            }
+        if (!n_tiles) return (int)cudaGetLastError();
+        /* pageable: staged before the call returns, so tiles_host may be reused at once */
+        cudaError_t rc = cudaMemcpyAsync(ws, tiles_host, sizeof(int32_t) * 2 * (size_t)n_tiles,
+                                         cudaMemcpyHostToDevice, s);
+        if (rc != cudaSuccess) return (int)rc;
+        a.n_splits = 1;
+        a.split_len = 0;
+        dim3 grid((unsigned)n_tiles, (unsigned)at->n_heads);
+        cuda_attn_tiled_kernel<<<grid, CUDA_ATTN_TILE_THREADS, cuda_attn_tile_smem(at->kv->head_dim), s>>>(
+            a, (const int32_t *)ws);
+        return (int)cudaGetLastError();
+    }
+    cuda_attn_plan(at->n_tokens, at->n_heads, max_ctx, n_sms, &a.n_splits, &a.split_len);
+    if (a.n_splits > 65535) return (int)cudaErrorInvalidValue;
+    dim3 grid((unsigned)at->n_tokens, (unsigned)at->n_heads, (unsigned)a.n_splits);
+    cuda_attn_kernel<<<grid, CUDA_ATTN_THREADS, 0, s>>>(a);
+    if (a.n_splits > 1) {
+        dim3 g2((unsigned)at->n_tokens, (unsigned)at->n_heads);
+        cuda_attn_combine_kernel<<<g2, CUDA_ATTN_THREADS, 0, s>>>(a);
+    }
+    return (int)cudaGetLastError();
+}

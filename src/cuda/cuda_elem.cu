@@ -1,0 +1,304 @@
+/* Element-wise and row-wise kernels: embeddings, RMSNorm, RoPE, SwiGLU, residual and bias adds,
+ * sigmoid gates, row shuffles, KV stores and MoE routing.
+ *
+ * Shapes are those of tensor/backend.h (activations f32 row-major [rows, dim]). All of these
+ * are memory-bound and small next to the matmuls: each reads its inputs and writes its output
+ * once (RMSNorm: x read once into the reduction and once for the scaled write, from L1/L2), so
+ * the bound they aim at is HBM bandwidth, with plain coalesced 4-byte accesses and grid-stride
+ * loops of CUDA_ELEM_THREADS threads. CPU references: cpu/ref_ops.c and model/moe.c. */
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define CUDA_ELEM_THREADS 256 /* threads per block of the element-wise kernels */
+#define CUDA_ROW_THREADS 256  /* threads per row of RMSNorm and embed */
+
+#define CUDA_GRID_STRIDE(i, n)                                                                     \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+static unsigned cuda_elem_blocks(int64_t n) { return cuda_blocks_for(n, CUDA_ELEM_THREADS); }
+
+/* ---- embed: out[n, cols] = rows ids[i] of W ---- */
+
+static __global__ void cuda_embed_kernel(struct cuda_wdesc w, const int32_t *ids, int n, float *out)
+{
+    const uint8_t *row = (const uint8_t *)w.data + (size_t)ids[blockIdx.x] * w.row_bytes;
+    float *o = out + (int64_t)blockIdx.x * w.cols;
+    for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x) o[i] = cuda_w_elem(w, row, i);
+}
+
+extern "C" int cuda_k_embed(cudaStream_t s, const struct cuda_wdesc *w, const int32_t *ids, int n,
+                            float *out)
+{
+    if (n > 0) cuda_embed_kernel<<<n, CUDA_ROW_THREADS, 0, s>>>(*w, ids, n, out);
+    return (int)cudaGetLastError();
+}
+
+/* ---- rmsnorm: one block per row; y may alias x (each thread rewrites what it read) ---- */
+
+static __global__ void cuda_rmsnorm_kernel(float *y, const float *x, const float *w, int dim,
+                                           float eps, float w_offset)
+{
+    __shared__ float red[32];
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    float *yr = y + (int64_t)blockIdx.x * dim;
+    float ss = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = cuda_block_sum(ss, red);
+    float inv = (float)(1.0 / sqrt((double)ss / dim + (double)eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        yr[i] = xr[i] * inv * (w ? w[i] + w_offset : 1.0f);
+}
+
+extern "C" int cuda_k_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int n_rows,
+                              int dim, float eps, float w_offset)
+{
+    if (n_rows > 0) cuda_rmsnorm_kernel<<<n_rows, CUDA_ROW_THREADS, 0, s>>>(y, x, w, dim, eps, w_offset);
+    return (int)cudaGetLastError();
+}
+
+/* ---- rope: rotate-half on the first rot_dim dims of each head; the angle in double, as the
+ * reference, because pos * inv_freq reaches 1e5 rad and f32 would lose the phase ---- */
+
+static __global__ void cuda_rope_kernel(float *x, int n_tokens, int n_heads, int head_dim, int half,
+                                        const int32_t *pos, const float *inv_freq)
+{
+    int64_t n = (int64_t)n_tokens * n_heads * half;
+    CUDA_GRID_STRIDE(idx, n) {
+        int i = (int)(idx % half);
+        int64_t th = idx / half; /* token * n_heads + head */
+        int t = (int)(th / n_heads);
+        float *v = x + th * head_dim;
+        double sn, cs;
+        sincos((double)pos[t] * (double)inv_freq[i], &sn, &cs);
+        float c = (float)cs, sf = (float)sn;
+        float a = v[i], b = v[i + half];
+        v[i] = a * c - b * sf;
+        v[i + half] = b * c + a * sf;
+    }
+}
+
+extern "C" int cuda_k_rope(cudaStream_t s, float *x, int n_tokens, int n_heads, int head_dim,
+                           int rot_dim, const int32_t *pos, const float *inv_freq)
+{
+    int half = rot_dim / 2;
+    int64_t n = (int64_t)n_tokens * n_heads * half;
+    if (n > 0)
+        cuda_rope_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(x, n_tokens, n_heads,
+                                                                            head_dim, half, pos, inv_freq);
+    return (int)cudaGetLastError();
+}
+
+/* ---- element-wise ---- */
+
+static __global__ void cuda_silu_mul_kernel(float *out, const float *gate, const float *up, int64_t n)
+{
+    CUDA_GRID_STRIDE(i, n) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static __global__ void cuda_add_kernel(float *y, const float *x, int64_t n)
+{
+    CUDA_GRID_STRIDE(i, n) y[i] += x[i];
+}
+
+static __global__ void cuda_add_bias_kernel(float *y, const float *b, int64_t n, int dim)
+{
+    CUDA_GRID_STRIDE(i, n) y[i] += b[i % dim];
+}
+
+static __global__ void cuda_mul_sigmoid_kernel(float *y, const float *g, int64_t n)
+{
+    CUDA_GRID_STRIDE(i, n) y[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
+static __global__ void cuda_add_sigmoid_scaled_kernel(float *y, const float *x, const float *g,
+                                                      int64_t n, int dim)
+{
+    CUDA_GRID_STRIDE(i, n) y[i] += 1.0f / (1.0f + expf(-g[i / dim])) * x[i];
+}
+
+static __global__ void cuda_split_halves_kernel(float *a, float *b, const float *src, int64_t n,
+                                                int width)
+{
+    CUDA_GRID_STRIDE(i, n) { /* i over [n_rows, width] */
+        int64_t r = i / width, j = i % width;
+        a[i] = src[r * 2 * width + j];
+        b[i] = src[r * 2 * width + width + j];
+    }
+}
+
+static __global__ void cuda_gather_rows_kernel(float *dst, const float *src, const int32_t *rows,
+                                               int64_t n, int dim)
+{
+    CUDA_GRID_STRIDE(i, n) dst[i] = src[(int64_t)rows[i / dim] * dim + i % dim];
+}
+
+extern "C" int cuda_k_silu_mul(cudaStream_t s, float *out, const float *gate, const float *up, int64_t n)
+{
+    if (n > 0) cuda_silu_mul_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(out, gate, up, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_k_add(cudaStream_t s, float *y, const float *x, int64_t n)
+{
+    if (n > 0) cuda_add_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(y, x, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_k_add_bias(cudaStream_t s, float *y, const float *b, int n_rows, int dim)
+{
+    int64_t n = (int64_t)n_rows * dim;
+    if (n > 0) cuda_add_bias_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(y, b, n, dim);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_k_mul_sigmoid(cudaStream_t s, float *y, const float *g, int64_t n)
+{
+    if (n > 0) cuda_mul_sigmoid_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(y, g, n);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_k_add_sigmoid_scaled(cudaStream_t s, float *y, const float *x, const float *g,
+                                         int n_rows, int dim)
+{
+    int64_t n = (int64_t)n_rows * dim;
+    if (n > 0)
+        cuda_add_sigmoid_scaled_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(y, x, g, n, dim);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_k_split_halves(cudaStream_t s, float *a, float *b, const float *src, int n_rows,
+                                   int width)
+{
+    int64_t n = (int64_t)n_rows * width;
+    if (n > 0)
+        cuda_split_halves_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(a, b, src, n, width);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_k_gather_rows(cudaStream_t s, float *dst, const float *src, const int32_t *rows,
+                                  int n, int dim)
+{
+    int64_t total = (int64_t)n * dim;
+    if (total > 0)
+        cuda_gather_rows_kernel<<<cuda_elem_blocks(total), CUDA_ELEM_THREADS, 0, s>>>(dst, src, rows,
+                                                                                       total, dim);
+    return (int)cudaGetLastError();
+}
+
+/* ---- kv_store: k, v [n_tokens, n_kv_heads * head_dim] f32 -> the pool at global slots ---- */
+
+static __global__ void cuda_kv_store_kernel(struct backend_kv_view kv, int layer, const int32_t *slots,
+                                            int64_t n, const float *k, const float *v)
+{
+    int64_t row = (int64_t)kv.n_kv_heads * kv.head_dim;
+    CUDA_GRID_STRIDE(i, n) {
+        int64_t t = i / row, e = i % row;
+        int slot = slots[t], blk = slot / kv.block_size, off = slot % kv.block_size;
+        size_t at = (size_t)blk * kv.block_bytes + (size_t)layer * kv.layer_block_bytes;
+        int64_t idx = (int64_t)off * row + e;
+        if (kv.dtype == DTYPE_F32) {
+            ((float *)((uint8_t *)kv.k + at))[idx] = k[i];
+            ((float *)((uint8_t *)kv.v + at))[idx] = v[i];
+        } else {
+            ((uint16_t *)((uint8_t *)kv.k + at))[idx] = cuda_f32_bf16(k[i]);
+            ((uint16_t *)((uint8_t *)kv.v + at))[idx] = cuda_f32_bf16(v[i]);
+        }
+    }
+}
+
+extern "C" int cuda_k_kv_store(cudaStream_t s, const struct backend_kv_view *kv, int layer,
+                               const int32_t *slots, int n_tokens, const float *k, const float *v)
+{
+    int64_t n = (int64_t)n_tokens * kv->n_kv_heads * kv->head_dim;
+    if (n > 0)
+        cuda_kv_store_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(*kv, layer, slots, n, k, v);
+    return (int)cudaGetLastError();
+}
+
+/* ---- MoE: routing (one thread per token, as model/moe.c: softmax in f32 with a double sum,
+ * then top-k by probability, ties to the lower id), gather and weighted scatter ---- */
+
+#define CUDA_MOE_MAX_TOPK 32 /* the chosen ids of one token are kept in a local array */
+
+static __global__ void cuda_moe_route_kernel(const float *logits, int n, int n_experts, int top_k,
+                                             int norm_topk, int32_t *ids, float *w)
+{
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const float *l = logits + (int64_t)t * n_experts;
+    float m = l[0];
+    for (int e = 1; e < n_experts; e++) m = fmaxf(m, l[e]);
+    double sum = 0;
+    for (int e = 0; e < n_experts; e++) sum += expf(l[e] - m);
+    int chosen[CUDA_MOE_MAX_TOPK];
+    double wsum = 0;
+    for (int k = 0; k < top_k; k++) {
+        int best = -1;
+        float best_p = 0;
+        for (int e = 0; e < n_experts; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= chosen[j] == e;
+            float p = (float)(expf(l[e] - m) / sum);
+            if (!taken && (best < 0 || p > best_p)) {
+                best = e;
+                best_p = p;
+            }
+        }
+        chosen[k] = best;
+        ids[(int64_t)t * top_k + k] = best;
+        w[(int64_t)t * top_k + k] = best_p;
+        wsum += best_p;
+    }
+    if (norm_topk)
+        for (int k = 0; k < top_k; k++)
+            w[(int64_t)t * top_k + k] = (float)(w[(int64_t)t * top_k + k] / wsum);
+}
+
+extern "C" int cuda_k_moe_route(cudaStream_t s, const float *logits, int n, int n_experts, int top_k,
+                                int norm_topk, int32_t *ids, float *w)
+{
+    if (top_k > CUDA_MOE_MAX_TOPK) return (int)cudaErrorInvalidValue;
+    if (n > 0)
+        cuda_moe_route_kernel<<<cuda_blocks_for(n, 128), 128, 0, s>>>(logits, n, n_experts, top_k,
+                                                                      norm_topk, ids, w);
+    return (int)cudaGetLastError();
+}
+
+static __global__ void cuda_moe_gather_kernel(float *dst, const float *x, const int32_t *list,
+                                              int64_t n, int top_k, int dim)
+{
+    CUDA_GRID_STRIDE(i, n) dst[i] = x[(int64_t)(list[i / dim] / top_k) * dim + i % dim];
+}
+
+static __global__ void cuda_moe_scatter_kernel(float *out, const float *y, const float *w,
+                                               const int32_t *list, int64_t n, int top_k, int dim)
+{
+    CUDA_GRID_STRIDE(i, n) {
+        int entry = list[i / dim];
+        out[(int64_t)(entry / top_k) * dim + i % dim] += w[entry] * y[i];
+    }
+}
+
+extern "C" int cuda_k_moe_gather(cudaStream_t s, float *dst, const float *x, const int32_t *list,
+                                 int cnt, int top_k, int dim)
+{
+    int64_t n = (int64_t)cnt * dim;
+    if (n > 0)
+        cuda_moe_gather_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(dst, x, list, n, top_k, dim);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_k_moe_scatter(cudaStream_t s, float *out, const float *y, const float *w,
+                                  const int32_t *list, int cnt, int top_k, int dim)
+{
+    int64_t n = (int64_t)cnt * dim;
+    if (n > 0)
+        cuda_moe_scatter_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(out, y, w, list, n,
+                                                                                   top_k, dim);
+    return (int)cudaGetLastError();
+}

@@ -1,0 +1,168 @@
+/* Internals of the CUDA backend, shared by its C files (never included outside cuda/).
+ *
+ * DESIGN
+ * - One struct cuda_impl per opened GPU (be->impl): the device index, one non-blocking stream
+ *   on which every op and copy is issued in order, a cuBLASLt handle, device properties read at
+ *   open, grow-on-demand device workspaces (bf16 activation tiles, dequantized weights, split-K
+ *   attention partials, MoE token lists), the step lock, and the first error latched by an op.
+ * - Errors: cuda_check(c, err, call) evaluates a CUDA runtime or cuBLASLt call once and, when
+ *   it failed, writes "cuda:N: <call text>: <error name>: <description> (file:line)" into err
+ *   (may be NULL) and into c's latch (first error wins; c may be NULL), and returns the cairn
+ *   status: CAIRN_ERR_NOMEM for an allocation failure, CAIRN_ERR_INTERNAL otherwise. Ops
+ *   return nothing (backend.h): they latch, and step_end / sync report the latch and clear it.
+ *   Once an op has latched, later ops of the step are skipped (their inputs are garbage).
+ * - Memory: cuda_dev_alloc / cuda_dev_free are the one way device memory is taken. They keep
+ *   the device budget (bytes held by cairn, and the CAIRN_CUDA_MEM_LIMIT cap) and count the
+ *   bytes under a base/mem.h tag as well, so /api/status sees device memory where it went.
+ * - Threading: c->step_lock is held from step_begin to step_end; ops and the workspaces are
+ *   used only under it. Buffer and weight calls take no lock (the stream is thread-safe; they
+ *   synchronize it). The budget counter is atomic. Every entry point that can run on a new host
+ *   thread calls cudaSetDevice first (the runtime's current device is per thread). */
+#ifndef CAIRN_CUDA_CUDA_INT_H
+#define CAIRN_CUDA_CUDA_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "base/mem.h"
+#include "base/status.h"
+#include "cuda/cuda_kernels.h"
+#include "tensor/backend.h"
+
+enum cuda_ws_slot {
+    CUDA_WS_ACT = 0, /* matmul: activations converted to bf16/f16 */
+    CUDA_WS_DEQ,     /* matmul: a quantized weight dequantized to bf16 for cuBLASLt */
+    CUDA_WS_ATTN,    /* attention: split-K partials */
+    CUDA_WS_MOE,     /* moe_experts: token lists per expert (int32) */
+    CUDA_WS_N,
+};
+
+struct cuda_ws {
+    void *ptr;    /* device */
+    size_t bytes;
+};
+
+struct cuda_impl {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_ws;                /* device: cuBLASLt workspace, CUDA_LT_WS_BYTES */
+    struct cuda_ws ws[CUDA_WS_N];
+    int n_sms;                  /* multiprocessors */
+    size_t smem_optin;          /* shared memory per block after opt-in */
+    size_t l2_bytes;
+    char dev_name[256];
+    int gemv_max_rows;          /* matmuls of up to this many rows use the GEMV kernel */
+    int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
+    int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
+    int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
+    size_t attn_tiles_cap;      /* ints it holds */
+    uint64_t mem_limit;         /* CAIRN_CUDA_MEM_LIMIT, 0: none */
+    uint64_t mem_used;          /* atomic: device bytes cairn holds */
+    pthread_mutex_t step_lock;  /* held from step_begin to step_end */
+    int err_status;             /* first error latched by an op (CAIRN_OK: none) */
+    struct cairn_err err;       /* its message */
+    int32_t *moe_ids_host;      /* moe_experts: host copy of ids, grown on demand */
+    int32_t *moe_list_host;     /* moe_experts: sorted entries, offsets, cursors (cuda_ops.c) */
+    size_t moe_host_cap;        /* ints each of the two host arrays holds */
+};
+
+#define CUDA_LT_WS_BYTES ((size_t)32 << 20)
+
+/* cuBLASLt entry points, loaded by cuda_lt_load (cuda_lt.c) before the first backend opens;
+ * call them as cuda_lt.matmul(...). */
+struct cuda_lt_api {
+    __typeof__(&cublasLtCreate) create;
+    __typeof__(&cublasLtDestroy) destroy;
+    __typeof__(&cublasLtGetStatusName) status_name;
+    __typeof__(&cublasLtGetStatusString) status_string;
+    __typeof__(&cublasLtMatmulDescCreate) desc_create;
+    __typeof__(&cublasLtMatmulDescDestroy) desc_destroy;
+    __typeof__(&cublasLtMatmulDescSetAttribute) desc_set;
+    __typeof__(&cublasLtMatrixLayoutCreate) layout_create;
+    __typeof__(&cublasLtMatrixLayoutDestroy) layout_destroy;
+    __typeof__(&cublasLtMatmulPreferenceCreate) pref_create;
+    __typeof__(&cublasLtMatmulPreferenceDestroy) pref_destroy;
+    __typeof__(&cublasLtMatmulPreferenceSetAttribute) pref_set;
+    __typeof__(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+    __typeof__(&cublasLtMatmul) matmul;
+};
+extern struct cuda_lt_api cuda_lt;
+/* Loads cuBLASLt once per process; CAIRN_ERR_UNSUPPORTED saying why when it cannot. */
+int cuda_lt_load(struct cairn_err *err);
+
+enum cuda_res_kind {
+    CUDA_RES_RT = 0,   /* cudaError_t */
+    CUDA_RES_BLAS = 1, /* cublasStatus_t */
+};
+
+#define cuda_res_kind_of(call)                                                                     \
+    _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS)
+
+/* A kernel launcher's result (cuda_kernels.h), checked like a runtime call; with
+ * CAIRN_CUDA_SYNC=1 the stream is also waited for, so an asynchronous fault is reported at
+ * the launch that caused it rather than at step_end. Returns the status. */
+#define cuda_check_launch(c, call)                                                                 \
+    cuda_check_launch_at((c), (call), #call, __FILE__, __LINE__)
+int cuda_check_launch_at(struct cuda_impl *c, int code, const char *text, const char *file, int line);
+
+/* Evaluates call once; see DESIGN. */
+#define cuda_check(c, err, call)                                                                   \
+    cuda_check_result((c), (err), cuda_res_kind_of(call), (int)(call), #call, __FILE__, __LINE__)
+
+int cuda_check_result(struct cuda_impl *c, struct cairn_err *err, enum cuda_res_kind kind, int code,
+                      const char *text, const char *file, int line);
+/* Latches an error that is not a CUDA result (a workspace that cannot grow). */
+void cuda_latch(struct cuda_impl *c, const struct cairn_err *err);
+
+static inline struct cuda_impl *cuda_impl_of(struct backend *be)
+{
+    return (struct cuda_impl *)be->impl;
+}
+
+/* Device memory through the budget; zeroed when zero is set. */
+int cuda_dev_alloc(struct cuda_impl *c, size_t bytes, enum cairn_mem_tag tag, int zero, void **out,
+                   struct cairn_err *err);
+void cuda_dev_free(struct cuda_impl *c, void *p, size_t bytes, enum cairn_mem_tag tag);
+/* Pointer to at least `bytes` of workspace `slot` (grown, after a stream sync, when smaller);
+ * NULL with the error latched when the device has no room. Inside a step only. */
+void *cuda_ws_get(struct cuda_impl *c, enum cuda_ws_slot slot, size_t bytes);
+
+/* The kernels' view of a prepared weight (asserts w was prepared by this backend). */
+struct cuda_wdesc cuda_wdesc_of(const struct tensor *w);
+
+/* cuda_matmul.c */
+void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
+void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, float *const *y,
+                          int count, const float *x, int n);
+
+/* cuda_ops.c: the ops other than matmul, in the order of backend_ops. */
+void cuda_op_embed(struct backend *be, const struct tensor *w, const int32_t *ids, int n,
+                   float *out);
+void cuda_op_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int n_rows,
+                     int dim, float eps, float w_offset);
+void cuda_op_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_dim,
+                  int rot_dim, const int32_t *pos, const float *inv_freq);
+void cuda_op_silu_mul(struct backend *be, float *out, const float *gate, const float *up,
+                      int64_t n);
+void cuda_op_add(struct backend *be, float *y, const float *x, int64_t n);
+void cuda_op_add_bias(struct backend *be, float *y, const float *b, int n_rows, int dim);
+void cuda_op_mul_sigmoid(struct backend *be, float *y, const float *g, int64_t n);
+void cuda_op_add_sigmoid_scaled(struct backend *be, float *y, const float *x, const float *g,
+                                int n_rows, int dim);
+void cuda_op_split_halves(struct backend *be, float *a, float *b, const float *src, int n_rows,
+                          int width);
+void cuda_op_gather_rows(struct backend *be, float *dst, const float *src, const int32_t *rows,
+                         int n, int dim);
+void cuda_op_kv_store(struct backend *be, const struct backend_kv_view *kv, int layer,
+                      const int32_t *slots, int n_tokens, const float *k, const float *v);
+void cuda_op_attention(struct backend *be, const struct backend_attn *a);
+void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,
+                       int norm_topk, int32_t *ids, float *w);
+void cuda_op_moe_experts(struct backend *be, const struct backend_moe *m);
+void cuda_op_gdn(struct backend *be, const struct backend_gdn *g);
+
+#endif

@@ -1,0 +1,119 @@
+/* C-callable launchers of the CUDA kernels (cuda_*.cu), internal to cuda/.
+ *
+ * Every launcher enqueues on `s` and returns the launch's cudaError_t as an int (0: enqueued);
+ * the C side (cuda_backend.c, cuda_ops.c) turns it into a status with cuda_check. Arguments are
+ * checked by the callers (CAIRN_ASSERT); launchers trust them. All pointers are device pointers
+ * unless named *_host. The CPU reference of each kernel is the op of the same name in
+ * cpu/ref_ops.c (or model/gdn.c, model/moe.c), as tensor/backend.h defines it. */
+#ifndef CAIRN_CUDA_CUDA_KERNELS_H
+#define CAIRN_CUDA_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "tensor/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A prepared weight as the kernels see it: `rows` rows of `cols` logical values, row r at
+ * data + r * row_bytes. Dense types are the checkpoint's bytes. CUDA_W_Q rows are repacked at
+ * upload (cuda_backend.c) as [codes: cols*bits/8 bytes, MLX's uint32 words as is][scales: bf16
+ * x groups][biases: bf16 x groups], padded to 16 bytes, so one pointer walks a row and a row
+ * slice (one expert) is plain pointer arithmetic. */
+enum cuda_wtype {
+    CUDA_W_F32 = 0,
+    CUDA_W_F16,
+    CUDA_W_BF16,
+    CUDA_W_Q,
+};
+
+struct cuda_wdesc {
+    enum cuda_wtype type;
+    int64_t rows;
+    int64_t cols;
+    const void *data;
+    size_t row_bytes;
+    int bits;       /* CUDA_W_Q: 2..8 */
+    int group_size; /* CUDA_W_Q: 32, 64 or 128 */
+};
+
+#ifdef __CUDACC__
+#define CUDA_HD __host__ __device__
+#else
+#define CUDA_HD
+#endif
+
+/* Byte offsets of a CUDA_W_Q row's scales and biases (codes start at 0). */
+static inline CUDA_HD size_t cuda_q_scales_off(int64_t cols, int bits) { return (size_t)(cols * bits / 8); }
+static inline CUDA_HD size_t cuda_q_biases_off(int64_t cols, int bits, int group_size)
+{
+    return cuda_q_scales_off(cols, bits) + (size_t)(cols / group_size) * 2;
+}
+static inline CUDA_HD size_t cuda_q_row_bytes(int64_t cols, int bits, int group_size)
+{
+    size_t b = cuda_q_biases_off(cols, bits, group_size) + (size_t)(cols / group_size) * 2;
+    return (b + 15) & ~(size_t)15;
+}
+
+/* ---- cuda_gemv.cu: matmul pieces ---- */
+/* y[n, rows] = x[n, cols] . W^T for n in 1..CUDA_GEMV_MAX_N (weights streamed once). */
+#define CUDA_GEMV_MAX_N 8
+int cuda_k_gemv(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n);
+/* dst[i] = (bf16 or f16) src[i], round to nearest even. */
+int cuda_k_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
+int cuda_k_f32_to_f16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
+/* dst[rows, cols] (bf16) = dequantized CUDA_W_Q weight. */
+int cuda_k_dequant_bf16(cudaStream_t s, const struct cuda_wdesc *w, uint16_t *dst);
+
+/* ---- cuda_elem.cu: element-wise, norms, rope, embeddings, KV stores, routing ---- */
+int cuda_k_embed(cudaStream_t s, const struct cuda_wdesc *w, const int32_t *ids, int n, float *out);
+int cuda_k_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int n_rows, int dim,
+                   float eps, float w_offset);
+int cuda_k_rope(cudaStream_t s, float *x, int n_tokens, int n_heads, int head_dim, int rot_dim,
+                const int32_t *pos, const float *inv_freq);
+int cuda_k_silu_mul(cudaStream_t s, float *out, const float *gate, const float *up, int64_t n);
+int cuda_k_add(cudaStream_t s, float *y, const float *x, int64_t n);
+int cuda_k_add_bias(cudaStream_t s, float *y, const float *b, int n_rows, int dim);
+int cuda_k_mul_sigmoid(cudaStream_t s, float *y, const float *g, int64_t n);
+int cuda_k_add_sigmoid_scaled(cudaStream_t s, float *y, const float *x, const float *g, int n_rows,
+                              int dim);
+int cuda_k_split_halves(cudaStream_t s, float *a, float *b, const float *src, int n_rows, int width);
+int cuda_k_gather_rows(cudaStream_t s, float *dst, const float *src, const int32_t *rows, int n,
+                       int dim);
+int cuda_k_kv_store(cudaStream_t s, const struct backend_kv_view *kv, int layer,
+                    const int32_t *slots, int n_tokens, const float *k, const float *v);
+int cuda_k_moe_route(cudaStream_t s, const float *logits, int n, int n_experts, int top_k,
+                     int norm_topk, int32_t *ids, float *w);
+/* dst[i] = x[list[i] / top_k] for i < cnt (rows of dim). */
+int cuda_k_moe_gather(cudaStream_t s, float *dst, const float *x, const int32_t *list, int cnt,
+                      int top_k, int dim);
+/* out[list[i] / top_k] += w[list[i]] * y[i] for i < cnt; list holds each token at most once. */
+int cuda_k_moe_scatter(cudaStream_t s, float *out, const float *y, const float *w,
+                       const int32_t *list, int cnt, int top_k, int dim);
+
+/* ---- cuda_attn.cu: paged attention ---- */
+/* Attention kernels: CUDA_ATTN_AUTO picks the tiled prefill kernel when the step has at least
+ * CUDA_ATTN_TILED_MIN_ROWS rows per sequence (and head_dim <= 128), else split-K. */
+enum cuda_attn_mode { CUDA_ATTN_AUTO = 0, CUDA_ATTN_SPLIT, CUDA_ATTN_TILED };
+#define CUDA_ATTN_TILED_MIN_ROWS 8
+/* Floats of device workspace cuda_k_attention needs for this step (max_ctx: its longest
+ * sequence; n_sms: the GPU's multiprocessors); 0: none. */
+size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode);
+/* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list). */
+int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int n_sms, int mode,
+                     float *ws, int32_t *tiles_host);
+/* Largest head_dim cuda_k_attention takes. */
+#define CUDA_ATTN_HEAD_DIM_MAX 256
+
+/* ---- cuda_gdn.cu: gated DeltaNet over one sequence ---- */
+int cuda_k_gdn(cudaStream_t s, const struct backend_gdn *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,77 @@
+/* Opening a backend by name (tensor/backend.h): "cpu", "cuda", "cuda:N" or "auto".
+ *
+ * The CUDA backend is compiled in only when the build defines CAIRN_HAVE_CUDA (CMake found the
+ * toolkit); its entry point is cuda_backend_open in cuda/cuda.h. Without it "cuda" fails with
+ * CAIRN_ERR_UNSUPPORTED and "auto" is the CPU. With it, "auto" tries cuda:0 and falls back to
+ * the CPU with an info line saying why (no driver, no device). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "cpu/cpu.h"
+#include "tensor/backend.h"
+#ifdef CAIRN_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
+
+int backend_cuda_compiled(void)
+{
+#ifdef CAIRN_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* "cuda" -> 0, "cuda:N" -> N; -1 if name is not a CUDA device name. */
+static int backend_cuda_index(const char *name)
+{
+    if (strcmp(name, "cuda") == 0) return 0;
+    if (strncmp(name, "cuda:", 5) != 0 || !name[5]) return -1;
+    char *end;
+    long n = strtol(name + 5, &end, 10);
+    if (*end || n < 0 || n > 1024 || name[5] < '0' || name[5] > '9') return -1;
+    return (int)n;
+}
+
+static int backend_open_cuda(int device, struct backend **out, struct cairn_err *err)
+{
+#ifdef CAIRN_HAVE_CUDA
+    return cuda_backend_open(device, out, err);
+#else
+    (void)device;
+    (void)out;
+    return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "this cairn was built without CUDA");
+#endif
+}
+
+int backend_open(const char *name, int n_threads, struct backend **out, struct cairn_err *err)
+{
+    *out = NULL;
+    if (!name || !*name) name = "auto";
+    if (strcmp(name, "cpu") == 0) return cpu_backend_open(n_threads, out, err);
+    int dev = backend_cuda_index(name);
+    if (dev >= 0) return backend_open_cuda(dev, out, err);
+    if (strcmp(name, "auto") != 0)
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "device '%s': expected auto, cpu, cuda or cuda:N", name);
+    if (backend_cuda_compiled()) {
+        struct cairn_err cerr = {0};
+        if (backend_open_cuda(0, out, &cerr) == CAIRN_OK) return CAIRN_OK;
+        LOG_INFO("backend", "device auto: cuda:0 is not usable (%s); running on the CPU", cerr.msg);
+    }
+    return cpu_backend_open(n_threads, out, err);
+}
+
+/* xg, yg [n, hidden] (gathered rows, expert output), g, u [n, inter], the token list [n * top_k]
+ * (int32), as cpu/cpu_moe.c lays it out; other backends take the same amount. */
+size_t backend_moe_scratch_floats(int n, int hidden, int inter, int top_k)
+{
+    size_t N = (size_t)(n > 0 ? n : 0);
+    return N * (size_t)hidden * 2 + N * (size_t)inter * 2 + N * (size_t)top_k + 16;
+}
+
+void backend_close(struct backend *be)
+{
+    if (be) be->ops->destroy(be);
+}

@@ -1,0 +1,176 @@
+/* Grammar-constrained requests in the engine (synthetic model through engine_create_ops): the
+ * output of a constrained request matches its regex (checked by PCRE2), greedy and sampled; an
+ * unconstrained request batched with constrained ones gets exactly the tokens it gets alone; a
+ * completed grammar ends the request even with ignore_eos; a grammar without a vocabulary is
+ * refused at submit. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "engine/engine.h"
+#include "engine_testutil.h"
+#include "grammar/grammar.h"
+#include "testlib.h"
+
+#define GV 40 /* vocab: 0..25 letters, 26..38 multi-letter pieces, 39 eos */
+#define GEOS 39
+
+static const char *gv_piece[GV] = {
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", "t",
+    "u", "v", "w", "x", "y", "z", "ab", "abc", "xx", "xyz", "ca", "ba", "-", "--", "0", "12", "9", "a-", NULL, NULL};
+
+struct gfake {
+    struct model_info info;
+};
+
+static const struct model_info *gfake_info(void *ctx) { return &((struct gfake *)ctx)->info; }
+
+/* logits from a hash of (position, last token): any batch gives the same rows */
+static int gfake_forward(void *ctx, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs, struct cairn_err *err)
+{
+    for (int si = 0; si < n_seqs; si++) {
+        const struct model_seq *s = &seqs[si];
+        for (int r = 0; r < s->n_logits; r++) {
+            int i = s->n_tokens - s->n_logits + r;
+            uint64_t h = ((uint64_t)(s->pos0 + i) * 0x9e3779b97f4a7c15ull) ^ (uint64_t)(s->tokens[i] + 7) * 0xbf58476d1ce4e5b9ull;
+            float *lg = s->logits + (size_t)r * GV;
+            for (int j = 0; j < GV; j++) {
+                h ^= h >> 29;
+                h *= 0x94d049bb133111ebull;
+                lg[j] = (float)((h >> 40) % 1000) / 100.0f;
+            }
+        }
+    }
+    return CAIRN_OK;
+}
+
+static void *gd_new(void *ctx) { return calloc(1, 8); }
+static int gd_feed(void *stream, int32_t id, const char **text, size_t *len)
+{
+    *text = id >= 0 && id < GV && gv_piece[id] ? gv_piece[id] : "";
+    *len = strlen(*text);
+    return 0;
+}
+static int gd_flush(void *stream, const char **text, size_t *len)
+{
+    *text = "";
+    *len = 0;
+    return 0;
+}
+static void gd_free(void *stream) { free(stream); }
+
+static int pcre_full(const char *pat, const char *s)
+{
+    char buf[512];
+    snprintf(buf, sizeof(buf), "^(?:%s)$", pat);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)buf, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &eo, NULL);
+    if (!c) return -1;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
+    int rc = pcre2_match(c, (PCRE2_SPTR)s, strlen(s), 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(c);
+    return rc >= 0;
+}
+
+int main(void)
+{
+    struct gfake f;
+    memset(&f, 0, sizeof(f));
+    f.info.arch = MODEL_ARCH_LLAMA;
+    snprintf(f.info.model_type, sizeof(f.info.model_type), "fake");
+    f.info.vocab_size = GV;
+    f.info.n_layers = 1;
+    f.info.n_kv_layers = 1;
+    f.info.n_heads = 1;
+    f.info.n_kv_heads = 1;
+    f.info.head_dim = 2;
+    f.info.max_position = 256;
+    f.info.bos_id = -1;
+    f.info.eos_ids[0] = GEOS;
+    f.info.n_eos = 1;
+    struct engine_opts o;
+    memset(&o, 0, sizeof(o));
+    engine_opts_default(&o);
+    o.kv_dtype = DTYPE_F32;
+    o.block_size = 16;
+    o.kv_bytes = 64ull * 2 * 16 * 2 * sizeof(float);
+    o.detok = (struct engine_detok){NULL, gd_new, gd_feed, gd_flush, gd_free};
+    struct engine_model_ops ops = {&f, gfake_info, NULL, gfake_forward, NULL};
+    struct engine *e = NULL;
+    struct cairn_err err = {0};
+    CHECK(engine_create_ops(&ops, &o, &e, &err) == CAIRN_OK);
+
+    const uint8_t *bytes[GV];
+    size_t lens[GV];
+    for (int i = 0; i < GV; i++) {
+        bytes[i] = (const uint8_t *)gv_piece[i];
+        lens[i] = gv_piece[i] ? strlen(gv_piece[i]) : 0;
+    }
+    int32_t eos = GEOS;
+    struct grammar_vocab *v = NULL;
+    CHECK(grammar_vocab_create(bytes, lens, GV, &eos, 1, &v, NULL) == CAIRN_OK);
+    static const char *pats[] = {"(ab|c)+x{2}", "[a-e]{3,6}-[0-9]{1,3}", "zz?y(ba|ca)*"};
+    int32_t prompt[4] = {1, 2, 3, 4};
+
+    /* baseline: the unconstrained request alone */
+    struct collect alone;
+    struct engine_request r0 = collect_request(&alone, prompt, 4, 24);
+    r0.ignore_eos = 1;
+    CHECK(engine_submit(e, &r0, NULL, &err) == CAIRN_OK);
+    CHECK(collect_wait(&alone, 1));
+
+    /* the same beside constrained ones (greedy and sampled) in shared steps */
+    struct collect cs[1 + 2 * 3];
+    struct grammar *gs[3];
+    struct engine_request rq = collect_request(&cs[0], prompt, 4, 24);
+    rq.ignore_eos = 1;
+    CHECK(engine_submit(e, &rq, NULL, &err) == CAIRN_OK);
+    for (int k = 0; k < 3; k++) {
+        CHECK(grammar_from_regex(pats[k], strlen(pats[k]), &gs[k], NULL) == CAIRN_OK);
+        for (int smp = 0; smp < 2; smp++) {
+            struct engine_request r = collect_request(&cs[1 + k * 2 + smp], prompt, 4, 40);
+            r.grammar = gs[k];
+            r.grammar_vocab = v;
+            if (smp) {
+                r.sampling.temperature = 1.0f;
+                r.sampling.seed = 11 + (uint64_t)k;
+                r.sampling.has_seed = 1;
+                r.sampling.top_logprobs = 3;
+            }
+            CHECK_MSG(engine_submit(e, &r, NULL, &err) == CAIRN_OK, "%s", err.msg);
+        }
+        grammar_free(gs[k]); /* the engine holds its own references */
+    }
+    CHECK(collect_wait(cs, 7));
+    CHECK_EQ_INT(cs[0].n_tokens, alone.n_tokens);
+    CHECK(memcmp(cs[0].tokens, alone.tokens, (size_t)alone.n_tokens * sizeof(int32_t)) == 0);
+    for (int k = 0; k < 3; k++)
+        for (int smp = 0; smp < 2; smp++) {
+            struct collect *c = &cs[1 + k * 2 + smp];
+            CHECK_MSG(c->finish == ENGINE_FINISH_STOP && c->stop_token == GEOS, "%s: finish %d", pats[k], (int)c->finish);
+            CHECK_MSG(pcre_full(pats[k], c->text) == 1, "%s: output '%s' does not match", pats[k], c->text);
+        }
+
+    /* ignore_eos: a complete grammar still ends the request (no error) */
+    struct grammar *g1;
+    CHECK(grammar_from_regex("abc", 3, &g1, NULL) == CAIRN_OK);
+    struct collect ce;
+    struct engine_request re = collect_request(&ce, prompt, 4, 30);
+    re.grammar = g1;
+    re.grammar_vocab = v;
+    re.ignore_eos = 1;
+    CHECK(engine_submit(e, &re, NULL, &err) == CAIRN_OK);
+    CHECK(collect_wait(&ce, 1));
+    CHECK_MSG(ce.finish == ENGINE_FINISH_STOP && !strcmp(ce.text, "abc"), "finish %d text '%s'", (int)ce.finish, ce.text);
+    CHECK(ce.n_tokens <= 4);
+    /* a grammar without its vocabulary is refused */
+    struct collect cx;
+    struct engine_request rx = collect_request(&cx, prompt, 4, 5);
+    rx.grammar = g1;
+    CHECK(engine_submit(e, &rx, NULL, &err) == CAIRN_ERR_INVALID && strstr(err.msg, "grammar"));
+    grammar_free(g1);
+    engine_destroy(e);
+    grammar_vocab_free(v);
+    return test_summary("test_grammar_engine");
+}
