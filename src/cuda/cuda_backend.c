@@ -345,7 +345,6 @@ static void cuda_weight_slice_rows(struct backend *be, const struct tensor *w, i
     int64_t cols = w->shape[1];
     *view = *w;
     view->shape[0] = rows;
-    view->packed = NULL;
     if (w->dtype == DTYPE_Q) {
         int64_t words = cols * w->bits / 32, groups = cols / w->group_size;
         view->data = (const uint32_t *)w->data + row0 * words;
@@ -448,6 +447,7 @@ static const struct backend_ops cuda_backend_ops = {
     .moe_route = cuda_op_moe_route,
     .moe_experts = cuda_op_moe_experts,
     .gdn = cuda_op_gdn,
+    .copy_rows = cuda_op_copy_rows,
 };
 
 int cuda_device_count(void)

@@ -3,8 +3,8 @@
  * DESIGN
  * - One struct cuda_impl per opened GPU (be->impl): the device index, one non-blocking stream
  *   on which every op and copy is issued in order, a cuBLASLt handle, device properties read at
- *   open, grow-on-demand device workspaces (bf16 activation tiles, dequantized weights, split-K
- *   attention partials, MoE token lists), the step lock, and the first error latched by an op.
+ *   open, grow-on-demand device workspaces (bf16 activation tiles, dequantized weights, attention
+ *   partials or tile lists, MoE token lists), the step lock, and the first error latched by an op.
  * - Errors: cuda_check(c, err, call) evaluates a CUDA runtime or cuBLASLt call once and, when
  *   it failed, writes "cuda:N: <call text>: <error name>: <description> (file:line)" into err
  *   (may be NULL) and into c's latch (first error wins; c may be NULL), and returns the cairn
@@ -35,7 +35,7 @@
 enum cuda_ws_slot {
     CUDA_WS_ACT = 0, /* matmul: activations converted to bf16/f16 */
     CUDA_WS_DEQ,     /* matmul: a quantized weight dequantized to bf16 for cuBLASLt */
-    CUDA_WS_ATTN,    /* attention: split-K partials */
+    CUDA_WS_ATTN,    /* attention: split-K partials, or the tiled kernel's tile list */
     CUDA_WS_MOE,     /* moe_experts: token lists per expert (int32) */
     CUDA_WS_N,
 };
@@ -164,5 +164,7 @@ void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_exp
                        int norm_topk, int32_t *ids, float *w);
 void cuda_op_moe_experts(struct backend *be, const struct backend_moe *m);
 void cuda_op_gdn(struct backend *be, const struct backend_gdn *g);
+void cuda_op_copy_rows(struct backend *be, float *dst, int64_t dst_stride, const float *src,
+                       int64_t src_stride, int n_rows, int width);
 
 #endif

@@ -202,3 +202,15 @@ void cuda_op_gdn(struct backend *be, const struct backend_gdn *g)
     CAIRN_ASSERT(g->n_k_heads > 0 && g->n_v_heads % g->n_k_heads == 0);
     CUDA_OP(be, cuda_k_gdn(CUDA_S(be), g));
 }
+
+/* A strided row copy as one 2-D copy on the stream (the copy engine does the striding). */
+void cuda_op_copy_rows(struct backend *be, float *dst, int64_t dst_stride, const float *src,
+                       int64_t src_stride, int n_rows, int width)
+{
+    CAIRN_ASSERT(n_rows >= 0 && width >= 0 && dst_stride >= width && src_stride >= width);
+    if (n_rows == 0 || width == 0) return;
+    CUDA_OP(be, (int)cudaMemcpy2DAsync(dst, (size_t)dst_stride * sizeof(float), src,
+                                       (size_t)src_stride * sizeof(float),
+                                       (size_t)width * sizeof(float), (size_t)n_rows,
+                                       cudaMemcpyDeviceToDevice, CUDA_S(be)));
+}

