@@ -96,7 +96,7 @@ int main(void)
     o.block_size = 16;
     o.kv_bytes = 64ull * 2 * 16 * 2 * sizeof(float);
     o.detok = (struct engine_detok){NULL, gd_new, gd_feed, gd_flush, gd_free};
-    struct engine_model_ops ops = {&f, gfake_info, NULL, gfake_forward, NULL};
+    struct engine_model_ops ops = {&f, gfake_info, NULL, gfake_forward, NULL, NULL};
     struct engine *e = NULL;
     struct cairn_err err = {0};
     CHECK(engine_create_ops(&ops, &o, &e, &err) == CAIRN_OK);

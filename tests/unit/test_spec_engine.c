@@ -11,9 +11,9 @@
  * speculating) changes nothing; per-request usage and engine stats count drafts; bad options are
  * refused. */
 #include "base/mem.h"
-#include "cpu/cpu.h"
 #include "engine_oracle_util.h"
 #include "model/model.h"
+#include "test_backend.h"
 
 #define N_REQ 6
 #define N_GEN 40
@@ -159,7 +159,7 @@ static void run_model(const char *name, int natural)
     CHECK_MSG(oracle_read(exp, &o), "%s: cannot read %s", name, exp);
     struct model *m = NULL;
     struct cairn_err err = {0};
-    int rc = model_load(dir, &m, &err);
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
     if (rc) return;
     int vocab = model_get_info(m)->vocab_size;
@@ -240,7 +240,7 @@ static void test_bad_options(void)
     test_src_path("tests/data/oracle/models/qwen3-tiny", dir, sizeof(dir));
     struct model *m = NULL;
     struct cairn_err err = {0};
-    if (model_load(dir, &m, &err) != CAIRN_OK) {
+    if (model_load(dir, test_cpu_be(), &m, &err) != CAIRN_OK) {
         CHECK_MSG(0, "%s", err.msg);
         return;
     }
@@ -279,8 +279,7 @@ static void test_bad_options(void)
 
 int main(void)
 {
-    struct cairn_err err = {0};
-    CHECK_MSG(cpu_init(0, &err) == CAIRN_OK, "%s", err.msg);
+    CHECK(test_cpu_be() != NULL); /* the real kernels, as the server runs them */
     uint64_t other0 = cairn_mem_used(CAIRN_MEM_OTHER), state0 = cairn_mem_used(CAIRN_MEM_STATE);
     run_model("qwen3-tiny", 1);
     run_model("qwen3-moe-tiny", 1);
@@ -289,6 +288,5 @@ int main(void)
     /* n-gram indexes and state copies are all returned */
     CHECK_EQ_INT(cairn_mem_used(CAIRN_MEM_OTHER), other0);
     CHECK_EQ_INT(cairn_mem_used(CAIRN_MEM_STATE), state0);
-    cpu_shutdown();
     return test_summary("test_spec_engine");
 }
