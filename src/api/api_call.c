@@ -384,6 +384,7 @@ static void api_call_prepare(struct api_call *c)
         if (c->n_subs > 1 && r->sampling.has_seed) er.sampling.seed += (uint64_t)i;
         er.max_tokens = max_tokens;
         er.ignore_eos = r->ignore_eos;
+        er.speculative = (enum engine_spec_mode)r->speculative;
         er.stop = (const char *const *)r->stop;
         er.n_stop = r->n_stop;
         er.grammar = gram;

@@ -157,6 +157,10 @@ char *api_info_status(struct api *a, int *status)
         json_object_set_new(m, "prompt_tokens", json_integer((json_int_t)st.n_prompt_tokens));
         json_object_set_new(m, "generated_tokens", json_integer((json_int_t)st.n_generated_tokens));
         json_object_set_new(m, "preemptions", json_integer((json_int_t)st.n_preemptions));
+        json_object_set_new(m, "speculative",
+                            json_pack("{s:I,s:I,s:I,s:I,s:f}", "drafted", (json_int_t)st.n_spec_drafted, "accepted",
+                                      (json_int_t)st.n_spec_accepted, "verify_steps", (json_int_t)st.n_spec_steps,
+                                      "parks", (json_int_t)st.n_spec_parks, "step_cost_slope", st.spec_cost_slope));
         struct kv_tiers_stats ts;
         if (loaded && a->be.tier_stats && a->be.tier_stats(a->be.ctx, idx, &ts))
             json_object_set_new(m, "tiers", api_info_tiers_json(&ts));
@@ -271,6 +275,8 @@ char *api_info_metrics(struct api *a, int *status)
         {"cairn_requests_done_total", "counter", "requests finished"},
         {"cairn_prefix_lookups_total", "counter", "prefix cache lookups"},
         {"cairn_prefix_hits_total", "counter", "prefix cache hits"},
+        {"cairn_spec_drafted_tokens_total", "counter", "speculative draft tokens verified"},
+        {"cairn_spec_accepted_tokens_total", "counter", "speculative draft tokens accepted"},
     };
     struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
     struct engine_stats *st = calloc(API_INFO_MAX_MODELS, sizeof(*st));
@@ -314,6 +320,8 @@ char *api_info_metrics(struct api *a, int *status)
             case 11: v = (double)s->n_requests_done; break;
             case 12: v = (double)s->n_prefix_lookups; break;
             case 13: v = (double)s->n_prefix_hits; break;
+            case 14: v = (double)s->n_spec_drafted; break;
+            case 15: v = (double)s->n_spec_accepted; break;
             }
             api_sbuf_adds(&b, mets[k].name);
             api_sbuf_adds(&b, "{model=\"");

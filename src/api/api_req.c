@@ -264,6 +264,19 @@ static int api_req_stop(json_t *o, const char *key, struct api_req *r, struct ap
 }
 
 /* Sampling fields shared by chat and completions (OpenAI names, plus the usual extensions). */
+/* Extension, every API: per-request speculative decoding (engine.h). */
+static int api_req_speculative(json_t *o, struct api_req *r, struct api_req_err *e)
+{
+    const char *spec = NULL;
+    if (api_req_get_str(o, "speculative", &spec, e)) return -1;
+    if (spec) {
+        int m = engine_spec_mode_parse(spec);
+        if (m < 0) return api_req_fail(e, "speculative", "'speculative' must be \"off\", \"ngram\" or \"auto\"");
+        r->speculative = m;
+    }
+    return 0;
+}
+
 static int api_req_sampling(json_t *o, struct api_req *r, struct api_req_err *e)
 {
     double d;
@@ -299,6 +312,7 @@ static int api_req_sampling(json_t *o, struct api_req *r, struct api_req_err *e)
     x = 0;
     if (api_req_get_int(o, "repetition_context_size", 0, 1 << 20, &x, e)) return -1;
     s->repetition_context_size = (int)x;
+    if (api_req_speculative(o, r, e)) return -1;
     json_t *lb = json_object_get(o, "logit_bias");
     if (lb && !json_is_null(lb)) {
         if (!json_is_object(lb)) return api_req_fail(e, "logit_bias", "'logit_bias' must be an object");
@@ -769,6 +783,7 @@ static int api_req_parse_messages(json_t *o, int count_only, struct api_req *r, 
     if (!mt || json_is_null(mt)) return api_req_fail(e, "max_tokens", "'max_tokens' is required");
     if (api_req_get_int(o, "max_tokens", 1, 1 << 30, &x, e)) return -1;
     r->max_tokens = (int)x;
+    if (api_req_speculative(o, r, e)) return -1;
     double d = 1;
     if (api_req_get_num(o, "temperature", 0, 1, &d, e)) return -1;
     r->sampling.temperature = (float)d;
@@ -924,6 +939,7 @@ static int api_req_parse_responses(json_t *o, struct api_req *r, struct api_req_
     long long x = -1;
     if (api_req_get_int(o, "max_output_tokens", 1, 1 << 30, &x, e)) return -1;
     r->max_tokens = (int)x;
+    if (api_req_speculative(o, r, e)) return -1;
     double d = 1;
     if (api_req_get_num(o, "temperature", 0, 2, &d, e)) return -1;
     r->sampling.temperature = (float)d;

@@ -333,6 +333,10 @@ static void pool_engine_opts(struct pool *p, int idx, struct engine_opts *o)
     if (p->opts.max_batch_tokens) o->max_batch_tokens = p->opts.max_batch_tokens;
     if (p->opts.max_running) o->max_running = p->opts.max_running;
     if (p->opts.max_waiting) o->max_waiting = p->opts.max_waiting;
+    o->speculative = (enum engine_spec_mode)p->opts.speculative;
+    o->spec_ngram_min = p->opts.spec_ngram_min;
+    o->spec_k_max = p->opts.spec_k_max;
+    o->spec_cost_slope = p->opts.spec_cost_slope;
     json_t *v = pool_setting(p, idx, "context_length");
     if (json_is_integer(v)) o->context_length = (int)json_integer_value(v);
     v = pool_setting(p, idx, "kv_dtype");

@@ -37,6 +37,10 @@ static void serve_usage(FILE *f)
             "  --http-threads N             HTTP threads (default 4)\n"
             "  --kv-cache-size SIZE         device KV cache budget per model (e.g. 2G, 10%%)\n"
             "  --max-batch-tokens N         token budget per engine step\n"
+            "  --speculative MODE           off|ngram|auto: speculative decoding (ngram = prompt\n"
+            "                               lookup; auto = the best drafter the model has, today\n"
+            "                               ngram), parked per request when it stops paying\n"
+            "                               (default off)\n"
             "  --preload                    load every model at start (default: on first use)\n"
             "  --hot-cache-max-size SIZE    hot RAM KV tier per model (e.g. 8G, 20%%; default off)\n"
             "  --hot-cache-write-through    also write every new full block to the SSD at once\n"
@@ -69,7 +73,7 @@ int cmd_serve(int argc, char **argv)
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
         O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
         O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_MAX_MEM, O_MAX_LOADED, O_TTL, O_MEM_WAIT,
-        O_SETTINGS, O_ADMIN_KEY,
+        O_SETTINGS, O_ADMIN_KEY, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -89,6 +93,7 @@ int cmd_serve(int argc, char **argv)
         {"ssd-cache-dir", required_argument, 0, O_SSD_DIR},
         {"ssd-cache-max-size", required_argument, 0, O_SSD_MAX},
         {"max-batch-tokens", required_argument, 0, O_MAX_BATCH},
+        {"speculative", required_argument, 0, O_SPEC},
         {"preload", no_argument, 0, O_PRELOAD},
         {"max-process-memory", required_argument, 0, O_MAX_MEM},
         {"max-loaded-models", required_argument, 0, O_MAX_LOADED},
@@ -105,6 +110,9 @@ int cmd_serve(int argc, char **argv)
         {"idle-timeout", required_argument, 0, O_IDLE_TIMEOUT},
         {"access-log", required_argument, 0, O_ACCESS_LOG},
         {"usage-scale", required_argument, 0, O_USAGE_SCALE},
+        {"spec-ngram-min", required_argument, 0, O_SPEC_MIN}, /* speculation tuning, for bench/spec_* */
+        {"spec-k-max", required_argument, 0, O_SPEC_K},
+        {"spec-cost-slope", required_argument, 0, O_SPEC_COST},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -163,6 +171,16 @@ int cmd_serve(int argc, char **argv)
             ro.kv_bytes = v;
             break;
         case O_MAX_BATCH: ro.max_batch_tokens = atoi(optarg); break;
+        case O_SPEC:
+            ro.speculative = engine_spec_mode_parse(optarg);
+            if (ro.speculative < 0) {
+                fprintf(stderr, "cairn serve: bad --speculative '%s' (off, ngram or auto)\n", optarg);
+                return 2;
+            }
+            break;
+        case O_SPEC_MIN: ro.spec_ngram_min = atoi(optarg); break;
+        case O_SPEC_K: ro.spec_k_max = atoi(optarg); break;
+        case O_SPEC_COST: ro.spec_cost_slope = atof(optarg); break;
         case O_HOT_MAX:
             if (!cairn_parse_size(optarg, &v)) {
                 fprintf(stderr, "cairn serve: bad --hot-cache-max-size '%s'\n", optarg);

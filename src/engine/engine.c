@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/engine_int.h"
+#include "engine/spec_sched.h"
 
 double engine_now(void)
 {
@@ -71,6 +72,11 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     if (o->max_running > o->max_batch_tokens) o->max_running = o->max_batch_tokens;
     if (o->context_length <= 0 || o->context_length > e->info.max_position)
         o->context_length = e->info.max_position > 0 ? e->info.max_position : 4096;
+    rc = spec_sched_opts_fill(o, err);
+    if (rc) goto fail;
+    e->spec_extra_rows = spec_sched_extra_rows(o);
+    spec_cost_init(&e->spec_cost, o->spec_cost_slope);
+    e->spec_cost.fixed = o->spec_cost_slope > 0;
 
     /* KV pool: kv_bytes covers K and V. */
     size_t layer_bytes = (size_t)o->block_size * (size_t)e->info.n_kv_heads * (size_t)e->info.head_dim *
@@ -117,15 +123,17 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     }
     size_t V = (size_t)e->info.vocab_size;
     size_t R = (size_t)o->max_running;
-    e->logits = cairn_mem_alloc(R * V * sizeof(float), CAIRN_MEM_SCRATCH);
+    e->n_logit_rows = o->max_running + e->spec_extra_rows;
+    e->logits = cairn_mem_alloc((size_t)e->n_logit_rows * V * sizeof(float), CAIRN_MEM_SCRATCH);
     e->batch = calloc(R, sizeof(*e->batch));
     e->sched = calloc(R, sizeof(*e->sched));
     e->chunk = calloc(R, sizeof(*e->chunk));
+    e->n_draft = calloc(R, sizeof(*e->n_draft));
     e->running = calloc(R, sizeof(*e->running));
     e->cap_cancel = e->cap_cancel_local = 64;
     e->cancel_ids = calloc(64, sizeof(uint64_t));
     e->cancel_local = calloc(64, sizeof(uint64_t));
-    if (!e->logits || !e->batch || !e->sched || !e->chunk || !e->running || !e->cancel_ids ||
+    if (!e->logits || !e->batch || !e->sched || !e->chunk || !e->n_draft || !e->running || !e->cancel_ids ||
         !e->cancel_local) {
         rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory");
         goto fail;
@@ -142,9 +150,10 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
         goto fail;
     }
     e->thread_started = 1;
-    LOG_INFO("engine", "%d KV blocks of %d tokens (%s, %.1f MiB), batch %d tokens, %d running",
+    LOG_INFO("engine", "%d KV blocks of %d tokens (%s, %.1f MiB), batch %d tokens, %d running, speculative %s",
              e->pool.n_blocks, o->block_size, dtype_name(o->kv_dtype),
-             (double)per_block * (double)e->pool.n_blocks / 1048576.0, o->max_batch_tokens, o->max_running);
+             (double)per_block * (double)e->pool.n_blocks / 1048576.0, o->max_batch_tokens, o->max_running,
+             engine_spec_mode_name(o->speculative));
     *out = e;
     return CAIRN_OK;
 fail:
@@ -167,11 +176,12 @@ void engine_destroy(struct engine *e)
     }
     if (e->cache.blocks) kv_cache_free(&e->cache);
     if (e->pool.k) kv_pool_free(&e->pool);
-    cairn_mem_free(e->logits, (size_t)e->opts.max_running * (size_t)e->info.vocab_size * sizeof(float),
+    cairn_mem_free(e->logits, (size_t)e->n_logit_rows * (size_t)e->info.vocab_size * sizeof(float),
                    CAIRN_MEM_SCRATCH);
     free(e->batch);
     free(e->sched);
     free(e->chunk);
+    free(e->n_draft);
     free(e->running);
     free(e->cancel_ids);
     free(e->cancel_local);
@@ -181,6 +191,7 @@ void engine_destroy(struct engine *e)
 void engine_seq_free(struct engine *e, struct engine_seq *s)
 {
     if (!s) return;
+    spec_sched_seq_free(e, s);
     sampler_free(&s->sampler);
     stop_free(&s->stop);
     grammar_matcher_free(s->gm);
@@ -203,6 +214,8 @@ static int engine_validate(const struct engine *e, const struct engine_request *
                                  (int)r->prompt[i], i, V);
     int rc = sampler_validate(&r->sampling, V, err);
     if (rc) return rc;
+    if (r->speculative < ENGINE_SPEC_DEFAULT || r->speculative > ENGINE_SPEC_AUTO)
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "speculative: unknown mode %d", (int)r->speculative);
     if (r->max_tokens < 0)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "max_tokens must be >= 0 (got %d)", r->max_tokens);
     if (r->n_stop_ids < 0 || (r->n_stop_ids > 0 && !r->stop_ids))
@@ -273,6 +286,7 @@ int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id
         }
     }
     memcpy(s->salt, r->cache_salt, 32);
+    spec_sched_seq_init(e, s, r);
     s->on_event = r->on_event;
     s->user = r->user;
     s->usage.prompt_tokens = r->n_prompt;

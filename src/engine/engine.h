@@ -43,6 +43,28 @@ struct engine_detok {
     void (*stream_free)(void *stream);
 };
 
+/* Speculative decoding (engine/spec_*.h): drafts verified k + 1 tokens at a time in the same
+ * batched forward, parked per request when they stop paying. Greedy output is identical with and
+ * without it, and so is seeded sampled output (spec_verify.h says why). */
+enum engine_spec_mode {
+    ENGINE_SPEC_DEFAULT = 0, /* engine_opts: OFF; engine_request: the engine's mode */
+    ENGINE_SPEC_OFF,
+    ENGINE_SPEC_NGRAM,       /* prompt lookup over prompt + output (spec_ngram.h) */
+    ENGINE_SPEC_AUTO,        /* the best drafter the model has: today the n-gram one (MTP heads
+                              * are not implemented yet) */
+};
+/* "off", "ngram", "auto" -> the mode; -1 if none of those. */
+int engine_spec_mode_parse(const char *s);
+const char *engine_spec_mode_name(enum engine_spec_mode m);
+
+/* A drafter besides the built-in ones (tests, experiments, later draft models): writes up to
+ * max_k tokens continuing tokens[0, n_tokens) to out and returns how many. Called on the
+ * scheduler thread; must not block. */
+struct engine_drafter {
+    void *ctx;
+    int (*draft)(void *ctx, const int32_t *tokens, int n_tokens, int max_k, int32_t *out);
+};
+
 struct engine_opts {
     int max_batch_tokens;   /* token budget per step (decodes + prefill chunks); default 512 */
     int max_running;        /* concurrent sequences; default 16 (at most max_batch_tokens) */
@@ -56,6 +78,14 @@ struct engine_opts {
     uint64_t snapshot_bytes;  /* hybrid models: budget for recurrent-state snapshots kept with
                                * cached blocks (least recently used dropped first); default
                                * kv_bytes / 2, never fewer than 2 * max_running snapshots */
+    enum engine_spec_mode speculative; /* default OFF: no request speculates, whatever it asks */
+    int spec_k_max;           /* largest draft per sequence and step; default 8, at most 16 */
+    int spec_ngram_min;       /* n-gram drafter's match lengths; defaults 2 and 8 */
+    int spec_ngram_max;
+    struct engine_drafter drafter; /* draft.draft set: used instead of the mode's drafter */
+    double spec_cost_slope;   /* > 0: cost of one more token in a step relative to a one-token
+                               * step, fixed (tests: plans then depend on acceptance alone);
+                               * 0 = measured from the engine's steps (spec_ctl.h) */
 };
 /* Block size, by measurement (`cairn bench-engine --attn-sweep 1024,4096`, Qwen3-0.6B attention
  * shape, bf16 KV, AVX-512, 2 threads): the decode attention kernel reads one block at a time with
@@ -118,6 +148,8 @@ struct engine_usage {
     double queue_s;           /* submit -> first scheduled */
     double prefill_s;         /* first scheduled -> first token */
     double decode_s;          /* first token -> done */
+    int spec_drafted;         /* speculative draft tokens verified for this request */
+    int spec_accepted;        /* of which accepted (each one a forward step saved) */
 };
 
 struct engine_event {
@@ -156,6 +188,9 @@ struct engine_request {
     const char *const *stop;  /* stop strings, excluded from the output; copied */
     int n_stop;
     uint8_t cache_salt[32];   /* mixed into block hashes (zeroes = none) */
+    enum engine_spec_mode speculative; /* DEFAULT = the engine's; OFF opts out; NGRAM / AUTO
+                               * opt in (only where the engine's mode is not OFF; never with a
+                               * grammar, see spec_sched.h) */
     /* Constrained decoding (NULL = none): before each sampling step the tokens the grammar does
      * not allow get -inf logits, after it the grammar advances by the sampled token. The engine
      * retains the grammar (the caller keeps its own reference). grammar_vocab is the model's
@@ -224,6 +259,13 @@ struct engine_stats {
     double decode_step_s;     /* total time of decode-only steps (forward + sampling) */
     uint64_t n_decode_step_tokens; /* tokens produced by those steps: their ratio is the
                                     * aggregate decode throughput */
+    /* speculative decoding (all zero when off) */
+    uint64_t n_spec_drafted;  /* draft tokens verified */
+    uint64_t n_spec_accepted; /* of which accepted */
+    uint64_t n_spec_steps;    /* sequence-steps that verified a draft */
+    uint64_t n_spec_parks;    /* times a request parked (its drafts stopped paying) */
+    double spec_cost_slope;   /* measured cost of one more token in a step, relative to a
+                               * one-token step (spec_ctl.h) */
 };
 void engine_get_stats(struct engine *e, struct engine_stats *st);
 

@@ -1,6 +1,8 @@
 /* Engine internals shared by engine.c (API side: create, submit, cancel, stats) and sched.c (the
  * scheduler thread).
  *
+ * Speculative decoding's part of the scheduler is in spec_sched.c (spec_sched.h).
+ *
  * Locking: `mu` guards the inbox (incoming, cancel ids, stop flag), n_pending and `stats`. Everything
  * else (waiting, running, the pool, the cache, every struct engine_seq once taken from the inbox)
  * belongs to the scheduler thread alone. Callbacks run without `mu` held. */
@@ -12,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/spec_ctl.h"
 #include "engine/stop.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
@@ -45,6 +48,7 @@ struct engine_seq {
     struct engine_usage usage;
     double t_submit, t_first_sched, t_first_token;
     int slot;                  /* index of its logits row this step */
+    struct spec_seq *spec;     /* speculation state (spec_sched.h), or NULL: never drafts */
 };
 
 struct engine {
@@ -57,6 +61,9 @@ struct engine {
     struct model_seq *batch;   /* [max_running] */
     struct engine_seq **sched; /* [max_running] sequences in this step */
     int *chunk;                /* [max_running] tokens each processes this step */
+    int *n_draft;              /* [max_running] of which draft tokens (speculative verify) */
+    int n_logit_rows;          /* rows of `logits`: max_running + spec_extra_rows */
+    int spec_extra_rows;       /* rows for draft tokens per step (0 when speculation is off) */
 
     pthread_t thread;
     int thread_started;
@@ -89,10 +96,15 @@ struct engine {
     double decode_tok_s, prefill_tok_s;
     double decode_step_s;
     uint64_t n_decode_step_tokens;
+    struct spec_cost spec_cost;  /* step-cost fit (spec_ctl.h) */
+    uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_spec_parks;
 };
 
 double engine_now(void);
 void *engine_sched_main(void *arg);
 void engine_seq_free(struct engine *e, struct engine_seq *s);
+/* Commits a sampled token to s (tokens, usage, stop rules) and emits its TOKEN event; returns 1
+ * if the sequence finished (*fin filled). sched.c; spec_sched.c calls it per verified token. */
+int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enum engine_finish *fin);
 
 #endif

@@ -19,6 +19,8 @@
  *   prefill chunk ends on a block boundary (chunks are cut at the prompt's last full block
  *   boundary so that one always exists).
  * - Finished, cancelled and failed sequences release their blocks and get exactly one DONE.
+ * - Speculative decoding (spec_sched.h) extends packed decodes with drafts, verified after the
+ *   forward; a verify entry has chunk 1 + n_draft and as many logits rows.
  * Callbacks run here, with e->mu NOT held (they may call engine_cancel). */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/engine_int.h"
+#include "engine/spec_sched.h"
 
 /* ---- events ---- */
 
@@ -274,6 +277,7 @@ static void sched_add(struct engine *e, struct engine_seq *s, int chunk, int *n_
     s->slot = i;
     e->sched[i] = s;
     e->chunk[i] = chunk;
+    e->n_draft[i] = 0;
     if (s->t_first_sched == 0) s->t_first_sched = engine_now();
 }
 
@@ -319,6 +323,11 @@ static int sched_sample(struct engine *e, struct engine_seq *s, const float *log
         *fin = ENGINE_FINISH_ERROR;
         return 1;
     }
+    return engine_sched_commit(e, s, tok, fin);
+}
+
+int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enum engine_finish *fin)
+{
     CAIRN_ASSERT(s->n_tokens < s->cap_tokens);
     s->tokens[s->n_tokens++] = tok;
     s->usage.completion_tokens++;
@@ -386,6 +395,8 @@ static void sched_step(struct engine *e)
         sched_add(e, s, 1, &n_sched);
         budget--;
     }
+    /* (A') drafts of speculating decodes, once every decode has its token */
+    if (e->spec_extra_rows && n_sched) budget -= spec_sched_plan(e, n_sched, budget);
     /* (B) prefill chunks of running sequences */
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         struct engine_seq *s = e->running[i];
@@ -426,20 +437,25 @@ static void sched_step(struct engine *e)
     /* build the batch (a preempted sequence may have left a hole: none can, since only
      * unscheduled sequences are preempted) */
     size_t V = (size_t)e->info.vocab_size;
+    int n_rows = 0, n_step_tokens = 0;
     for (int i = 0; i < n_sched; i++) {
         struct engine_seq *s = e->sched[i];
         struct model_seq *m = &e->batch[i];
-        int c = e->chunk[i];
+        int c = e->chunk[i], nd = e->n_draft[i];
         m->tokens = s->tokens + s->n_computed;
         m->n_tokens = c;
         m->pos0 = s->n_computed;
         m->block_table = s->blocks;
         m->state = s->state;
-        m->n_logits = s->n_computed + c == s->n_tokens ? 1 : 0;
-        m->logits = e->logits + (size_t)i * V;
-        if (c == 1 && m->n_logits) n_decode++;
+        /* the last position's logits, and those of each draft token (nd = 0 but for verifies) */
+        m->n_logits = s->n_computed + c == s->n_tokens + nd ? 1 + nd : 0;
+        m->logits = e->logits + (size_t)n_rows * V;
+        n_rows += m->n_logits;
+        n_step_tokens += c;
+        if (c == 1 + nd && m->n_logits) n_decode++;
         else n_prefill += c;
     }
+    CAIRN_ASSERT(n_rows <= e->n_logit_rows);
     /* let engine_submit see the queue as it is now, not as it was before admissions */
     pthread_mutex_lock(&e->mu);
     e->n_waiting_seen = e->n_waiting;
@@ -458,17 +474,29 @@ static void sched_step(struct engine *e)
         }
         return;
     }
-    if (dt > 0) {
-        /* rates over steps of each kind (mixed steps count for both) */
-        if (n_decode) e->decode_tok_s = 0.8 * e->decode_tok_s + 0.2 * (n_decode / dt);
-        if (n_prefill) e->prefill_tok_s = 0.8 * e->prefill_tok_s + 0.2 * (n_prefill / dt);
-    }
+    if (n_prefill == 0) spec_sched_observe_step(e, n_step_tokens, dt);
 
     int bs = e->opts.block_size;
+    int n_decode_tokens = 0; /* produced by decode and verify entries */
     for (int i = 0; i < n_sched; i++) {
         struct engine_seq *s = e->sched[i];
         int c = e->chunk[i];
         int had_logits = e->batch[i].n_logits;
+        if (e->n_draft[i]) {
+            enum engine_finish fin = ENGINE_FINISH_STOP;
+            int n_emitted = 0;
+            int done = spec_sched_verify(e, s, e->n_draft[i], e->batch[i].logits, &fin, &n_emitted);
+            n_decode_tokens += n_emitted;
+            if (done) {
+                sched_running_remove(e, s);
+                sched_finish(e, s, fin,
+                             fin == ENGINE_FINISH_ERROR ? (s->error_msg ? s->error_msg : "detokenizer failed") : NULL);
+            } else {
+                sched_publish(e, s);
+            }
+            continue;
+        }
+        if (c == 1 && had_logits) n_decode_tokens++;
         s->n_computed += c;
         if (e->info.state_bytes && s->n_computed % bs == 0 && !(c == 1 && had_logits)) {
             int b = s->blocks[s->n_computed / bs - 1];
@@ -477,14 +505,19 @@ static void sched_step(struct engine *e)
         sched_publish(e, s);
         if (!had_logits) continue;
         enum engine_finish fin = ENGINE_FINISH_STOP;
-        if (sched_sample(e, s, e->logits + (size_t)i * V, &fin)) {
+        if (sched_sample(e, s, e->batch[i].logits, &fin)) {
             sched_running_remove(e, s);
             sched_finish(e, s, fin, fin == ENGINE_FINISH_ERROR ? (s->error_msg ? s->error_msg : "detokenizer failed") : NULL);
         }
     }
+    if (dt > 0) {
+        /* rates over steps of each kind (mixed steps count for both) */
+        if (n_decode) e->decode_tok_s = 0.8 * e->decode_tok_s + 0.2 * (n_decode_tokens / dt);
+        if (n_prefill) e->prefill_tok_s = 0.8 * e->prefill_tok_s + 0.2 * (n_prefill / dt);
+    }
     if (n_prefill == 0) {
         e->decode_step_s += engine_now() - t0;
-        e->n_decode_step_tokens += (uint64_t)n_decode;
+        e->n_decode_step_tokens += (uint64_t)n_decode_tokens;
     }
 }
 
@@ -516,6 +549,11 @@ static void sched_publish_stats(struct engine *e)
     st->n_snapshots = e->cache.n_snapshots;
     st->decode_step_s = e->decode_step_s;
     st->n_decode_step_tokens = e->n_decode_step_tokens;
+    st->n_spec_drafted = e->n_spec_drafted;
+    st->n_spec_accepted = e->n_spec_accepted;
+    st->n_spec_steps = e->n_spec_steps;
+    st->n_spec_parks = e->n_spec_parks;
+    st->spec_cost_slope = e->spec_extra_rows ? spec_cost_slope(&e->spec_cost) : 0;
     e->n_waiting_seen = e->n_waiting;
 }
 

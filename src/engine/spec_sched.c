@@ -1,0 +1,212 @@
+/* Speculative decoding in the scheduler: drafts packed into decode steps, verification, rollback
+ * (see spec_sched.h). Scheduler thread only, except spec_sched_seq_init (engine_submit). */
+#include "engine/spec_sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "engine/spec_verify.h"
+
+/* Sequences per step whose drafts get logits rows: more drafts in one step gain less each (the
+ * gain formula divides by the batch), and every row is vocab_size floats. */
+#define SPEC_SCHED_DRAFT_SEQS 4
+#define SPEC_SCHED_DEFAULT_K_MAX 8
+
+int engine_spec_mode_parse(const char *s)
+{
+    if (!s) return -1;
+    if (!strcmp(s, "off")) return ENGINE_SPEC_OFF;
+    if (!strcmp(s, "ngram")) return ENGINE_SPEC_NGRAM;
+    if (!strcmp(s, "auto")) return ENGINE_SPEC_AUTO;
+    return -1;
+}
+
+const char *engine_spec_mode_name(enum engine_spec_mode m)
+{
+    switch (m) {
+    case ENGINE_SPEC_NGRAM:
+        return "ngram";
+    case ENGINE_SPEC_AUTO:
+        return "auto";
+    default:
+        return "off";
+    }
+}
+
+int spec_sched_opts_fill(struct engine_opts *o, struct cairn_err *err)
+{
+    if (o->speculative == ENGINE_SPEC_DEFAULT) o->speculative = ENGINE_SPEC_OFF;
+    if (o->speculative < ENGINE_SPEC_OFF || o->speculative > ENGINE_SPEC_AUTO)
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "engine: unknown speculative mode %d",
+                             (int)o->speculative);
+    if (!(o->spec_cost_slope >= 0 && o->spec_cost_slope <= 1))
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "engine: spec_cost_slope must be in [0, 1] (got %g)",
+                             o->spec_cost_slope);
+    if (!o->spec_k_max) o->spec_k_max = SPEC_SCHED_DEFAULT_K_MAX;
+    if (o->spec_k_max < 1 || o->spec_k_max > SPEC_CTL_MAX_K)
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "engine: spec_k_max must be in [1, %d] (got %d)", SPEC_CTL_MAX_K,
+                             o->spec_k_max);
+    if (!o->spec_ngram_min) o->spec_ngram_min = SPEC_NGRAM_DEFAULT_MIN_N;
+    if (!o->spec_ngram_max)
+        o->spec_ngram_max = CAIRN_MAX(SPEC_NGRAM_DEFAULT_MAX_N, o->spec_ngram_min);
+    if (o->spec_ngram_min < 1 || o->spec_ngram_max < o->spec_ngram_min ||
+        o->spec_ngram_max > SPEC_NGRAM_MAX_N)
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "engine: n-gram lengths need 1 <= min (%d) <= max (%d) <= %d",
+                             o->spec_ngram_min, o->spec_ngram_max, SPEC_NGRAM_MAX_N);
+    return CAIRN_OK;
+}
+
+int spec_sched_extra_rows(const struct engine_opts *o)
+{
+    if (o->speculative == ENGINE_SPEC_DEFAULT || o->speculative == ENGINE_SPEC_OFF) return 0;
+    return CAIRN_MIN(o->max_running, SPEC_SCHED_DRAFT_SEQS) * o->spec_k_max;
+}
+
+void spec_sched_seq_free(struct engine *e, struct engine_seq *s)
+{
+    struct spec_seq *p = s->spec;
+    if (!p) return;
+    spec_ngram_free(&p->ngram);
+    cairn_mem_free(p->state_copy, e->info.state_bytes, CAIRN_MEM_STATE);
+    free(p);
+    s->spec = NULL;
+}
+
+void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct engine_request *r)
+{
+    s->spec = NULL;
+    /* a grammar's mask and matcher state would have to follow each draft position: not done */
+    if (!e->spec_extra_rows || r->speculative == ENGINE_SPEC_OFF || r->grammar) return;
+    struct cairn_err err = {0};
+    struct spec_seq *p = calloc(1, sizeof(*p));
+    if (!p) {
+        LOG_WARN("engine", "no speculation for a request: out of memory");
+        return;
+    }
+    s->spec = p;
+    /* the index grows by doubling; sized for the prompt and a typical answer */
+    int expect = CAIRN_MIN(s->cap_tokens, s->n_prompt + 512);
+    if (spec_ngram_init(&p->ngram, e->opts.spec_ngram_min, e->opts.spec_ngram_max, expect, &err)) {
+        LOG_WARN("engine", "no speculation for a request: %s", err.msg);
+        spec_sched_seq_free(e, s);
+        return;
+    }
+    struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max, .recompute = e->info.state_bytes > 0};
+    spec_ctl_init(&p->ctl, &co);
+    if (e->info.state_bytes) {
+        p->state_copy = cairn_mem_alloc(e->info.state_bytes, CAIRN_MEM_STATE);
+        if (!p->state_copy) {
+            LOG_WARN("engine", "no speculation for a request: out of memory for a state copy");
+            spec_sched_seq_free(e, s);
+        }
+    }
+}
+
+int spec_sched_plan(struct engine *e, int n_decodes, int budget)
+{
+    int used = 0, rows_left = e->spec_extra_rows, bs = e->opts.block_size;
+    for (int i = 0; i < n_decodes && budget - used > 0 && rows_left > 0; i++) {
+        struct engine_seq *s = e->sched[i];
+        struct spec_seq *p = s->spec;
+        if (!p) continue;
+        CAIRN_ASSERT(e->chunk[i] == 1 && s->n_tokens - s->n_computed == 1);
+        int k = spec_ctl_plan(&p->ctl, &e->spec_cost, n_decodes);
+        /* up to k + 1 tokens are emitted: they must fit the request */
+        k = CAIRN_MIN(k, s->cap_tokens - s->n_tokens - 1);
+        k = CAIRN_MIN(k, CAIRN_MIN(budget - used, rows_left));
+        int n = 0;
+        if (k > 0 && e->opts.drafter.draft) {
+            n = e->opts.drafter.draft(e->opts.drafter.ctx, s->tokens, s->n_tokens, k,
+                                      s->tokens + s->n_tokens);
+            n = CAIRN_MAX(0, CAIRN_MIN(n, k));
+        } else if (k > 0) {
+            n = spec_ngram_draft(&p->ngram, s->tokens, s->n_tokens, k, s->tokens + s->n_tokens);
+            if (n < 0) {
+                LOG_WARN("engine",
+                         "request %llu stops speculating: out of memory for its n-gram index",
+                         (unsigned long long)s->id);
+                spec_sched_seq_free(e, s);
+                continue;
+            }
+        }
+        /* KV for positions [0, n_tokens + n): a free block or none (no eviction, no preemption) */
+        while (n > 0 && s->n_blocks * bs < s->n_tokens + n) {
+            if (kv_cache_n_free(&e->cache) == 0) {
+                n = s->n_blocks * bs - s->n_tokens;
+                break;
+            }
+            int b = kv_cache_alloc(&e->cache);
+            CAIRN_ASSERT(b >= 0 && s->n_blocks < s->cap_blocks);
+            s->blocks[s->n_blocks++] = b;
+        }
+        if (n <= 0) {
+            spec_ctl_decoded(&p->ctl, 1); /* counts a parked request's cooldown */
+            continue;
+        }
+        memcpy(p->draft, s->tokens + s->n_tokens, (size_t)n * sizeof(int32_t));
+        if (p->state_copy) memcpy(p->state_copy, s->state, e->info.state_bytes);
+        e->chunk[i] += n;
+        e->n_draft[i] = n;
+        used += n;
+        rows_left -= n;
+    }
+    return used;
+}
+
+struct spec_sched_emit_ctx {
+    struct engine *e;
+    struct engine_seq *s;
+    enum engine_finish *fin;
+    int done;
+};
+
+static int spec_sched_emit(void *ctx, int32_t tok)
+{
+    struct spec_sched_emit_ctx *x = ctx;
+    x->done = engine_sched_commit(x->e, x->s, tok, x->fin);
+    return x->done;
+}
+
+int spec_sched_verify(struct engine *e, struct engine_seq *s, int n_draft, const float *rows,
+                      enum engine_finish *fin, int *n_emitted)
+{
+    struct spec_seq *p = s->spec;
+    CAIRN_ASSERT(p && n_draft > 0 && s->n_tokens - s->n_computed == 1);
+    int n0 = s->n_tokens, c0 = s->n_computed, bs = e->opts.block_size;
+    struct spec_sched_emit_ctx x = {e, s, fin, 0};
+    int acc = 0;
+    *n_emitted = spec_verify(&s->sampler, rows, (size_t)e->info.vocab_size, s->tokens, n0,
+                             n0 - s->n_prompt, p->draft, n_draft, spec_sched_emit, &x, &acc);
+    s->usage.spec_drafted += n_draft;
+    s->usage.spec_accepted += acc;
+    e->n_spec_drafted += (uint64_t)n_draft;
+    e->n_spec_accepted += (uint64_t)acc;
+    e->n_spec_steps++;
+    uint64_t parks = p->ctl.n_parks;
+    spec_ctl_observe(&p->ctl, &e->spec_cost, n_draft, acc);
+    e->n_spec_parks += p->ctl.n_parks - parks;
+    if (x.done) return 1; /* the caller finishes it and releases everything */
+
+    /* KV holds the last committed token and the accepted drafts */
+    s->n_computed = c0 + 1 + acc;
+    if (p->state_copy && acc < n_draft) {
+        /* the state absorbed rejected tokens: back to the step's start, recompute next step */
+        memcpy(s->state, p->state_copy, e->info.state_bytes);
+        s->n_computed = c0;
+    }
+    int keep = (s->n_tokens + bs - 1) / bs;
+    CAIRN_ASSERT(s->n_published <= keep);
+    while (s->n_blocks > keep)
+        kv_cache_release(&e->cache, s->blocks[--s->n_blocks]);
+    return 0;
+}
+
+void spec_sched_observe_step(struct engine *e, int n_tokens, double seconds)
+{
+    if (e->spec_extra_rows) spec_cost_observe(&e->spec_cost, n_tokens, seconds);
+}

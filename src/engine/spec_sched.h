@@ -1,0 +1,62 @@
+/* Speculative decoding in the scheduler (engine-internal; engine_int.h has the structs it
+ * extends). Called by sched.c on the scheduler thread, and by engine.c at submit / free.
+ *
+ * DESIGN
+ * - A request speculates when the engine's mode is not OFF and the request did not opt out; it
+ *   then owns a struct spec_seq: its n-gram index, its controller (spec_ctl.h), the draft of the
+ *   current step and, for hybrid models, a copy of the recurrent state taken before the step.
+ * - Packing: after the decodes are packed (every running decode gets its one token first),
+ *   spec_sched_plan extends each speculating decode with the draft its controller asks for, within
+ *   what is left of the token budget and of the draft logits rows. The draft is written after the
+ *   committed tokens (tokens[n_tokens, n_tokens + k)), where the forward reads its chunk, so the
+ *   chunk is tokens[n_computed, n_tokens + k) with k + 1 logits rows. Drafts never preempt and
+ *   never evict a cached block: a draft that needs a new block takes a free one or is cut to the
+ *   block it has.
+ * - After the forward, spec_sched_verify samples the rows (spec_verify.h), commits each emitted
+ *   token through engine_sched_commit (events, stop rules), and rolls back: KV positions past the
+ *   accepted length are just past n_computed (never read, overwritten by the next step), and the
+ *   blocks that held only rejected positions go back to the free list (they were never
+ *   published). Hybrid models: on a partial acceptance the recurrent state, which absorbed the
+ *   rejected tokens, is restored from the copy and n_computed goes back to the step's start, so
+ *   the next step recomputes the accepted tokens as a short chunk (a full acceptance keeps the
+ *   state as is). Verify steps never attach prefix-cache snapshots.
+ * - Step cost: every step without prefill feeds (tokens, forward seconds) to the engine's
+ *   spec_cost; the controllers read it for their break-even.
+ * - Requests with a grammar (constrained decoding) do not speculate: each verified row would need
+ *   the grammar's mask for the state after the drafts before it, and the matcher advanced per
+ *   emitted token (sched_sample does it for one row). Structured output is copy-heavy, so this
+ *   is the next thing to add: spec_verify would take a per-row sample callback. */
+#ifndef CAIRN_ENGINE_SPEC_SCHED_H
+#define CAIRN_ENGINE_SPEC_SCHED_H
+
+#include "engine/engine_int.h"
+#include "engine/spec_ctl.h"
+#include "engine/spec_ngram.h"
+
+struct spec_seq {
+    struct spec_ngram ngram;
+    struct spec_ctl ctl;
+    int32_t draft[SPEC_CTL_MAX_K]; /* this step's draft (copy: verification overwrites tokens) */
+    void *state_copy;              /* hybrid: state before the verify step, state_bytes, or NULL */
+};
+
+/* Fills the speculative defaults of o and checks them (engine_create). */
+int spec_sched_opts_fill(struct engine_opts *o, struct cairn_err *err);
+/* Rows of draft logits the engine reserves per step for filled opts (0 when speculation is off). */
+int spec_sched_extra_rows(const struct engine_opts *o);
+/* At submit: sets s->spec when the request speculates. Allocation failure only means no
+ * speculation for it (logged), so this cannot fail. */
+void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct engine_request *r);
+void spec_sched_seq_free(struct engine *e, struct engine_seq *s);
+/* After the decodes sched[0, n_decodes) were packed: adds drafts to them (chunk and n_draft).
+ * Returns the budget tokens used. */
+int spec_sched_plan(struct engine *e, int n_decodes, int budget);
+/* After the forward, for an entry with a draft: verifies it against its rows, commits the emitted
+ * tokens and rolls back the rest. Returns 1 if the sequence finished (*fin filled); *n_emitted
+ * gets the tokens it produced. */
+int spec_sched_verify(struct engine *e, struct engine_seq *s, int n_draft, const float *rows,
+                      enum engine_finish *fin, int *n_emitted);
+/* A step without prefill took `seconds` for n_tokens: feeds the cost model. */
+void spec_sched_observe_step(struct engine *e, int n_tokens, double seconds);
+
+#endif

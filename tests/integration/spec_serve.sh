@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Speculative decoding through `cairn serve --speculative ngram` on the demo model: greedy text
+# with prompt lookup equals the text of the same request with the per-request extension
+# "speculative": "off" (chat and completions), and of a server with speculation off; drafts were
+# made and some accepted (/api/status, /metrics); a bad flag or field is refused.
+set -uo pipefail
+. "$(dirname "$0")/lib/serve_lib.sh"
+model=$CAIRN_SRC/models/demo
+
+out=$("$CAIRN_BIN" serve --model "$model" --speculative mtp 2>&1)
+check_eq "bad --speculative exits 2" "$?" "2"
+check_has "bad --speculative says why" "$out" "off, ngram or auto"
+
+# a fixed step cost: which steps draft must not depend on how loaded the machine is
+start_server spec --model "$model" --threads 2 --speculative ngram --spec-cost-slope 0.05
+start_server plain --model "$model" --threads 2
+field() { node -e 'let d="";process.stdin.on("data",c=>d+=c).on("end",()=>{const o=JSON.parse(d);const f=new Function("o","return "+process.argv[1]);const v=f(o);process.stdout.write(typeof v==="string"?v:JSON.stringify(v))})' "$1"; }
+post() { # post PORT PATH JSON-BODY
+    curl -s --max-time 300 "http://127.0.0.1:$1$2" -H 'Content-Type: application/json' -d "$3"
+}
+# templated stories re-use their phrases: prompt lookup finds them
+for subject in "a brave knight" "a cat named Luna"; do
+    q="{\"model\":\"demo\",\"temperature\":0,\"max_tokens\":120,\"messages\":[{\"role\":\"user\",\"content\":\"Write a long story about $subject.\"}]"
+    on=$(post "$PORT_spec" /v1/chat/completions "$q}" | field 'o.choices[0].message.content')
+    off=$(post "$PORT_spec" /v1/chat/completions "$q,\"speculative\":\"off\"}" | field 'o.choices[0].message.content')
+    ref=$(post "$PORT_plain" /v1/chat/completions "$q}" | field 'o.choices[0].message.content')
+    check "story about $subject is long" [ ${#ref} -gt 200 ]
+    check_eq "chat, $subject: speculation on = per-request off" "$on" "$off"
+    check_eq "chat, $subject: speculation on = server without it" "$on" "$ref"
+done
+q='{"model":"demo","temperature":0,"max_tokens":60,"prompt":"Once upon a time, there was a brave knight who lived in a noisy city. Once upon a time, there was a brave"'
+on=$(post "$PORT_spec" /v1/completions "$q}" | field 'o.choices[0].text')
+ref=$(post "$PORT_plain" /v1/completions "$q}" | field 'o.choices[0].text')
+check_eq "completions: speculation on = off" "$on" "$ref"
+
+st=$(curl -s "http://127.0.0.1:$PORT_spec/api/status")
+drafted=$(echo "$st" | field 'o.models[0].speculative.drafted')
+accepted=$(echo "$st" | field 'o.models[0].speculative.accepted')
+check "drafts were made ($drafted)" [ "${drafted:-0}" -gt 0 ]
+check "some were accepted ($accepted of $drafted)" [ "${accepted:-0}" -gt 0 ]
+check_eq "plain server drafts nothing" "$(curl -s "http://127.0.0.1:$PORT_plain/api/status" | field 'o.models[0].speculative.drafted')" "0"
+check_has "metrics count drafts" "$(curl -s "http://127.0.0.1:$PORT_spec/metrics")" "cairn_spec_accepted_tokens_total{model=\"demo\"} $accepted"
+
+r=$(post "$PORT_spec" /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"hi"}],"speculative":"fast"}')
+check_eq "bad speculative field: 400 param" "$(echo "$r" | field 'o.error.param')" "speculative"
+
+stop_server spec
+stop_server plain
+finish spec_serve
