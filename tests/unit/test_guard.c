@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include "base/file.h"
-#include "cpu/cpu.h"
 #include "engine/engine.h"
 #include "engine/guard.h"
 #include "model/model.h"
+#include "test_backend.h"
 #include "testlib.h"
 
 #define GIB (1024.0 * 1024 * 1024)
@@ -173,7 +173,7 @@ static void test_hybrid_sizing(void)
 
     struct model *m = NULL;
     struct cairn_err err = {0};
-    int rc = model_load(dir, &m, &err);
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
     if (rc) return;
     const struct model_info *mi = model_get_info(m);
@@ -215,12 +215,9 @@ static void test_hybrid_sizing(void)
 
 int main(void)
 {
-    struct cairn_err err = {0};
-    CHECK_MSG(cpu_init(1, &err) == CAIRN_OK, "%s", err.msg);
     test_default_limit();
     test_reserve();
     test_device_budget();
     test_hybrid_sizing();
-    cpu_shutdown();
     return test_summary("test_guard");
 }
