@@ -222,10 +222,16 @@ static void api_call_prepare(struct api_call *c)
         }
     } else {
         json_t *tools = r->tools && json_array_size(r->tools) ? r->tools : NULL;
-        rc = a->be.render_chat(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, &text, &err);
-        if (rc == 0) {
-            c->in_think = api_prompt_in_think(text);
-            rc = a->be.tokenize(a->be.ctx, c->model_idx, text, strlen(text), 0, &ids, &n_ids, &err);
+        if (a->be.render_chat_ids) {
+            rc = a->be.render_chat_ids(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1,
+                                       &text, &ids, &n_ids, &err);
+            if (rc == 0) c->in_think = api_prompt_in_think(text);
+        } else {
+            rc = a->be.render_chat(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, &text, &err);
+            if (rc == 0) {
+                c->in_think = api_prompt_in_think(text);
+                rc = a->be.tokenize(a->be.ctx, c->model_idx, text, strlen(text), 0, &ids, &n_ids, &err);
+            }
         }
     }
     pthread_mutex_lock(&c->mu);

@@ -42,6 +42,8 @@ struct real_model {
     struct tmpl *tmpl;         /* NULL: no chat template (completions only) */
     char *bos, *eos;
     int context_length;
+    int special_in_content;    /* 1: control-token text in messages becomes control tokens (the
+                                  old, injectable behaviour); 0: only the template's markup */
 };
 
 struct real {
@@ -274,6 +276,24 @@ static int real_tokenize(void *ctx, int idx, const char *text, size_t len, int a
     return rc;
 }
 
+/* render_chat + tokenize, with the data spans of the rendered prompt tokenized as plain text */
+static int real_render_ids(void *ctx, int idx, json_t *messages, json_t *tools, json_t *kwargs,
+                           int add_generation_prompt, char **out, int32_t **ids, int *n_ids,
+                           struct cairn_err *err)
+{
+    struct real_model *m = &((struct real *)ctx)->models[idx];
+    if (!m->tmpl)
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "model '%s' has no chat template: use /v1/completions", m->id);
+    size_t len, n_sp = 0, n = 0;
+    struct cairn_span *sp = NULL;
+    int rc = tmpl_render_chat_spans(m->tmpl, messages, tools, add_generation_prompt, m->bos, m->eos,
+                                    kwargs, out, &len, m->special_in_content ? NULL : &sp, &n_sp, err);
+    if (rc == 0) rc = tok_encode_plain(m->tok, *out, len, 0, sp, n_sp, ids, &n, err);
+    free(sp);
+    *n_ids = (int)n;
+    return rc;
+}
+
 static int real_token_text(void *ctx, int idx, int32_t id, char *buf, size_t cap)
 {
     struct real_model *m = &((struct real *)ctx)->models[idx];
@@ -406,6 +426,7 @@ int api_backend_real_create(const struct api_real_opts *opts, struct api_backend
     out->context_length = real_ctx_len;
     out->render_chat = real_render;
     out->tokenize = real_tokenize;
+    out->render_chat_ids = real_render_ids;
     out->token_text = real_token_text;
     out->submit = real_submit;
     out->sampling_defaults = real_sampling_defaults;

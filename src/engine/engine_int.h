@@ -88,7 +88,6 @@ struct engine {
     uint64_t n_decode_step_tokens;
 };
 
-double engine_now(void);
 void *engine_sched_main(void *arg);
 void engine_seq_free(struct engine *e, struct engine_seq *s);
 
