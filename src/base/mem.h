@@ -27,7 +27,6 @@ const char *cairn_mem_tag_name(enum cairn_mem_tag tag);
 /* Abort-on-failure allocation, for start-up paths only. */
 void *cairn_xmalloc(size_t bytes);
 void *cairn_xcalloc(size_t n, size_t size);
-char *cairn_xstrdup(const char *s);
 
 /* Physical RAM in bytes (sysconf), for "% of RAM" settings. */
 uint64_t cairn_mem_total_ram(void);

@@ -1,9 +1,9 @@
 /* Model identity over every byte (see model_identity.h).
  *
- * identity = SHA-256("cairn-identity-v2", for each tensor in name order: name, dtype, shape;
- *                    for each file in set order: its size and XXH3-128 file digest)
- * file digest = XXH3-128(file size, XXH3-128 of each 64 MiB chunk of the file in order).
- * The file digests are what the cache keeps; the SHA-256 step is cheap (names and shapes). */
+ * identity = SHA-256("cairn-identity-v2", for each tensor in name order: name, dtype, shape and
+ *                    its data digest), so it names the weights, not how they are sharded
+ * data digest = XXH3-128(byte count, XXH3-128 of each 64 MiB chunk of the tensor in order).
+ * The cache keeps each file's data digests by tensor name; the SHA-256 step is cheap. */
 #include "model/model_identity.h"
 
 #include <jansson.h>
@@ -38,9 +38,15 @@ int model_identity_cache_path(char *buf, size_t cap)
 
 /* ---- hashing ---- */
 
-struct model_id_job {
+/* The chunks of all tensors of one file, hashed by up to MODEL_ID_MAX_THREADS threads. */
+struct model_id_chunk {
     const uint8_t *p;
-    size_t n, n_chunks;
+    size_t n;
+};
+
+struct model_id_job {
+    struct model_id_chunk *chunks;
+    size_t n_chunks;
     uint8_t *digests; /* [n_chunks][16] */
     atomic_size_t next;
 };
@@ -51,18 +57,36 @@ static void *model_id_worker(void *arg)
     for (;;) {
         size_t c = atomic_fetch_add(&j->next, 1);
         if (c >= j->n_chunks) break;
-        size_t off = c * MODEL_ID_CHUNK, n = j->n - off < MODEL_ID_CHUNK ? j->n - off : MODEL_ID_CHUNK;
-        cairn_xxh3_128(j->p + off, n, j->digests + 16 * c);
+        cairn_xxh3_128(j->chunks[c].p, j->chunks[c].n, j->digests + 16 * c);
     }
     return NULL;
 }
 
-static int model_id_hash_file(const uint8_t *p, size_t n, uint8_t out[16], struct cairn_err *err)
+static size_t model_id_n_chunks(uint64_t n) { return n ? (size_t)((n + MODEL_ID_CHUNK - 1) / MODEL_ID_CHUNK) : 0; }
+
+/* Data digests of every tensor of st into out[i * 16] (st->tensors order). */
+static int model_id_hash_file(const struct safetensors *st, uint8_t *out, struct cairn_err *err)
 {
-    struct model_id_job j = {.p = p, .n = n, .n_chunks = n ? (n + MODEL_ID_CHUNK - 1) / MODEL_ID_CHUNK : 0};
+    struct model_id_job j = {0};
     atomic_init(&j.next, 0);
-    j.digests = malloc(8 + 16 * (j.n_chunks + 1));
-    if (!j.digests) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < st->n_tensors; i++) j.n_chunks += model_id_n_chunks(st->tensors[i].n_bytes);
+    j.chunks = malloc((j.n_chunks + 1) * sizeof(*j.chunks));
+    j.digests = malloc(16 * (j.n_chunks + 1));
+    uint8_t *cat = malloc(8 + 16 * (j.n_chunks + 1));
+    if (!j.chunks || !j.digests || !cat) {
+        free(j.chunks);
+        free(j.digests);
+        free(cat);
+        return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (int i = 0; i < st->n_tensors; i++) {
+        const struct safetensors_tensor *t = &st->tensors[i];
+        for (uint64_t off = 0; off < t->n_bytes; off += MODEL_ID_CHUNK, k++) {
+            j.chunks[k].p = t->data + off;
+            j.chunks[k].n = (size_t)(t->n_bytes - off < MODEL_ID_CHUNK ? t->n_bytes - off : MODEL_ID_CHUNK);
+        }
+    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     size_t n_threads = ncpu > 0 ? (size_t)ncpu : 1;
     if (n_threads > MODEL_ID_MAX_THREADS) n_threads = MODEL_ID_MAX_THREADS;
@@ -73,12 +97,19 @@ static int model_id_hash_file(const uint8_t *p, size_t n, uint8_t out[16], struc
         if (pthread_create(&th[i - 1], NULL, model_id_worker, &j)) break;
     model_id_worker(&j); /* this thread works too; it finishes whatever the others don't */
     for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
-    /* size first, then the chunk digests */
-    uint8_t *all = j.digests;
-    memmove(all + 8, all, 16 * j.n_chunks);
-    for (int b = 0; b < 8; b++) all[b] = (uint8_t)((uint64_t)n >> (8 * b));
-    cairn_xxh3_128(all, 8 + 16 * j.n_chunks, out);
+    /* per tensor: byte count, then its chunk digests */
+    k = 0;
+    for (int i = 0; i < st->n_tensors; i++) {
+        uint64_t n = st->tensors[i].n_bytes;
+        size_t nc = model_id_n_chunks(n);
+        for (int b = 0; b < 8; b++) cat[b] = (uint8_t)(n >> (8 * b));
+        memcpy(cat + 8, j.digests + 16 * k, 16 * nc);
+        cairn_xxh3_128(cat, 8 + 16 * nc, out + 16 * i);
+        k += nc;
+    }
+    free(j.chunks);
     free(j.digests);
+    free(cat);
     return CAIRN_OK;
 }
 
@@ -160,9 +191,14 @@ int model_identity_compute(const struct safetensors_set *set, const char *cache_
     if (!cache_path) cache_path = model_identity_cache_path(cpath, sizeof(cpath)) == 0 ? cpath : "";
     json_t *entries = *cache_path ? model_id_cache_load(cache_path) : NULL;
     struct model_id_key *key = malloc(sizeof(*key));
-    uint8_t *digests = calloc((size_t)set->n_files + 1, 16);
+    /* data digests of all tensors, file after file in st->tensors order; base[f] = file f's first */
+    size_t n_all = 0;
+    for (int f = 0; f < set->n_files; f++) n_all += (size_t)set->files[f].n_tensors;
+    uint8_t *digests = calloc(n_all + 1, 16);
+    size_t *base = calloc((size_t)set->n_files + 1, sizeof(size_t));
+    char *hex = malloc(32 * n_all + 1);
     int rc = CAIRN_OK, dirty = 0;
-    if (!key || !digests) {
+    if (!key || !digests || !base || !hex) {
         rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
@@ -170,28 +206,28 @@ int model_identity_compute(const struct safetensors_set *set, const char *cache_
     double t0 = cairn_now();
     for (int f = 0; f < set->n_files; f++) {
         const struct safetensors *st = &set->files[f];
+        uint8_t *fd = digests + 16 * base[f];
+        size_t nt = (size_t)st->n_tensors;
+        base[f + 1] = base[f] + nt;
         if ((rc = model_id_key_get(st->path, key, err))) goto cleanup;
         int hit = 0;
         size_t i;
         json_t *e;
         json_array_foreach(entries, i, e) {
             if (!model_id_entry_matches(e, key)) continue;
-            const char *hex = json_string_value(json_object_get(e, "xxh3_128"));
-            hit = hex && strlen(hex) == 32 && cairn_unhex(hex, digests + 16 * f, 16);
-            if (!hit) {
-                json_array_remove(entries, i); /* a bad entry: hash again, store a good one */
-            }
+            const char *h = json_string_value(json_object_get(e, "xxh3_128"));
+            hit = h && strlen(h) == 32 * nt && cairn_unhex(h, fd, 16 * nt);
+            if (!hit) json_array_remove(entries, i); /* a bad entry: hash again, store a good one */
             break;
         }
-        if (hit && key->size == st->size) {
+        if (hit) {
             stats->n_cached++;
             continue;
         }
-        if ((rc = model_id_hash_file(st->base, st->size, digests + 16 * f, err))) goto cleanup;
+        if ((rc = model_id_hash_file(st, fd, err))) goto cleanup;
         stats->bytes_hashed += st->size;
         if (entries) {
-            char hex[33];
-            cairn_hex(digests + 16 * f, 16, hex);
+            cairn_hex(fd, 16 * nt, hex);
             json_t *ne = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "path", key->path, "size",
                                    (json_int_t)key->size, "ino", (json_int_t)key->ino, "dev",
                                    (json_int_t)key->dev, "mtime_ns", (json_int_t)key->mtime_ns,
@@ -218,12 +254,8 @@ int model_identity_compute(const struct safetensors_set *set, const char *cache_
         for (int d = 0; d < t->n_dims; d++)
             for (int b = 0; b < 8; b++) dims[1 + 8 * d + b] = (uint8_t)((uint64_t)t->shape[d] >> (8 * b));
         cairn_sha256_update(&h, dims, 1 + 8 * (size_t)t->n_dims);
-    }
-    for (int f = 0; f < set->n_files; f++) {
-        uint8_t sz[8];
-        for (int b = 0; b < 8; b++) sz[b] = (uint8_t)((uint64_t)set->files[f].size >> (8 * b));
-        cairn_sha256_update(&h, sz, 8);
-        cairn_sha256_update(&h, digests + 16 * f, 16);
+        size_t k = base[t->file] + (size_t)(t - set->files[t->file].tensors);
+        cairn_sha256_update(&h, digests + 16 * k, 16);
     }
     cairn_sha256_final(&h, out);
     stats->seconds = cairn_now() - t0;
@@ -236,5 +268,7 @@ cleanup:
     json_decref(entries);
     free(key);
     free(digests);
+    free(base);
+    free(hex);
     return rc;
 }

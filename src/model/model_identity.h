@@ -1,10 +1,11 @@
 /* Model identity: SHA-256 over every tensor's name, dtype, shape and bytes, the key the KV tiers
  * use to tell checkpoints apart (a block is reused only under the same identity).
  *
- * Each safetensors file's bytes are hashed whole with XXH3-128 (64 MiB chunks on up to 8
- * threads, combined in chunk order, so the digest does not depend on the thread count); the
- * digest is cached by (path, size, mtime, ctime, inode, device) in a small JSON file written
- * crash-safely, so loading an unchanged checkpoint again reads no weights for its identity. */
+ * Each tensor's bytes are hashed with XXH3-128 (64 MiB chunks on up to 8 threads, combined in
+ * chunk order, so the digest does not depend on the thread count); a file's tensor digests are
+ * cached by (path, size, mtime, ctime, inode, device) in a small JSON file written crash-safely,
+ * so loading an unchanged checkpoint again reads no weights for its identity. The identity
+ * names the weights: the same tensors sharded differently have the same identity. */
 #ifndef CAIRN_MODEL_MODEL_IDENTITY_H
 #define CAIRN_MODEL_MODEL_IDENTITY_H
 

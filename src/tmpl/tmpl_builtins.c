@@ -241,6 +241,17 @@ struct tmpl_tv tmpl_getitem(struct tmpl_rstate *r, struct tmpl_tv obj, struct tm
                               (int)CAIRN_MIN(kb.n, 100), kb.p ? kb.p : ""));
 }
 
+/* ---- filter names (the `filter` test asks them too) ---- */
+
+static const char *const tmpl_bi_filter_names[] = {
+    "tojson", "trim", "length", "count", "items", "list", "join", "default", "d", "first", "last",
+    "selectattr", "rejectattr", "select", "reject", "map", "upper", "lower", "capitalize", "title",
+    "replace", "safe", "string", "int", "float", "abs", "round", "unique", "sort", "reverse",
+    "dictsort", "indent", "wordcount", "center", "sum", "min", "max", "attr", "format", "e",
+    "escape", "forceescape", "batch", "tuple", "truncate", NULL};
+
+int tmpl_filter_exists(const char *name) { return tmpl_bi_in(tmpl_bi_filter_names, name); }
+
 /* ---- global functions ---- */
 
 enum { TB_RANGE, TB_NAMESPACE, TB_DICT, TB_RAISE, TB_STRFTIME, TB_N };

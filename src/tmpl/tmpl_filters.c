@@ -169,17 +169,6 @@ static struct tmpl_tv tmpl_bi_select(struct tmpl_rstate *r, struct tmpl_tv seq, 
     return TMPL_TV_LISTV(out);
 }
 
-int tmpl_filter_exists(const char *name);
-
-static const char *const tmpl_bi_filter_names[] = {
-    "tojson", "trim", "length", "count", "items", "list", "join", "default", "d", "first", "last",
-    "selectattr", "rejectattr", "select", "reject", "map", "upper", "lower", "capitalize", "title",
-    "replace", "safe", "string", "int", "float", "abs", "round", "unique", "sort", "reverse",
-    "dictsort", "indent", "wordcount", "center", "sum", "min", "max", "attr", "format", "e",
-    "escape", "forceescape", "batch", "tuple", "truncate", NULL};
-
-int tmpl_filter_exists(const char *name) { return tmpl_bi_in(tmpl_bi_filter_names, name); }
-
 struct tmpl_tv tmpl_filter_apply(struct tmpl_rstate *r, const char *name, struct tmpl_tv v, struct tmpl_args *a, int line)
 {
     tmpl_step_bytes(r, v.t == TMPL_TV_STR ? v.u.s.n : 0);
