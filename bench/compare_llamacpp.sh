@@ -6,6 +6,7 @@
 #   bench/compare_llamacpp.sh
 #   MODELS="qwen3-0.6b" TYPES="q4 q8" P=128 N=32 THREADS=2 REPS=5 bench/compare_llamacpp.sh
 # Models (random weights, several GB) and GGUFs are kept in /tmp/cmp-*, made once, reused.
+# Needs python3 + numpy (installed with apt-get when run as root, else named) and node/npm.
 # Run it on a quiet machine: llama.cpp's threads spin at barriers and collapse when a core is
 # taken by something else.
 set -euo pipefail
@@ -14,10 +15,25 @@ BIN=${CAIRN_BIN:-build/cairn}
 MODELS=${MODELS:-qwen3-0.6b llama-3.2-1b}
 TYPES=${TYPES:-bf16 q8 q4}
 P=${P:-128} N=${N:-32} THREADS=${THREADS:-2} REPS=${REPS:-5}
-PY=${PYTHON:-/usr/bin/python3} # Debian's python3 has numpy
+PY=${PYTHON:-python3} # the GGUF writer needs numpy (Debian: python3-numpy)
 RAW=${RAW:-/tmp/cmp-results.jsonl} # every run's full JSON from both, appended
 NPM_DIR=.deps/bench-npm
 NLC_VERSION=3.22.1
+
+# What the script needs besides cairn: python3 with numpy (the GGUF writer), node/npm (llama.cpp).
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    if [ "$(id -u)" -eq 0 ] && [ "$PY" = python3 ] && command -v apt-get >/dev/null; then
+        echo "compare_llamacpp: installing python3-numpy" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-numpy >/dev/null
+    else
+        echo "compare_llamacpp: $PY lacks numpy: install it (Debian: sudo apt-get install python3-numpy," >&2
+        echo "  or pip install numpy) or point PYTHON at a python3 that has it" >&2
+        exit 1
+    fi
+fi
+for c in node npm; do
+    command -v "$c" >/dev/null || { echo "compare_llamacpp: needs $c (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+done
 
 if [ ! -f "$NPM_DIR/node_modules/@node-llama-cpp/linux-x64/package.json" ]; then
     # Only the CPU binaries: --omit=optional skips the CUDA/Vulkan packages (~600 MB), and no

@@ -43,6 +43,12 @@ struct api_backend {
      * extra template variables (enable_thinking ...) or NULL. *out is malloc'd (caller frees). */
     int (*render_chat)(void *ctx, int idx, json_t *messages, json_t *tools, json_t *kwargs,
                        int add_generation_prompt, char **out, struct cairn_err *err);
+    /* render_chat, then tokenize with only the template's own markup recognised as control
+     * tokens (message text that spells one is tokenized as text). *out and *ids malloc'd
+     * (caller frees both, also on error). May be NULL: then render_chat + tokenize. */
+    int (*render_chat_ids)(void *ctx, int idx, json_t *messages, json_t *tools, json_t *kwargs,
+                           int add_generation_prompt, char **out, int32_t **ids, int *n_ids,
+                           struct cairn_err *err);
     /* Tokenizes text (add_special: the post-processor's BOS etc.). *ids malloc'd (caller
      * frees). */
     int (*tokenize)(void *ctx, int idx, const char *text, size_t len, int add_special,

@@ -250,6 +250,24 @@ static int api_prompt_in_think(const char *p)
     return 1;
 }
 
+/* Renders the chat template and tokenizes it: through the backend's render_chat_ids where it
+ * has one (message contents then never make control tokens: tok_encode_plain), else render +
+ * tokenize. On success *text and *ids are the caller's to free. */
+static int api_call_render(struct api *a, struct api_call *c, const struct api_req *r, json_t *tools,
+                           char **text, int32_t **ids, int *n_ids, struct cairn_err *err)
+{
+    int rc;
+    if (a->be.render_chat_ids) {
+        rc = a->be.render_chat_ids(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, text, ids,
+                                   n_ids, err);
+    } else {
+        rc = a->be.render_chat(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, text, err);
+        if (rc == 0) rc = a->be.tokenize(a->be.ctx, c->model_idx, *text, strlen(*text), 0, ids, n_ids, err);
+    }
+    if (rc == 0) c->in_think = api_prompt_in_think(*text);
+    return rc;
+}
+
 static void api_call_prepare(struct api_call *c)
 {
     struct api *a = c->api;
@@ -288,17 +306,18 @@ static void api_call_prepare(struct api_call *c)
         }
     } else {
         json_t *tools = r->tools && json_array_size(r->tools) ? r->tools : NULL;
-        rc = a->be.render_chat(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, &text, &err);
+        rc = api_call_render(a, c, r, tools, &text, &ids, &n_ids, &err);
         if (rc && rc != CAIRN_ERR_NOMEM && api_req_merge_system(r->messages)) {
             /* The template refused a system message after the first turn (Claude Code sends
              * them): the same words merged into the leading system prompt. */
             LOG_DEBUG("api", "%s: template refused a later system message (%s); merged into the first", c->id, err.msg);
             memset(&err, 0, sizeof(err));
-            rc = a->be.render_chat(a->be.ctx, c->model_idx, r->messages, tools, r->kwargs, 1, &text, &err);
-        }
-        if (rc == 0) {
-            c->in_think = api_prompt_in_think(text);
-            rc = a->be.tokenize(a->be.ctx, c->model_idx, text, strlen(text), 0, &ids, &n_ids, &err);
+            free(text);
+            free(ids);
+            text = NULL;
+            ids = NULL;
+            n_ids = 0;
+            rc = api_call_render(a, c, r, tools, &text, &ids, &n_ids, &err);
         }
     }
     pthread_mutex_lock(&c->mu);

@@ -11,27 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- small helpers ---- */
+#include "base/utf8.h"
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static int api_utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    int len;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0) len = 2, min = 0x80, c &= 0x1F;
-    else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800, c &= 0x0F;
-    else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000, c &= 0x07;
-    else return 0;
-    if ((size_t)len > n) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[i] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    return len;
-}
+/* ---- small helpers ---- */
 
 /* A JSON string from bytes; invalid UTF-8 becomes U+FFFD (jansson refuses it otherwise).
  * NULL when out of memory (json_pack then fails, and the event or body with it). */
@@ -44,8 +26,8 @@ static json_t *api_json_str(const char *s, size_t n)
     size_t i = 0;
     int rc = CAIRN_OK;
     while (i < n && rc == CAIRN_OK) {
-        int l = u[i] ? api_utf8_len(u + i, n - i) : 0;
-        if (l) {
+        long l = u[i] ? cairn_utf8_check(s, n, i) : 0;
+        if (l > 0) {
             rc = api_sbuf_add(&b, s + i, (size_t)l);
             i += (size_t)l;
         } else {

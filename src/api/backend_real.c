@@ -138,6 +138,35 @@ static int real_tokenize(void *ctx, int idx, const char *text, size_t len, int a
     return rc;
 }
 
+/* render_chat + tokenize, with the data spans of the rendered prompt (message contents, tool
+ * results: tmpl_render_chat_spans) tokenized as plain text, so a user cannot write control
+ * tokens; the `special_tokens_in_content` setting brings back the old behaviour. */
+static int real_render_ids(void *ctx, int idx, json_t *messages, json_t *tools, json_t *kwargs,
+                           int add_generation_prompt, char **out, int32_t **ids, int *n_ids,
+                           struct cairn_err *err)
+{
+    struct pool *p = ctx;
+    struct pool_model *m = &p->models[idx];
+    if (!m->tmpl)
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "model '%s' has no chat template: use /v1/completions", m->id);
+    pthread_mutex_lock(&p->mu);
+    json_t *set = pool_setting(p, idx, "chat_template_kwargs");
+    json_t *merged = json_is_object(set) ? json_deep_copy(set) : NULL;
+    int special_in_content = json_is_true(pool_setting(p, idx, "special_tokens_in_content"));
+    pthread_mutex_unlock(&p->mu);
+    if (merged && json_is_object(kwargs)) json_object_update(merged, kwargs);
+    size_t len, n_sp = 0, n = 0;
+    struct cairn_span *sp = NULL;
+    int rc = tmpl_render_chat_spans(m->tmpl, messages, tools, add_generation_prompt, m->bos, m->eos,
+                                    merged ? merged : kwargs, out, &len, special_in_content ? NULL : &sp,
+                                    &n_sp, err);
+    json_decref(merged);
+    if (rc == 0) rc = tok_encode_plain(m->tok, *out, len, 0, sp, n_sp, ids, &n, err);
+    free(sp);
+    *n_ids = (int)n;
+    return rc;
+}
+
 static int real_token_text(void *ctx, int idx, int32_t id, char *buf, size_t cap)
 {
     struct pool_model *m = &((struct pool *)ctx)->models[idx];
@@ -314,6 +343,7 @@ int api_backend_real_create(const struct api_real_opts *opts, struct api_backend
     out->context_length = real_ctx_len;
     out->render_chat = real_render;
     out->tokenize = real_tokenize;
+    out->render_chat_ids = real_render_ids;
     out->token_text = real_token_text;
     out->submit = real_submit;
     out->sampling_defaults = real_sampling_defaults;

@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 
 int cairn_sha256_init(struct cairn_sha256 *h)
@@ -68,4 +69,11 @@ int cairn_unhex(const char *hex, uint8_t *bytes, size_t n)
 uint64_t cairn_xxh3(const void *data, size_t n)
 {
     return XXH3_64bits(data, n);
+}
+
+void cairn_xxh3_128(const void *data, size_t n, uint8_t out[CAIRN_XXH128_BYTES])
+{
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(data, n));
+    memcpy(out, c.digest, CAIRN_XXH128_BYTES);
 }

@@ -23,5 +23,8 @@ void cairn_hex(const uint8_t *bytes, size_t n, char *out);
 int cairn_unhex(const char *hex, uint8_t *bytes, size_t n);
 
 uint64_t cairn_xxh3(const void *data, size_t n);
+/* XXH3-128 of data, in canonical (big-endian) byte order. */
+#define CAIRN_XXH128_BYTES 16
+void cairn_xxh3_128(const void *data, size_t n, uint8_t out[CAIRN_XXH128_BYTES]);
 
 #endif

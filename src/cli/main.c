@@ -1,5 +1,6 @@
 /* cairn: entry point and subcommand dispatch. Add a command: write cli/cmd_<name>.c, declare it
- * in cli.h, list it here. */
+ * in cli.h, list it here. Top level: --help/-h (usage, exit 0; none: usage on stderr, exit 2)
+ * and --version/-V (as `cairn version`). */
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,8 @@ int main(int argc, char **argv)
         cli_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0)
+        return cmd_version(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof(cli_commands) / sizeof(cli_commands[0]); i++)
         if (strcmp(argv[1], cli_commands[i].name) == 0) return cli_commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "cairn: unknown command '%s'\n\n", argv[1]);

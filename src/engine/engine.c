@@ -6,18 +6,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/file.h"
 #include "base/hash.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/engine_int.h"
 #include "engine/spec_sched.h"
-
-double engine_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void engine_opts_fill(struct engine_opts *o)
 {
@@ -290,7 +284,7 @@ int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id
     s->on_event = r->on_event;
     s->user = r->user;
     s->usage.prompt_tokens = r->n_prompt;
-    s->t_submit = engine_now();
+    s->t_submit = cairn_now();
     s->slot = -1;
 
     pthread_mutex_lock(&e->mu);

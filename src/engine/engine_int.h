@@ -100,7 +100,6 @@ struct engine {
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_spec_parks;
 };
 
-double engine_now(void);
 void *engine_sched_main(void *arg);
 void engine_seq_free(struct engine *e, struct engine_seq *s);
 /* Commits a sampled token to s (tokens, usage, stop rules) and emits its TOKEN event; returns 1

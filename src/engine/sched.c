@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/engine_int.h"
@@ -35,7 +36,7 @@
 static void sched_emit_done(struct engine *e, struct engine_seq *s, enum engine_finish fin,
                             const char *error)
 {
-    double now = engine_now();
+    double now = cairn_now();
     struct engine_event ev;
     memset(&ev, 0, sizeof(ev));
     ev.kind = ENGINE_EVENT_DONE;
@@ -278,7 +279,7 @@ static void sched_add(struct engine *e, struct engine_seq *s, int chunk, int *n_
     e->sched[i] = s;
     e->chunk[i] = chunk;
     e->n_draft[i] = 0;
-    if (s->t_first_sched == 0) s->t_first_sched = engine_now();
+    if (s->t_first_sched == 0) s->t_first_sched = cairn_now();
 }
 
 /* ---- after the forward ---- */
@@ -332,7 +333,7 @@ int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enu
     s->tokens[s->n_tokens++] = tok;
     s->usage.completion_tokens++;
     e->n_generated_tokens++;
-    if (s->t_first_token == 0) s->t_first_token = engine_now();
+    if (s->t_first_token == 0) s->t_first_token = cairn_now();
 
     int at_limit = s->n_tokens >= s->cap_tokens;
     const char *text;
@@ -460,10 +461,10 @@ static void sched_step(struct engine *e)
     pthread_mutex_lock(&e->mu);
     e->n_waiting_seen = e->n_waiting;
     pthread_mutex_unlock(&e->mu);
-    double t0 = engine_now();
+    double t0 = cairn_now();
     struct cairn_err err = {0};
     int rc = e->ops.forward(e->ops.ctx, &e->pool, e->batch, n_sched, &err);
-    double dt = engine_now() - t0;
+    double dt = cairn_now() - t0;
     e->n_steps++;
     if (rc) {
         LOG_ERROR("engine", "forward failed: %s", err.msg);
@@ -516,7 +517,7 @@ static void sched_step(struct engine *e)
         if (n_prefill) e->prefill_tok_s = 0.8 * e->prefill_tok_s + 0.2 * (n_prefill / dt);
     }
     if (n_prefill == 0) {
-        e->decode_step_s += engine_now() - t0;
+        e->decode_step_s += cairn_now() - t0;
         e->n_decode_step_tokens += (uint64_t)n_decode_tokens;
     }
 }

@@ -13,27 +13,20 @@
  * SSD files: <ssd_dir>/<hash[0:2]>/<hash-hex>.safetensors, see kv/tier_file.h. They survive
  * restarts: open scans the folder (headers only) and rebuilds the index in LRU order (mtime).
  *
- * Threads: the hooks run on the engine's scheduler thread and never block on I/O (they copy and
- * queue; a full queue drops the block and counts it). 1-2 writer threads write the files. Stats
- * and clear may be called from any thread. Locks: see tier_hot.c and tier_ssd.c.
+ * Threads: the hooks run on the engine's scheduler thread. on_evict and on_publish never block
+ * on I/O (they copy and queue; a full queue drops the block and counts it). lookup does: a hot
+ * miss that the SSD index knows reads that block's file on the calling (scheduler) thread, so a
+ * prefix hit on the SSD stalls the other sequences for the read (DESIGN.md wants such reads
+ * off the scheduler thread; not done yet). 1-2 writer threads write the files. Stats and clear
+ * may be called from any thread. Locks: see tier_hot.c and tier_ssd.c.
  *
- * Wiring (cmd_serve), after model_load and before engine_create:
- *   const struct model_info *mi = model_get_info(m);
- *   struct kv_tiers_opts to = {0};
- *   snprintf(to.sig.arch, sizeof(to.sig.arch), "%s", mi->model_type);
- *   to.sig.n_layers = mi->n_layers;      to.sig.n_kv_layers = mi->n_kv_layers;
- *   to.sig.n_kv_heads = mi->n_kv_heads;  to.sig.head_dim = mi->head_dim;
- *   to.sig.kv_dtype = eo.kv_dtype;       to.sig.block_size = eo.block_size;  (after defaults)
- *   to.sig.state_bytes = mi->state_bytes; memcpy(to.sig.identity, mi->identity, 32);
- *   --hot-cache-max-size S        cairn_parse_size(S, &to.hot_max_bytes)   ("4G", "10%" of RAM)
- *   --hot-cache-write-through     to.hot_write_through = 1
- *   --ssd-cache-dir D             to.ssd_dir = D
- *   --ssd-cache-max-size S        kv_tiers_parse_ssd_size(S, D, &to.ssd_max_bytes) ("%" of disk)
- *   if (to.hot_max_bytes || to.ssd_dir) { kv_tiers_open(&to, &tiers, &err) (fail start-up on
- *   error); eo.tiers = kv_tiers_ops(tiers); }
- *   shutdown: engine_destroy(e) first (it may still call the hooks), then kv_tiers_close(tiers).
- *   /api/status, /metrics: kv_tiers_stats; admin "clear cache": engine_cache_clear(e) (device ->
- *   on_evict) and/or kv_tiers_clear(tiers, KV_TIER_HOT | KV_TIER_SSD | KV_TIER_ALL). */
+ * Wiring: cmd_serve parses --hot-cache-max-size, --hot-cache-write-through, --ssd-cache-dir and
+ * --ssd-cache-max-size (kv_tiers_parse_ssd_size: "%" of the disk) into one kv_tiers_opts; the
+ * real API backend (api/backend_real.c, real_load) opens one kv_tiers per model after
+ * model_load, with the signature from model_info and the engine's kv_dtype/block_size, and puts
+ * kv_tiers_ops in engine_opts.tiers. Shutdown: engine_destroy first (it may still call the
+ * hooks), then kv_tiers_close. /api/status and /metrics read kv_tiers_stats; the admin "clear
+ * cache" calls engine_cache_clear (device -> on_evict) and/or kv_tiers_clear. */
 #ifndef CAIRN_KV_TIERS_H
 #define CAIRN_KV_TIERS_H
 

@@ -9,6 +9,7 @@
 #include "base/hash.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "model/model_identity.h"
 #include "model/model_int.h"
 
 static void model_ws_free(struct model *m);
@@ -349,34 +350,6 @@ int model_bind_spec(struct model *m, const struct model_wspec *s, struct cairn_e
     return model_bind_vector(m, name, s->rows, &s->lin->bias, s->bias == MODEL_BIAS_OPTIONAL, 0, err);
 }
 
-/* ---- identity ---- */
-
-static void model_identity(struct model *m)
-{
-    struct cairn_sha256 h;
-    if (cairn_sha256_init(&h) != 0) return;
-    const size_t win = 4096;
-    for (int i = 0; i < m->st.n_tensors; i++) {
-        const struct safetensors_tensor *t = m->st.index[i];
-        cairn_sha256_update(&h, t->name, strlen(t->name) + 1);
-        cairn_sha256_update(&h, t->dtype_str, strlen(t->dtype_str) + 1);
-        uint8_t dims[8 * SAFETENSORS_MAX_DIMS + 1];
-        dims[0] = (uint8_t)t->n_dims;
-        for (int d = 0; d < t->n_dims; d++)
-            for (int b = 0; b < 8; b++) dims[1 + 8 * d + b] = (uint8_t)((uint64_t)t->shape[d] >> (8 * b));
-        cairn_sha256_update(&h, dims, 1 + 8 * (size_t)t->n_dims);
-        /* Sampled windows: start, middle, end (whole tensor if small). */
-        if (t->n_bytes <= 3 * win) {
-            cairn_sha256_update(&h, t->data, t->n_bytes);
-        } else {
-            cairn_sha256_update(&h, t->data, win);
-            cairn_sha256_update(&h, t->data + (t->n_bytes / 2 - win / 2), win);
-            cairn_sha256_update(&h, t->data + (t->n_bytes - win), win);
-        }
-    }
-    cairn_sha256_final(&h, m->info.identity);
-}
-
 /* ---- load / free ---- */
 
 static void model_fill_info(struct model *m)
@@ -506,7 +479,9 @@ int model_load(const char *dir, struct backend *be, struct model **out, struct c
     }
     if (m->n_q_derived > 1)
         LOG_INFO("model", "%s: quantization of %d linears in all derived from packed shapes", dir, m->n_q_derived);
-    model_identity(m); /* reads the files: before the backend drops pages of prepared weights */
+    /* reads the files: before the backend drops pages of prepared weights */
+    rc = model_identity_compute(&m->st, NULL, m->info.identity, NULL, err);
+    if (rc != CAIRN_OK) goto fail;
     rc = model_prepare_weights(m, &specs, err);
     if (rc != CAIRN_OK) goto fail;
     if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;

@@ -68,7 +68,7 @@ struct model_info {
     size_t state_bytes;      /* recurrent state per sequence; 0 for pure-attention models */
     uint64_t n_params;
     uint64_t weight_bytes;   /* bytes of weights as stored */
-    uint8_t identity[32];    /* SHA-256 over tensor names, dtypes, shapes and sampled data */
+    uint8_t identity[32];    /* SHA-256 over tensor names, dtypes, shapes and every byte (model_identity.h) */
 };
 
 struct model;

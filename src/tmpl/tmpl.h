@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/span.h"
 #include "base/status.h"
 
 struct tmpl;
@@ -79,10 +80,21 @@ int tmpl_render_chat(const struct tmpl *t, json_t *messages, json_t *tools, int 
                      const char *bos, const char *eos, json_t *kwargs, char **out, size_t *len,
                      struct cairn_err *err);
 
-/* Loads the chat template of a tokenizer folder: chat_template.jinja if present (it clobbers
- * the config's, as in transformers), else tokenizer_config.json "chat_template" (a string, or
- * a list of {name, template}: "default" or else the first), else chat_template.json
- * {"chat_template": ...}. Also returns bos/eos
+/* tmpl_render_chat that also says which bytes of *out came from data rather than from the
+ * template source: every string of messages, tools and kwargs is data; template literals and
+ * bos/eos (unless kwargs replaces them) are not. A string a filter or method makes from data is
+ * data as a whole; concatenation and captured output (macros, set blocks) keep exact spans. So
+ * the template's own markup is never data, and data is never reported as template text.
+ * *spans (malloc'd, caller frees; NULL when *n_spans == 0) are sorted, disjoint, not adjacent. */
+int tmpl_render_chat_spans(const struct tmpl *t, json_t *messages, json_t *tools,
+                           int add_generation_prompt, const char *bos, const char *eos,
+                           json_t *kwargs, char **out, size_t *len, struct cairn_span **spans,
+                           size_t *n_spans, struct cairn_err *err);
+
+/* Loads the chat template of a tokenizer folder, as transformers does: chat_template.jinja if
+ * present, else chat_template.json {"chat_template": ...}, else tokenizer_config.json
+ * "chat_template" (a string, or a list of {name, template}: "default" or else the first). The
+ * only reader of chat templates (tok has none). Also returns bos/eos
  * token strings from tokenizer_config.json (string or {"content": ...}), NULL when absent.
  * Returns CAIRN_ERR_NOT_FOUND when the folder has no chat template. Caller frees *bos and *eos
  * with free() and *out with tmpl_free. bos/eos may be NULL if not wanted. */

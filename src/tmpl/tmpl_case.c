@@ -8,12 +8,12 @@
 
 #include "tmpl/tmpl_int.h"
 
-struct tcase_row {
+struct tmpl_case_row {
     uint32_t cp;
     uint32_t upper[3], lower[3], title[3]; /* 0-padded */
 };
 
-static const struct tcase_row tcase_rows[] = {
+static const struct tmpl_case_row tmpl_case_rows[] = {
     {0xDF, {0x53, 0x53, 0x0}, {0xDF, 0x0, 0x0}, {0x53, 0x73, 0x0}},
     {0x130, {0x130, 0x0, 0x0}, {0x69, 0x307, 0x0}, {0x130, 0x0, 0x0}},
     {0x149, {0x2BC, 0x4E, 0x0}, {0x149, 0x0, 0x0}, {0x2BC, 0x4E, 0x0}},
@@ -119,44 +119,44 @@ static const struct tcase_row tcase_rows[] = {
     {0xFB17, {0x544, 0x53D, 0x0}, {0xFB17, 0x0, 0x0}, {0x544, 0x56D, 0x0}},
 };
 
-static const struct tcase_row *tcase_find(uint32_t cp)
+static const struct tmpl_case_row *tmpl_case_find(uint32_t cp)
 {
-    size_t lo = 0, hi = CAIRN_ARRAY_LEN(tcase_rows);
+    size_t lo = 0, hi = CAIRN_ARRAY_LEN(tmpl_case_rows);
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (tcase_rows[mid].cp == cp) return &tcase_rows[mid];
-        if (tcase_rows[mid].cp < cp) lo = mid + 1;
+        if (tmpl_case_rows[mid].cp == cp) return &tmpl_case_rows[mid];
+        if (tmpl_case_rows[mid].cp < cp) lo = mid + 1;
         else hi = mid;
     }
     return NULL;
 }
 
-static utf8proc_category_t tcase_cat(uint32_t cp) { return utf8proc_category((utf8proc_int32_t)cp); }
+static utf8proc_category_t tmpl_case_cat(uint32_t cp) { return utf8proc_category((utf8proc_int32_t)cp); }
 
 /* Python's Uppercase / Lowercase / cased properties (approximated from category + mappings). */
-int tcase_is_upper(uint32_t cp)
+int tmpl_case_is_upper(uint32_t cp)
 {
-    utf8proc_category_t c = tcase_cat(cp);
+    utf8proc_category_t c = tmpl_case_cat(cp);
     if (c == UTF8PROC_CATEGORY_LU) return 1;
     if (c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT) return 0;
     return utf8proc_tolower((utf8proc_int32_t)cp) != (utf8proc_int32_t)cp;
 }
 
-int tcase_is_lower(uint32_t cp)
+int tmpl_case_is_lower(uint32_t cp)
 {
-    utf8proc_category_t c = tcase_cat(cp);
+    utf8proc_category_t c = tmpl_case_cat(cp);
     if (c == UTF8PROC_CATEGORY_LL) return 1;
     if (c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LT) return 0;
     return utf8proc_toupper((utf8proc_int32_t)cp) != (utf8proc_int32_t)cp;
 }
 
-int tcase_is_title(uint32_t cp) { return tcase_cat(cp) == UTF8PROC_CATEGORY_LT; }
+int tmpl_case_is_title(uint32_t cp) { return tmpl_case_cat(cp) == UTF8PROC_CATEGORY_LT; }
 
-int tcase_is_cased(uint32_t cp) { return tcase_is_upper(cp) || tcase_is_lower(cp) || tcase_is_title(cp); }
+int tmpl_case_is_cased(uint32_t cp) { return tmpl_case_is_upper(cp) || tmpl_case_is_lower(cp) || tmpl_case_is_title(cp); }
 
-static int tcase_ignorable(uint32_t cp)
+static int tmpl_case_ignorable(uint32_t cp)
 {
-    switch (tcase_cat(cp)) {
+    switch (tmpl_case_cat(cp)) {
     case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF:
     case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_SK:
         return 1;
@@ -171,21 +171,21 @@ static int tcase_ignorable(uint32_t cp)
 }
 
 /* Capital sigma lowers to final sigma when it ends a cased word (Python's rule). */
-static int tcase_final_sigma(const uint32_t *s, size_t n, size_t i)
+static int tmpl_case_final_sigma(const uint32_t *s, size_t n, size_t i)
 {
     size_t j = i;
-    while (j > 0 && tcase_ignorable(s[j - 1])) j--;
-    if (j == 0 || !tcase_is_cased(s[j - 1])) return 0;
+    while (j > 0 && tmpl_case_ignorable(s[j - 1])) j--;
+    if (j == 0 || !tmpl_case_is_cased(s[j - 1])) return 0;
     j = i + 1;
-    while (j < n && tcase_ignorable(s[j])) j++;
-    return j == n || !tcase_is_cased(s[j]);
+    while (j < n && tmpl_case_ignorable(s[j])) j++;
+    return j == n || !tmpl_case_is_cased(s[j]);
 }
 
 /* Writes the full mapping of s[i] (mode 'u' upper, 'l' lower, 't' title) to out; returns count. */
-size_t tcase_map(const uint32_t *s, size_t n, size_t i, char mode, uint32_t out[3])
+size_t tmpl_case_map(const uint32_t *s, size_t n, size_t i, char mode, uint32_t out[3])
 {
     uint32_t cp = s[i];
-    const struct tcase_row *row = tcase_find(cp);
+    const struct tmpl_case_row *row = tmpl_case_find(cp);
     if (row) {
         const uint32_t *m = mode == 'u' ? row->upper : mode == 'l' ? row->lower : row->title;
         size_t k = 0;
@@ -196,7 +196,7 @@ size_t tcase_map(const uint32_t *s, size_t n, size_t i, char mode, uint32_t out[
         return k;
     }
     if (mode == 'l' && cp == 0x3A3) {
-        out[0] = tcase_final_sigma(s, n, i) ? 0x3C2 : 0x3C3;
+        out[0] = tmpl_case_final_sigma(s, n, i) ? 0x3C2 : 0x3C3;
         return 1;
     }
     utf8proc_int32_t m = mode == 'u' ? utf8proc_toupper((utf8proc_int32_t)cp)

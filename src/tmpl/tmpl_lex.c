@@ -10,31 +10,31 @@
 #include "tmpl/tmpl_int.h"
 
 struct tlex {
-    struct tarena *a;
+    struct tmpl_arena *a;
     const char *s;
     size_t n, pos;
     int line;
-    struct ttok *toks;
+    struct tmpl_token *toks;
     size_t n_toks, cap;
     struct cairn_err *err;
 };
 
-static int tmpl_lex_push(struct tlex *L, enum ttok_type type, const char *p, size_t n)
+static int tmpl_lex_push(struct tlex *L, enum tmpl_token_type type, const char *p, size_t n)
 {
     if (L->n_toks == L->cap) {
         size_t cap = L->cap ? L->cap * 2 : 256;
-        struct ttok *t = tarena_alloc(L->a, cap * sizeof(*t));
+        struct tmpl_token *t = tmpl_arena_alloc(L->a, cap * sizeof(*t));
         if (!t) return cairn_err_set(L->err, CAIRN_ERR_NOMEM, "template too large");
         if (L->n_toks) memcpy(t, L->toks, L->n_toks * sizeof(*t));
         L->toks = t;
         L->cap = cap;
     }
-    struct ttok *t = &L->toks[L->n_toks++];
+    struct tmpl_token *t = &L->toks[L->n_toks++];
     memset(t, 0, sizeof(*t));
     t->type = type;
     t->line = L->line;
     if (p) {
-        char *c = tarena_alloc(L->a, n + 1);
+        char *c = tmpl_arena_alloc(L->a, n + 1);
         if (!c) return cairn_err_set(L->err, CAIRN_ERR_NOMEM, "template too large");
         memcpy(c, p, n);
         t->str = c;
@@ -54,10 +54,10 @@ static size_t tmpl_lex_space_at(const char *s, size_t n, size_t i)
 {
     if (i >= n) return 0;
     unsigned char c = (unsigned char)s[i];
-    if (c < 0x80) return tpy_isspace(c) ? 1 : 0;
+    if (c < 0x80) return tmpl_py_isspace(c) ? 1 : 0;
     size_t k = i;
-    uint32_t cp = tutf8_next(s, n, &k);
-    return tpy_isspace(cp) ? k - i : 0;
+    uint32_t cp = cairn_utf8_next(s, n, &k);
+    return tmpl_py_isspace(cp) ? k - i : 0;
 }
 
 static size_t tmpl_lex_skip_space(const char *s, size_t n, size_t i)
@@ -118,7 +118,7 @@ static int tmpl_lex_hex(unsigned char c)
 /* Unescapes a Python string literal body (unicode-escape semantics) into the arena. */
 static int tmpl_lex_string(struct tlex *L, const char *p, size_t n)
 {
-    char *out = tarena_alloc(L->a, n + 1);
+    char *out = tmpl_arena_alloc(L->a, n + 1);
     if (!out) return cairn_err_set(L->err, CAIRN_ERR_NOMEM, "template too large");
     size_t o = 0;
     for (size_t i = 0; i < n;) {
@@ -156,13 +156,13 @@ static int tmpl_lex_string(struct tlex *L, const char *p, size_t n)
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
                 return cairn_err_set(L->err, CAIRN_ERR_FORMAT,
                                      "line %d: illegal Unicode character in string", L->line);
-            o += tutf8_put(cp, out + o); /* escapes are never longer than their text */
+            o += cairn_utf8_put(cp, out + o); /* escapes are never longer than their text */
             break;
         }
         case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': {
             uint32_t cp = (uint32_t)(e - '0');
             for (int k = 0; k < 2 && i < n && p[i] >= '0' && p[i] <= '7'; k++) cp = cp * 8 + (uint32_t)(p[i++] - '0');
-            o += tutf8_put(cp, out + o);
+            o += cairn_utf8_put(cp, out + o);
             break;
         }
         case 'N':
@@ -174,7 +174,7 @@ static int tmpl_lex_string(struct tlex *L, const char *p, size_t n)
             break;
         }
     }
-    int rc = tmpl_lex_push(L, T_STRING, NULL, 0);
+    int rc = tmpl_lex_push(L, TMPL_T_STRING, NULL, 0);
     if (rc) return rc;
     out[o] = 0;
     L->toks[L->n_toks - 1].str = out;
@@ -209,7 +209,7 @@ static int tmpl_lex_tag(struct tlex *L, int is_block, int *line_starting)
                 else if (p + 2 <= n && !memcmp(s + p, "}}", 2)) end = p + 2;
             }
             if (end) {
-                int rc = tmpl_lex_push(L, is_block ? T_BLOCK_END : T_VAR_END, NULL, 0);
+                int rc = tmpl_lex_push(L, is_block ? TMPL_T_BLOCK_END : TMPL_T_VAR_END, NULL, 0);
                 if (rc) return rc;
                 tmpl_lex_count_lines(L, p, end);
                 *line_starting = s[end - 1] == '\n';
@@ -271,9 +271,9 @@ static int tmpl_lex_tag(struct tlex *L, int is_block, int *line_starting)
             }
 #undef DIGITS
             num[k] = 0;
-            int rc = tmpl_lex_push(L, is_float ? T_FLOAT : T_INT, s + p, q - p);
+            int rc = tmpl_lex_push(L, is_float ? TMPL_T_FLOAT : TMPL_T_INT, s + p, q - p);
             if (rc) return rc;
-            struct ttok *t = &L->toks[L->n_toks - 1];
+            struct tmpl_token *t = &L->toks[L->n_toks - 1];
             if (is_float) {
                 t->f = strtod(num, NULL);
             } else {
@@ -298,7 +298,7 @@ static int tmpl_lex_tag(struct tlex *L, int is_block, int *line_starting)
             while (q < n && (tmpl_lex_is_name_start((unsigned char)s[q]) ||
                              tmpl_lex_is_digit((unsigned char)s[q])))
                 q++;
-            int rc = tmpl_lex_push(L, T_NAME, s + p, q - p);
+            int rc = tmpl_lex_push(L, TMPL_T_NAME, s + p, q - p);
             if (rc) return rc;
             L->pos = q;
             continue;
@@ -338,7 +338,7 @@ static int tmpl_lex_tag(struct tlex *L, int is_block, int *line_starting)
                 return cairn_err_set(L->err, CAIRN_ERR_FORMAT, "line %d: unexpected '%c', expected '%c'",
                                      L->line, c, stack[depth]);
         }
-        int rc = tmpl_lex_push(L, T_OP, op, strlen(op));
+        int rc = tmpl_lex_push(L, TMPL_T_OP, op, strlen(op));
         if (rc) return rc;
         L->pos = p + strlen(op);
     }
@@ -359,7 +359,7 @@ static size_t tmpl_lex_match_word_tag(const char *s, size_t n, size_t p, const c
     return tmpl_lex_skip_space(s, n, q);
 }
 
-int tmpl_lex(struct tarena *a, const char *src, size_t len, struct ttok **out, size_t *n_out,
+int tmpl_lex(struct tmpl_arena *a, const char *src, size_t len, struct tmpl_token **out, size_t *n_out,
              struct cairn_err *err)
 {
     struct tlex L = {.a = a, .s = src, .n = len, .line = 1, .err = err};
@@ -377,7 +377,7 @@ int tmpl_lex(struct tarena *a, const char *src, size_t len, struct ttok **out, s
             if (t >= len) break;
         }
         if (!hit) {
-            rc = tmpl_lex_push(&L, T_DATA, src + L.pos, len - L.pos);
+            rc = tmpl_lex_push(&L, TMPL_T_DATA, src + L.pos, len - L.pos);
             if (rc) return rc;
             break;
         }
@@ -395,7 +395,7 @@ int tmpl_lex(struct tarena *a, const char *src, size_t len, struct ttok **out, s
         }
         size_t text_end = tmpl_lex_strip_before(&L, L.pos, t, sign, kind == '{', line_starting);
         if (text_end > L.pos) {
-            rc = tmpl_lex_push(&L, T_DATA, src + L.pos, text_end - L.pos);
+            rc = tmpl_lex_push(&L, TMPL_T_DATA, src + L.pos, text_end - L.pos);
             if (rc) return rc;
         }
         tmpl_lex_count_lines(&L, L.pos, t);
@@ -421,7 +421,7 @@ int tmpl_lex(struct tarena *a, const char *src, size_t len, struct ttok **out, s
             int ls = src[raw_end - 1] == '\n';
             size_t be = tmpl_lex_strip_before(&L, raw_end, body_end, es, 0, ls);
             if (be > raw_end) {
-                rc = tmpl_lex_push(&L, T_DATA, src + raw_end, be - raw_end);
+                rc = tmpl_lex_push(&L, TMPL_T_DATA, src + raw_end, be - raw_end);
                 if (rc) return rc;
             }
             tmpl_lex_count_lines(&L, raw_end, after);
@@ -447,13 +447,13 @@ int tmpl_lex(struct tarena *a, const char *src, size_t len, struct ttok **out, s
             L.pos = after;
             continue;
         }
-        rc = tmpl_lex_push(&L, kind == '%' ? T_BLOCK_BEGIN : T_VAR_BEGIN, NULL, 0);
+        rc = tmpl_lex_push(&L, kind == '%' ? TMPL_T_BLOCK_BEGIN : TMPL_T_VAR_BEGIN, NULL, 0);
         if (rc) return rc;
         L.pos = body;
         rc = tmpl_lex_tag(&L, kind == '%', &line_starting);
         if (rc) return rc;
     }
-    rc = tmpl_lex_push(&L, T_EOF, NULL, 0);
+    rc = tmpl_lex_push(&L, TMPL_T_EOF, NULL, 0);
     if (rc) return rc;
     *out = L.toks;
     *n_out = L.n_toks;

@@ -1,5 +1,7 @@
-/* tmpl loader: finds a tokenizer folder's chat template (tokenizer_config.json "chat_template",
- * chat_template.jinja, chat_template.json) and its bos/eos token strings. */
+/* tmpl loader: finds a tokenizer folder's chat template and its bos/eos token strings. The one
+ * reader of chat templates in cairn (tok does not read them), with transformers' precedence: a
+ * template file (chat_template.jinja, else the legacy chat_template.json) wins over
+ * tokenizer_config.json's "chat_template". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,16 +67,13 @@ int tmpl_load_from_dir(const char *dir, struct tmpl **out, char **bos, char **eo
         }
         if (bos) *bos = tmpl_load_token(json_object_get(cfg, "bos_token"));
         if (eos) *eos = tmpl_load_token(json_object_get(cfg, "eos_token"));
-        src = tmpl_load_pick(json_object_get(cfg, "chat_template"), &src_len);
     }
-    /* as in transformers: chat_template.jinja clobbers any template in the config */
     snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
     if (cairn_file_exists(path)) {
         rc = cairn_file_read_all(path, TMPL_MAX_SOURCE_BYTES, &text, &src_len, err);
         if (rc) goto cleanup;
         src = text;
-    }
-    if (!src) {
+    } else {
         snprintf(path, sizeof(path), "%s/chat_template.json", dir);
         if (cairn_file_exists(path)) {
             json_error_t je;
@@ -87,6 +86,7 @@ int tmpl_load_from_dir(const char *dir, struct tmpl **out, char **bos, char **eo
                                  &src_len);
         }
     }
+    if (!src && cfg) src = tmpl_load_pick(json_object_get(cfg, "chat_template"), &src_len);
     if (!src) {
         rc = cairn_err_set(err, CAIRN_ERR_NOT_FOUND,
                            "Cannot use chat template functions because tokenizer.chat_template is "

@@ -1,4 +1,4 @@
-/* tmpl parser: tokens -> AST (struct tnode), a recursive-descent port of jinja2's parser
+/* tmpl parser: tokens -> AST (struct tmpl_node), a recursive-descent port of jinja2's parser
  * (same precedence: condexpr < or < and < not < compare < +,- < ~ < *,/,//,% < ** < unary <
  * postfix/filters/tests). Nesting is bounded by TMPL_MAX_PARSE_DEPTH. Also tmpl_compile. */
 #include <stdarg.h>
@@ -9,8 +9,8 @@
 #include "tmpl/tmpl_int.h"
 
 struct tparser {
-    struct tarena *a;
-    const struct ttok *t;
+    struct tmpl_arena *a;
+    const struct tmpl_token *t;
     size_t n, i;
     int depth;
     int loop_depth; /* for bodies we are in (macro / call bodies reset it): break/continue */
@@ -34,38 +34,38 @@ static void tparse_fail(struct tparser *P, int status, const char *fmt, ...)
 
 static void *tparse_alloc(struct tparser *P, size_t n)
 {
-    void *p = tarena_alloc(P->a, n);
+    void *p = tmpl_arena_alloc(P->a, n);
     if (!p) tparse_fail(P, CAIRN_ERR_NOMEM, "out of memory");
     return p;
 }
 
-static struct tnode *tparse_node(struct tparser *P, enum tnode_kind k)
+static struct tmpl_node *tparse_node(struct tparser *P, enum tmpl_node_kind k)
 {
-    struct tnode *n = tparse_alloc(P, sizeof(*n));
+    struct tmpl_node *n = tparse_alloc(P, sizeof(*n));
     n->kind = k;
     n->line = P->t[P->i].line;
     return n;
 }
 
-static const struct ttok *tparse_cur(struct tparser *P) { return &P->t[P->i]; }
+static const struct tmpl_token *tparse_cur(struct tparser *P) { return &P->t[P->i]; }
 
-static const struct ttok *tparse_next(struct tparser *P)
+static const struct tmpl_token *tparse_next(struct tparser *P)
 {
-    const struct ttok *t = &P->t[P->i];
-    if (t->type != T_EOF) P->i++;
+    const struct tmpl_token *t = &P->t[P->i];
+    if (t->type != TMPL_T_EOF) P->i++;
     return t;
 }
 
 static int tparse_is_op(struct tparser *P, const char *op)
 {
-    const struct ttok *t = tparse_cur(P);
-    return t->type == T_OP && strcmp(t->str, op) == 0;
+    const struct tmpl_token *t = tparse_cur(P);
+    return t->type == TMPL_T_OP && strcmp(t->str, op) == 0;
 }
 
 static int tparse_is_name(struct tparser *P, const char *name)
 {
-    const struct ttok *t = tparse_cur(P);
-    return t->type == T_NAME && strcmp(t->str, name) == 0;
+    const struct tmpl_token *t = tparse_cur(P);
+    return t->type == TMPL_T_NAME && strcmp(t->str, name) == 0;
 }
 
 static int tparse_skip_op(struct tparser *P, const char *op)
@@ -82,18 +82,18 @@ static int tparse_skip_name(struct tparser *P, const char *name)
     return 1;
 }
 
-static const char *tparse_describe(const struct ttok *t)
+static const char *tparse_describe(const struct tmpl_token *t)
 {
     switch (t->type) {
-    case T_EOF: return "end of template";
-    case T_DATA: return "template data";
-    case T_VAR_BEGIN: return "begin of print statement";
-    case T_VAR_END: return "end of print statement";
-    case T_BLOCK_BEGIN: return "begin of statement block";
-    case T_BLOCK_END: return "end of statement block";
-    case T_STRING: return "string";
-    case T_INT: return "integer";
-    case T_FLOAT: return "float";
+    case TMPL_T_EOF: return "end of template";
+    case TMPL_T_DATA: return "template data";
+    case TMPL_T_VAR_BEGIN: return "begin of print statement";
+    case TMPL_T_VAR_END: return "end of print statement";
+    case TMPL_T_BLOCK_BEGIN: return "begin of statement block";
+    case TMPL_T_BLOCK_END: return "end of statement block";
+    case TMPL_T_STRING: return "string";
+    case TMPL_T_INT: return "integer";
+    case TMPL_T_FLOAT: return "float";
     default: return t->str;
     }
 }
@@ -106,14 +106,14 @@ static void tparse_expect_op(struct tparser *P, const char *op)
 
 static const char *tparse_expect_name(struct tparser *P)
 {
-    const struct ttok *t = tparse_cur(P);
-    if (t->type != T_NAME)
+    const struct tmpl_token *t = tparse_cur(P);
+    if (t->type != TMPL_T_NAME)
         tparse_fail(P, CAIRN_ERR_FORMAT, "expected a name, got '%s'", tparse_describe(t));
     P->i++;
     return t->str;
 }
 
-static void tparse_expect(struct tparser *P, enum ttok_type type, const char *what)
+static void tparse_expect(struct tparser *P, enum tmpl_token_type type, const char *what)
 {
     if (tparse_cur(P)->type != type)
         tparse_fail(P, CAIRN_ERR_FORMAT, "expected %s, got '%s'", what, tparse_describe(tparse_cur(P)));
@@ -128,15 +128,15 @@ static void tparse_enter(struct tparser *P)
 
 /* growable node vectors */
 struct tvec {
-    struct tnode **p;
+    struct tmpl_node **p;
     size_t n, cap;
 };
 
-static void tvec_push(struct tparser *P, struct tvec *v, struct tnode *x)
+static void tvec_push(struct tparser *P, struct tvec *v, struct tmpl_node *x)
 {
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 4;
-        struct tnode **p = tparse_alloc(P, cap * sizeof(*p));
+        struct tmpl_node **p = tparse_alloc(P, cap * sizeof(*p));
         if (v->n) memcpy(p, v->p, v->n * sizeof(*p));
         v->p = p;
         v->cap = cap;
@@ -144,24 +144,24 @@ static void tvec_push(struct tparser *P, struct tvec *v, struct tnode *x)
     v->p[v->n++] = x;
 }
 
-static struct tnode *tparse_expression(struct tparser *P, int with_condexpr);
-static struct tnode *tparse_unary(struct tparser *P, int with_filter);
-static struct tnode *tparse_primary(struct tparser *P);
-static struct tnode *tparse_postfix(struct tparser *P, struct tnode *node);
-static struct tnode *tparse_filter_expr(struct tparser *P, struct tnode *node);
+static struct tmpl_node *tparse_expression(struct tparser *P, int with_condexpr);
+static struct tmpl_node *tparse_unary(struct tparser *P, int with_filter);
+static struct tmpl_node *tparse_primary(struct tparser *P);
+static struct tmpl_node *tparse_postfix(struct tparser *P, struct tmpl_node *node);
+static struct tmpl_node *tparse_filter_expr(struct tparser *P, struct tmpl_node *node);
 
 static int tparse_is_tuple_end(struct tparser *P, const char *const *extra)
 {
-    const struct ttok *t = tparse_cur(P);
-    if (t->type == T_VAR_END || t->type == T_BLOCK_END || t->type == T_EOF) return 1;
-    if (t->type == T_OP && strcmp(t->str, ")") == 0) return 1;
+    const struct tmpl_token *t = tparse_cur(P);
+    if (t->type == TMPL_T_VAR_END || t->type == TMPL_T_BLOCK_END || t->type == TMPL_T_EOF) return 1;
+    if (t->type == TMPL_T_OP && strcmp(t->str, ")") == 0) return 1;
     for (; extra && *extra; extra++)
-        if (t->type == T_NAME && strcmp(t->str, *extra) == 0) return 1;
+        if (t->type == TMPL_T_NAME && strcmp(t->str, *extra) == 0) return 1;
     return 0;
 }
 
 /* expr or expr, expr, ... (tuple). explicit: inside parentheses (empty tuple allowed). */
-static struct tnode *tparse_tuple(struct tparser *P, int simplified, int with_condexpr,
+static struct tmpl_node *tparse_tuple(struct tparser *P, int simplified, int with_condexpr,
                                   const char *const *extra, int explicit)
 {
     int line = tparse_cur(P)->line;
@@ -170,7 +170,7 @@ static struct tnode *tparse_tuple(struct tparser *P, int simplified, int with_co
     for (;;) {
         if (items.n) tparse_expect_op(P, ",");
         if (tparse_is_tuple_end(P, extra)) break;
-        struct tnode *e;
+        struct tmpl_node *e;
         if (simplified) e = tparse_postfix(P, tparse_primary(P));
         else e = tparse_expression(P, with_condexpr);
         tvec_push(P, &items, e);
@@ -183,14 +183,14 @@ static struct tnode *tparse_tuple(struct tparser *P, int simplified, int with_co
             tparse_fail(P, CAIRN_ERR_FORMAT, "expected an expression, got '%s'",
                         tparse_describe(tparse_cur(P)));
     }
-    struct tnode *n = tparse_node(P, N_TUPLE);
+    struct tmpl_node *n = tparse_node(P, TMPL_N_TUPLE);
     n->line = line;
     n->args = items.p;
     n->n_args = items.n;
     return n;
 }
 
-static void tparse_call_args(struct tparser *P, struct tnode *n)
+static void tparse_call_args(struct tparser *P, struct tmpl_node *n)
 {
     tparse_expect_op(P, "(");
     struct tvec args = {0}, kwv = {0};
@@ -203,8 +203,8 @@ static void tparse_call_args(struct tparser *P, struct tnode *n)
         }
         if (tparse_is_op(P, "*") || tparse_is_op(P, "**"))
             tparse_fail(P, CAIRN_ERR_UNSUPPORTED, "*args / **kwargs in calls are not supported");
-        const struct ttok *t = tparse_cur(P);
-        if (t->type == T_NAME && P->t[P->i + 1].type == T_OP && strcmp(P->t[P->i + 1].str, "=") == 0) {
+        const struct tmpl_token *t = tparse_cur(P);
+        if (t->type == TMPL_T_NAME && P->t[P->i + 1].type == TMPL_T_OP && strcmp(P->t[P->i + 1].str, "=") == 0) {
             P->i += 2;
             if (kwv.n == kw_cap) {
                 size_t cap = kw_cap ? kw_cap * 2 : 4;
@@ -245,12 +245,12 @@ static const char *tparse_dotted(struct tparser *P)
     return name;
 }
 
-static struct tnode *tparse_filter(struct tparser *P, struct tnode *node, int start_inline)
+static struct tmpl_node *tparse_filter(struct tparser *P, struct tmpl_node *node, int start_inline)
 {
     while (tparse_is_op(P, "|") || start_inline) {
         if (!start_inline) P->i++;
         start_inline = 0;
-        struct tnode *f = tparse_node(P, N_FILTER);
+        struct tmpl_node *f = tparse_node(P, TMPL_N_FILTER);
         f->str = tparse_dotted(P);
         f->a = node;
         if (tparse_is_op(P, "(")) tparse_call_args(P, f);
@@ -259,23 +259,23 @@ static struct tnode *tparse_filter(struct tparser *P, struct tnode *node, int st
     return node;
 }
 
-static struct tnode *tparse_test(struct tparser *P, struct tnode *node)
+static struct tmpl_node *tparse_test(struct tparser *P, struct tmpl_node *node)
 {
     P->i++; /* is */
-    struct tnode *t = tparse_node(P, N_TEST);
+    struct tmpl_node *t = tparse_node(P, TMPL_N_TEST);
     t->op = tparse_skip_name(P, "not");
     t->str = tparse_dotted(P);
     t->a = node;
-    const struct ttok *c = tparse_cur(P);
+    const struct tmpl_token *c = tparse_cur(P);
     if (tparse_is_op(P, "(")) {
         tparse_call_args(P, t);
-    } else if ((c->type == T_NAME || c->type == T_STRING || c->type == T_INT || c->type == T_FLOAT ||
+    } else if ((c->type == TMPL_T_NAME || c->type == TMPL_T_STRING || c->type == TMPL_T_INT || c->type == TMPL_T_FLOAT ||
                 tparse_is_op(P, "[") || tparse_is_op(P, "{")) &&
-               !(c->type == T_NAME && (!strcmp(c->str, "else") || !strcmp(c->str, "or") ||
+               !(c->type == TMPL_T_NAME && (!strcmp(c->str, "else") || !strcmp(c->str, "or") ||
                                        !strcmp(c->str, "and")))) {
-        if (c->type == T_NAME && !strcmp(c->str, "is"))
+        if (c->type == TMPL_T_NAME && !strcmp(c->str, "is"))
             tparse_fail(P, CAIRN_ERR_FORMAT, "You cannot chain multiple tests with is");
-        struct tnode *arg = tparse_postfix(P, tparse_primary(P));
+        struct tmpl_node *arg = tparse_postfix(P, tparse_primary(P));
         t->args = tparse_alloc(P, sizeof(*t->args));
         t->args[0] = arg;
         t->n_args = 1;
@@ -283,7 +283,7 @@ static struct tnode *tparse_test(struct tparser *P, struct tnode *node)
     return t;
 }
 
-static struct tnode *tparse_filter_expr(struct tparser *P, struct tnode *node)
+static struct tmpl_node *tparse_filter_expr(struct tparser *P, struct tmpl_node *node)
 {
     for (;;) {
         if (tparse_is_op(P, "|")) {
@@ -291,7 +291,7 @@ static struct tnode *tparse_filter_expr(struct tparser *P, struct tnode *node)
         } else if (tparse_is_name(P, "is")) {
             node = tparse_test(P, node);
         } else if (tparse_is_op(P, "(")) {
-            struct tnode *c = tparse_node(P, N_CALL);
+            struct tmpl_node *c = tparse_node(P, TMPL_N_CALL);
             c->a = node;
             tparse_call_args(P, c);
             node = c;
@@ -301,13 +301,13 @@ static struct tnode *tparse_filter_expr(struct tparser *P, struct tnode *node)
     }
 }
 
-static struct tnode *tparse_subscribed(struct tparser *P)
+static struct tmpl_node *tparse_subscribed(struct tparser *P)
 {
-    struct tnode *parts[3] = {NULL, NULL, NULL};
+    struct tmpl_node *parts[3] = {NULL, NULL, NULL};
     if (tparse_is_op(P, ":")) {
         P->i++;
     } else {
-        struct tnode *e = tparse_expression(P, 1);
+        struct tmpl_node *e = tparse_expression(P, 1);
         if (!tparse_is_op(P, ":")) return e;
         P->i++;
         parts[0] = e;
@@ -317,29 +317,29 @@ static struct tnode *tparse_subscribed(struct tparser *P)
     if (tparse_skip_op(P, ":")) {
         if (!tparse_is_op(P, "]") && !tparse_is_op(P, ",")) parts[2] = tparse_expression(P, 1);
     }
-    struct tnode *s = tparse_node(P, N_SLICE);
+    struct tmpl_node *s = tparse_node(P, TMPL_N_SLICE);
     s->b = parts[0];
     s->c = parts[1];
     s->d = parts[2];
     return s;
 }
 
-static struct tnode *tparse_postfix(struct tparser *P, struct tnode *node)
+static struct tmpl_node *tparse_postfix(struct tparser *P, struct tmpl_node *node)
 {
     for (;;) {
         if (tparse_is_op(P, ".")) {
             P->i++;
-            const struct ttok *t = tparse_next(P);
-            if (t->type == T_NAME) {
-                struct tnode *g = tparse_node(P, N_GETATTR);
+            const struct tmpl_token *t = tparse_next(P);
+            if (t->type == TMPL_T_NAME) {
+                struct tmpl_node *g = tparse_node(P, TMPL_N_GETATTR);
                 g->a = node;
                 g->str = t->str;
                 node = g;
-            } else if (t->type == T_INT) {
-                struct tnode *g = tparse_node(P, N_GETITEM);
+            } else if (t->type == TMPL_T_INT) {
+                struct tmpl_node *g = tparse_node(P, TMPL_N_GETITEM);
                 g->a = node;
-                g->b = tparse_node(P, N_LIT);
-                g->b->lit = tv_int(t->i);
+                g->b = tparse_node(P, TMPL_N_LIT);
+                g->b->lit = tmpl_tv_int(t->i);
                 node = g;
             } else {
                 P->i--;
@@ -359,28 +359,28 @@ static struct tnode *tparse_postfix(struct tparser *P, struct tnode *node)
             tparse_expect_op(P, "]");
             P->depth--;
             if (items.n == 0) tparse_fail(P, CAIRN_ERR_FORMAT, "expected subscript expression");
-            struct tnode *key;
+            struct tmpl_node *key;
             if (items.n == 1) {
                 key = items.p[0];
             } else {
                 for (size_t k = 0; k < items.n; k++)
-                    if (items.p[k]->kind == N_SLICE)
+                    if (items.p[k]->kind == TMPL_N_SLICE)
                         tparse_fail(P, CAIRN_ERR_UNSUPPORTED, "multi-dimensional slicing is not supported");
-                key = tparse_node(P, N_TUPLE);
+                key = tparse_node(P, TMPL_N_TUPLE);
                 key->args = items.p;
                 key->n_args = items.n;
             }
-            if (key->kind == N_SLICE) {
+            if (key->kind == TMPL_N_SLICE) {
                 key->a = node;
                 node = key;
             } else {
-                struct tnode *g = tparse_node(P, N_GETITEM);
+                struct tmpl_node *g = tparse_node(P, TMPL_N_GETITEM);
                 g->a = node;
                 g->b = key;
                 node = g;
             }
         } else if (tparse_is_op(P, "(")) {
-            struct tnode *c = tparse_node(P, N_CALL);
+            struct tmpl_node *c = tparse_node(P, TMPL_N_CALL);
             c->a = node;
             tparse_call_args(P, c);
             node = c;
@@ -390,42 +390,42 @@ static struct tnode *tparse_postfix(struct tparser *P, struct tnode *node)
     }
 }
 
-static struct tnode *tparse_primary(struct tparser *P)
+static struct tmpl_node *tparse_primary(struct tparser *P)
 {
     tparse_enter(P);
-    const struct ttok *t = tparse_cur(P);
-    struct tnode *n = NULL;
-    if (t->type == T_NAME) {
+    const struct tmpl_token *t = tparse_cur(P);
+    struct tmpl_node *n = NULL;
+    if (t->type == TMPL_T_NAME) {
         P->i++;
-        n = tparse_node(P, N_LIT);
-        if (!strcmp(t->str, "true") || !strcmp(t->str, "True")) n->lit = tv_bool(1);
-        else if (!strcmp(t->str, "false") || !strcmp(t->str, "False")) n->lit = tv_bool(0);
-        else if (!strcmp(t->str, "none") || !strcmp(t->str, "None")) n->lit = tv_none();
+        n = tparse_node(P, TMPL_N_LIT);
+        if (!strcmp(t->str, "true") || !strcmp(t->str, "True")) n->lit = tmpl_tv_bool(1);
+        else if (!strcmp(t->str, "false") || !strcmp(t->str, "False")) n->lit = tmpl_tv_bool(0);
+        else if (!strcmp(t->str, "none") || !strcmp(t->str, "None")) n->lit = tmpl_tv_none();
         else {
-            n->kind = N_NAME;
+            n->kind = TMPL_N_NAME;
             n->str = t->str;
         }
-    } else if (t->type == T_STRING) {
+    } else if (t->type == TMPL_T_STRING) {
         /* adjacent string literals concatenate */
         size_t total = 0, k = P->i;
-        while (P->t[k].type == T_STRING) total += P->t[k++].n;
+        while (P->t[k].type == TMPL_T_STRING) total += P->t[k++].n;
         char *buf = tparse_alloc(P, total + 1);
         size_t o = 0;
-        while (tparse_cur(P)->type == T_STRING) {
+        while (tparse_cur(P)->type == TMPL_T_STRING) {
             memcpy(buf + o, tparse_cur(P)->str, tparse_cur(P)->n);
             o += tparse_cur(P)->n;
             P->i++;
         }
-        n = tparse_node(P, N_LIT);
-        n->lit = tv_str(buf, o);
-    } else if (t->type == T_INT) {
+        n = tparse_node(P, TMPL_N_LIT);
+        n->lit = tmpl_tv_str(buf, o);
+    } else if (t->type == TMPL_T_INT) {
         P->i++;
-        n = tparse_node(P, N_LIT);
-        n->lit = tv_int(t->i);
-    } else if (t->type == T_FLOAT) {
+        n = tparse_node(P, TMPL_N_LIT);
+        n->lit = tmpl_tv_int(t->i);
+    } else if (t->type == TMPL_T_FLOAT) {
         P->i++;
-        n = tparse_node(P, N_LIT);
-        n->lit = tv_float(t->f);
+        n = tparse_node(P, TMPL_N_LIT);
+        n->lit = tmpl_tv_float(t->f);
     } else if (tparse_is_op(P, "(")) {
         P->i++;
         n = tparse_tuple(P, 0, 1, NULL, 1);
@@ -441,7 +441,7 @@ static struct tnode *tparse_primary(struct tparser *P)
             tvec_push(P, &items, tparse_expression(P, 1));
         }
         tparse_expect_op(P, "]");
-        n = tparse_node(P, N_LIST);
+        n = tparse_node(P, TMPL_N_LIST);
         n->args = items.p;
         n->n_args = items.n;
     } else if (tparse_is_op(P, "{")) {
@@ -457,7 +457,7 @@ static struct tnode *tparse_primary(struct tparser *P)
             tvec_push(P, &vals, tparse_expression(P, 1));
         }
         tparse_expect_op(P, "}");
-        n = tparse_node(P, N_DICT);
+        n = tparse_node(P, TMPL_N_DICT);
         n->args = keys.p;
         n->args2 = vals.p;
         n->n_args = keys.n;
@@ -468,15 +468,15 @@ static struct tnode *tparse_primary(struct tparser *P)
     return n;
 }
 
-static struct tnode *tparse_unary(struct tparser *P, int with_filter)
+static struct tmpl_node *tparse_unary(struct tparser *P, int with_filter)
 {
     tparse_enter(P);
-    struct tnode *node;
+    struct tmpl_node *node;
     if (tparse_is_op(P, "-") || tparse_is_op(P, "+")) {
         int neg = tparse_is_op(P, "-");
-        node = tparse_node(P, N_UNARY);
+        node = tparse_node(P, TMPL_N_UNARY);
         P->i++;
-        node->op = neg ? OP_NEG : OP_POS;
+        node->op = neg ? TMPL_OP_NEG : TMPL_OP_POS;
         node->a = tparse_unary(P, 0);
     } else {
         node = tparse_primary(P);
@@ -487,75 +487,75 @@ static struct tnode *tparse_unary(struct tparser *P, int with_filter)
     return node;
 }
 
-static struct tnode *tparse_binary(struct tparser *P, struct tnode *a, int op, struct tnode *b)
+static struct tmpl_node *tparse_binary(struct tparser *P, struct tmpl_node *a, int op, struct tmpl_node *b)
 {
-    struct tnode *n = tparse_node(P, N_BINARY);
+    struct tmpl_node *n = tparse_node(P, TMPL_N_BINARY);
     n->op = op;
     n->a = a;
     n->b = b;
     return n;
 }
 
-static struct tnode *tparse_pow(struct tparser *P)
+static struct tmpl_node *tparse_pow(struct tparser *P)
 {
-    struct tnode *left = tparse_unary(P, 1);
-    while (tparse_skip_op(P, "**")) left = tparse_binary(P, left, OP_POW, tparse_unary(P, 1));
+    struct tmpl_node *left = tparse_unary(P, 1);
+    while (tparse_skip_op(P, "**")) left = tparse_binary(P, left, TMPL_OP_POW, tparse_unary(P, 1));
     return left;
 }
 
-static struct tnode *tparse_math2(struct tparser *P)
+static struct tmpl_node *tparse_math2(struct tparser *P)
 {
-    struct tnode *left = tparse_pow(P);
+    struct tmpl_node *left = tparse_pow(P);
     for (;;) {
-        int op = tparse_is_op(P, "*") ? OP_MUL : tparse_is_op(P, "/") ? OP_DIV
-               : tparse_is_op(P, "//") ? OP_FLOORDIV : tparse_is_op(P, "%") ? OP_MOD : 0;
+        int op = tparse_is_op(P, "*") ? TMPL_OP_MUL : tparse_is_op(P, "/") ? TMPL_OP_DIV
+               : tparse_is_op(P, "//") ? TMPL_OP_FLOORDIV : tparse_is_op(P, "%") ? TMPL_OP_MOD : 0;
         if (!op) return left;
         P->i++;
         left = tparse_binary(P, left, op, tparse_pow(P));
     }
 }
 
-static struct tnode *tparse_concat(struct tparser *P)
+static struct tmpl_node *tparse_concat(struct tparser *P)
 {
-    struct tnode *left = tparse_math2(P);
-    while (tparse_skip_op(P, "~")) left = tparse_binary(P, left, OP_CONCAT, tparse_math2(P));
+    struct tmpl_node *left = tparse_math2(P);
+    while (tparse_skip_op(P, "~")) left = tparse_binary(P, left, TMPL_OP_CONCAT, tparse_math2(P));
     return left;
 }
 
-static struct tnode *tparse_math1(struct tparser *P)
+static struct tmpl_node *tparse_math1(struct tparser *P)
 {
-    struct tnode *left = tparse_concat(P);
+    struct tmpl_node *left = tparse_concat(P);
     for (;;) {
-        int op = tparse_is_op(P, "+") ? OP_ADD : tparse_is_op(P, "-") ? OP_SUB : 0;
+        int op = tparse_is_op(P, "+") ? TMPL_OP_ADD : tparse_is_op(P, "-") ? TMPL_OP_SUB : 0;
         if (!op) return left;
         P->i++;
         left = tparse_binary(P, left, op, tparse_concat(P));
     }
 }
 
-static struct tnode *tparse_compare(struct tparser *P)
+static struct tmpl_node *tparse_compare(struct tparser *P)
 {
-    struct tnode *expr = tparse_math1(P);
+    struct tmpl_node *expr = tparse_math1(P);
     struct tvec operands = {0};
     int ops[64];
     size_t n_ops = 0;
     for (;;) {
         int op = 0;
-        const struct ttok *t = tparse_cur(P);
-        if (t->type == T_OP) {
-            if (!strcmp(t->str, "==")) op = OP_EQ;
-            else if (!strcmp(t->str, "!=")) op = OP_NE;
-            else if (!strcmp(t->str, "<")) op = OP_LT;
-            else if (!strcmp(t->str, "<=")) op = OP_LE;
-            else if (!strcmp(t->str, ">")) op = OP_GT;
-            else if (!strcmp(t->str, ">=")) op = OP_GE;
+        const struct tmpl_token *t = tparse_cur(P);
+        if (t->type == TMPL_T_OP) {
+            if (!strcmp(t->str, "==")) op = TMPL_OP_EQ;
+            else if (!strcmp(t->str, "!=")) op = TMPL_OP_NE;
+            else if (!strcmp(t->str, "<")) op = TMPL_OP_LT;
+            else if (!strcmp(t->str, "<=")) op = TMPL_OP_LE;
+            else if (!strcmp(t->str, ">")) op = TMPL_OP_GT;
+            else if (!strcmp(t->str, ">=")) op = TMPL_OP_GE;
             if (op) P->i++;
         } else if (tparse_is_name(P, "in")) {
-            op = OP_IN;
+            op = TMPL_OP_IN;
             P->i++;
-        } else if (tparse_is_name(P, "not") && P->t[P->i + 1].type == T_NAME &&
+        } else if (tparse_is_name(P, "not") && P->t[P->i + 1].type == TMPL_T_NAME &&
                    !strcmp(P->t[P->i + 1].str, "in")) {
-            op = OP_NOTIN;
+            op = TMPL_OP_NOTIN;
             P->i += 2;
         }
         if (!op) break;
@@ -564,7 +564,7 @@ static struct tnode *tparse_compare(struct tparser *P)
         tvec_push(P, &operands, tparse_math1(P));
     }
     if (!n_ops) return expr;
-    struct tnode *n = tparse_node(P, N_COMPARE);
+    struct tmpl_node *n = tparse_node(P, TMPL_N_COMPARE);
     n->a = expr;
     n->args = operands.p;
     n->n_args = operands.n;
@@ -573,13 +573,13 @@ static struct tnode *tparse_compare(struct tparser *P)
     return n;
 }
 
-static struct tnode *tparse_not(struct tparser *P)
+static struct tmpl_node *tparse_not(struct tparser *P)
 {
     if (tparse_is_name(P, "not")) {
         tparse_enter(P);
-        struct tnode *n = tparse_node(P, N_UNARY);
+        struct tmpl_node *n = tparse_node(P, TMPL_N_UNARY);
         P->i++;
-        n->op = OP_NOT;
+        n->op = TMPL_OP_NOT;
         n->a = tparse_not(P);
         P->depth--;
         return n;
@@ -587,11 +587,11 @@ static struct tnode *tparse_not(struct tparser *P)
     return tparse_compare(P);
 }
 
-static struct tnode *tparse_and(struct tparser *P)
+static struct tmpl_node *tparse_and(struct tparser *P)
 {
-    struct tnode *left = tparse_not(P);
+    struct tmpl_node *left = tparse_not(P);
     while (tparse_skip_name(P, "and")) {
-        struct tnode *n = tparse_node(P, N_AND);
+        struct tmpl_node *n = tparse_node(P, TMPL_N_AND);
         n->a = left;
         n->b = tparse_not(P);
         left = n;
@@ -599,11 +599,11 @@ static struct tnode *tparse_and(struct tparser *P)
     return left;
 }
 
-static struct tnode *tparse_or(struct tparser *P)
+static struct tmpl_node *tparse_or(struct tparser *P)
 {
-    struct tnode *left = tparse_and(P);
+    struct tmpl_node *left = tparse_and(P);
     while (tparse_skip_name(P, "or")) {
-        struct tnode *n = tparse_node(P, N_OR);
+        struct tmpl_node *n = tparse_node(P, TMPL_N_OR);
         n->a = left;
         n->b = tparse_and(P);
         left = n;
@@ -611,12 +611,12 @@ static struct tnode *tparse_or(struct tparser *P)
     return left;
 }
 
-static struct tnode *tparse_condexpr(struct tparser *P)
+static struct tmpl_node *tparse_condexpr(struct tparser *P)
 {
     tparse_enter(P);
-    struct tnode *expr1 = tparse_or(P);
+    struct tmpl_node *expr1 = tparse_or(P);
     while (tparse_skip_name(P, "if")) {
-        struct tnode *n = tparse_node(P, N_COND);
+        struct tmpl_node *n = tparse_node(P, TMPL_N_COND);
         n->a = tparse_or(P);
         n->b = expr1;
         if (tparse_skip_name(P, "else")) n->c = tparse_condexpr(P);
@@ -626,24 +626,24 @@ static struct tnode *tparse_condexpr(struct tparser *P)
     return expr1;
 }
 
-static struct tnode *tparse_expression(struct tparser *P, int with_condexpr)
+static struct tmpl_node *tparse_expression(struct tparser *P, int with_condexpr)
 {
     return with_condexpr ? tparse_condexpr(P) : tparse_or(P);
 }
 
 /* ---- statements ---- */
 
-static struct tnode *tparse_body(struct tparser *P, const char *const *end_tokens);
+static struct tmpl_node *tparse_body(struct tparser *P, const char *const *end_tokens);
 
 /* name | name, name | (name, name) ; with_namespace allows ns.attr */
-static void tparse_assign_target(struct tparser *P, struct tnode *stmt, int with_namespace,
+static void tparse_assign_target(struct tparser *P, struct tmpl_node *stmt, int with_namespace,
                                  const char *const *extra)
 {
     struct tvec targets = {0};
-    if (with_namespace && P->t[P->i].type == T_NAME && P->t[P->i + 1].type == T_OP &&
+    if (with_namespace && P->t[P->i].type == TMPL_T_NAME && P->t[P->i + 1].type == TMPL_T_OP &&
         !strcmp(P->t[P->i + 1].str, ".")) {
-        struct tnode *g = tparse_node(P, N_GETATTR);
-        struct tnode *nm = tparse_node(P, N_NAME);
+        struct tmpl_node *g = tparse_node(P, TMPL_N_GETATTR);
+        struct tmpl_node *nm = tparse_node(P, TMPL_N_NAME);
         nm->str = tparse_expect_name(P);
         P->i++;
         g->a = nm;
@@ -652,7 +652,7 @@ static void tparse_assign_target(struct tparser *P, struct tnode *stmt, int with
     } else {
         int paren = tparse_skip_op(P, "(");
         for (;;) {
-            struct tnode *nm = tparse_node(P, N_NAME);
+            struct tmpl_node *nm = tparse_node(P, TMPL_N_NAME);
             nm->str = tparse_expect_name(P);
             tvec_push(P, &targets, nm);
             if (!tparse_skip_op(P, ",")) break;
@@ -666,30 +666,30 @@ static void tparse_assign_target(struct tparser *P, struct tnode *stmt, int with
 }
 
 /* Bits of TMPL_USES_* for names mentioned anywhere under n. */
-static int tparse_uses(const struct tnode *n)
+static int tparse_uses(const struct tmpl_node *n)
 {
     if (!n) return 0;
     int u = 0;
-    if (n->kind == N_NAME && n->str) {
+    if (n->kind == TMPL_N_NAME && n->str) {
         if (!strcmp(n->str, "caller")) u |= TMPL_USES_CALLER;
         else if (!strcmp(n->str, "kwargs")) u |= TMPL_USES_KWARGS;
         else if (!strcmp(n->str, "varargs")) u |= TMPL_USES_VARARGS;
     }
     u |= tparse_uses(n->a) | tparse_uses(n->b) | tparse_uses(n->c) | tparse_uses(n->d);
     for (size_t i = 0; i < n->n_args; i++) u |= tparse_uses(n->args[i]);
-    size_t n2 = n->kind == N_DICT ? n->n_args : n->kind == N_WITH ? n->n_args : n->n_kw;
-    if (n->kind == N_MACRO || n->kind == N_CALLBLOCK) n2 = n->n_args;
+    size_t n2 = n->kind == TMPL_N_DICT ? n->n_args : n->kind == TMPL_N_WITH ? n->n_args : n->n_kw;
+    if (n->kind == TMPL_N_MACRO || n->kind == TMPL_N_CALLBLOCK) n2 = n->n_args;
     for (size_t i = 0; n->args2 && i < n2; i++) u |= tparse_uses(n->args2[i]);
     return u;
 }
 
-static void tparse_macro_sig(struct tparser *P, struct tnode *n)
+static void tparse_macro_sig(struct tparser *P, struct tmpl_node *n)
 {
     struct tvec params = {0}, defs = {0};
     tparse_expect_op(P, "(");
     while (!tparse_is_op(P, ")")) {
         if (params.n) tparse_expect_op(P, ",");
-        struct tnode *nm = tparse_node(P, N_NAME);
+        struct tmpl_node *nm = tparse_node(P, TMPL_N_NAME);
         nm->str = tparse_expect_name(P);
         tvec_push(P, &params, nm);
         if (tparse_skip_op(P, "=")) tvec_push(P, &defs, tparse_expression(P, 1));
@@ -704,10 +704,10 @@ static void tparse_macro_sig(struct tparser *P, struct tnode *n)
 
 static int tparse_at_end_tag(struct tparser *P, const char *const *end_tokens)
 {
-    const struct ttok *t = &P->t[P->i];
-    if (t->type != T_BLOCK_BEGIN) return 0;
-    const struct ttok *name = &P->t[P->i + 1];
-    if (name->type != T_NAME) return 0;
+    const struct tmpl_token *t = &P->t[P->i];
+    if (t->type != TMPL_T_BLOCK_BEGIN) return 0;
+    const struct tmpl_token *name = &P->t[P->i + 1];
+    if (name->type != TMPL_T_NAME) return 0;
     for (; end_tokens && *end_tokens; end_tokens++)
         if (!strcmp(name->str, *end_tokens)) return 1;
     return 0;
@@ -722,31 +722,31 @@ static const char *tparse_end_name(struct tparser *P, const char *const *end_tok
     return tparse_next(P)->str;
 }
 
-static struct tnode *tparse_statement(struct tparser *P)
+static struct tmpl_node *tparse_statement(struct tparser *P)
 {
     tparse_enter(P);
-    const struct ttok *t = tparse_cur(P);
-    if (t->type != T_NAME) tparse_fail(P, CAIRN_ERR_FORMAT, "tag name expected");
+    const struct tmpl_token *t = tparse_cur(P);
+    if (t->type != TMPL_T_NAME) tparse_fail(P, CAIRN_ERR_FORMAT, "tag name expected");
     const char *tag = t->str;
-    struct tnode *n = NULL;
+    struct tmpl_node *n = NULL;
     P->i++;
     if (!strcmp(tag, "if")) {
-        n = tparse_node(P, N_IF);
-        struct tnode *cur = n;
+        n = tparse_node(P, TMPL_N_IF);
+        struct tmpl_node *cur = n;
         for (;;) {
             cur->a = tparse_tuple(P, 0, 0, NULL, 0);
-            tparse_expect(P, T_BLOCK_END, "end of statement block");
+            tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
             static const char *const ends[] = {"elif", "else", "endif", NULL};
             cur->b = tparse_body(P, ends);
             const char *e = tparse_end_name(P, ends, "if");
             if (!strcmp(e, "elif")) {
-                struct tnode *nx = tparse_node(P, N_IF);
+                struct tmpl_node *nx = tparse_node(P, TMPL_N_IF);
                 cur->c = nx;
                 cur = nx;
                 continue;
             }
             if (!strcmp(e, "else")) {
-                tparse_expect(P, T_BLOCK_END, "end of statement block");
+                tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
                 static const char *const ends2[] = {"endif", NULL};
                 cur->c = tparse_body(P, ends2);
                 tparse_end_name(P, ends2, "if");
@@ -754,7 +754,7 @@ static struct tnode *tparse_statement(struct tparser *P)
             break;
         }
     } else if (!strcmp(tag, "for")) {
-        n = tparse_node(P, N_FOR);
+        n = tparse_node(P, TMPL_N_FOR);
         static const char *const in_end[] = {"in", NULL};
         tparse_assign_target(P, n, 0, in_end);
         if (!tparse_skip_name(P, "in")) tparse_fail(P, CAIRN_ERR_FORMAT, "expected 'in'");
@@ -763,49 +763,49 @@ static struct tnode *tparse_statement(struct tparser *P)
         if (tparse_skip_name(P, "if")) n->d = tparse_expression(P, 1);
         if (tparse_is_name(P, "recursive"))
             tparse_fail(P, CAIRN_ERR_UNSUPPORTED, "recursive for loops are not supported");
-        tparse_expect(P, T_BLOCK_END, "end of statement block");
+        tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
         static const char *const ends[] = {"endfor", "else", NULL};
         P->loop_depth++;
         n->b = tparse_body(P, ends);
         P->loop_depth--;
         const char *e = tparse_end_name(P, ends, "for");
         if (!strcmp(e, "else")) {
-            tparse_expect(P, T_BLOCK_END, "end of statement block");
+            tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
             static const char *const ends2[] = {"endfor", NULL};
             n->c = tparse_body(P, ends2);
             tparse_end_name(P, ends2, "for");
         }
     } else if (!strcmp(tag, "set")) {
-        n = tparse_node(P, N_SET);
+        n = tparse_node(P, TMPL_N_SET);
         tparse_assign_target(P, n, 1, NULL);
         if (tparse_skip_op(P, "=")) {
             n->a = tparse_tuple(P, 0, 1, NULL, 0);
         } else {
-            n->kind = N_SETBLOCK;
+            n->kind = TMPL_N_SETBLOCK;
             if (tparse_is_op(P, "|")) n->a = tparse_filter(P, NULL, 0);
-            tparse_expect(P, T_BLOCK_END, "end of statement block");
+            tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
             static const char *const ends[] = {"endset", NULL};
             n->b = tparse_body(P, ends);
             tparse_end_name(P, ends, "set");
         }
     } else if (!strcmp(tag, "macro")) {
-        n = tparse_node(P, N_MACRO);
+        n = tparse_node(P, TMPL_N_MACRO);
         n->str = tparse_expect_name(P);
         tparse_macro_sig(P, n);
-        tparse_expect(P, T_BLOCK_END, "end of statement block");
+        tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
         static const char *const ends[] = {"endmacro", NULL};
         int saved_loops = P->loop_depth;
         P->loop_depth = 0;
         n->b = tparse_body(P, ends);
         P->loop_depth = saved_loops;
         tparse_end_name(P, ends, "macro");
-        if (tparse_cur(P)->type == T_NAME) P->i++; /* {% endmacro name %} */
+        if (tparse_cur(P)->type == TMPL_T_NAME) P->i++; /* {% endmacro name %} */
     } else if (!strcmp(tag, "call")) {
-        n = tparse_node(P, N_CALLBLOCK);
+        n = tparse_node(P, TMPL_N_CALLBLOCK);
         if (tparse_is_op(P, "(")) tparse_macro_sig(P, n);
         n->a = tparse_expression(P, 1);
-        if (n->a->kind != N_CALL) tparse_fail(P, CAIRN_ERR_FORMAT, "expected call");
-        tparse_expect(P, T_BLOCK_END, "end of statement block");
+        if (n->a->kind != TMPL_N_CALL) tparse_fail(P, CAIRN_ERR_FORMAT, "expected call");
+        tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
         static const char *const ends[] = {"endcall", NULL};
         int saved_loops = P->loop_depth;
         P->loop_depth = 0;
@@ -813,18 +813,18 @@ static struct tnode *tparse_statement(struct tparser *P)
         P->loop_depth = saved_loops;
         tparse_end_name(P, ends, "call");
     } else if (!strcmp(tag, "filter")) {
-        n = tparse_node(P, N_FILTERBLOCK);
+        n = tparse_node(P, TMPL_N_FILTERBLOCK);
         n->a = tparse_filter(P, NULL, 1);
-        tparse_expect(P, T_BLOCK_END, "end of statement block");
+        tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
         static const char *const ends[] = {"endfilter", NULL};
         n->b = tparse_body(P, ends);
         tparse_end_name(P, ends, "filter");
     } else if (!strcmp(tag, "with")) {
-        n = tparse_node(P, N_WITH);
+        n = tparse_node(P, TMPL_N_WITH);
         struct tvec targets = {0}, vals = {0};
-        while (tparse_cur(P)->type != T_BLOCK_END) {
+        while (tparse_cur(P)->type != TMPL_T_BLOCK_END) {
             if (targets.n) tparse_expect_op(P, ",");
-            struct tnode *nm = tparse_node(P, N_NAME);
+            struct tmpl_node *nm = tparse_node(P, TMPL_N_NAME);
             nm->str = tparse_expect_name(P);
             tvec_push(P, &targets, nm);
             tparse_expect_op(P, "=");
@@ -833,12 +833,12 @@ static struct tnode *tparse_statement(struct tparser *P)
         n->args = targets.p;
         n->n_args = targets.n;
         n->args2 = vals.p;
-        tparse_expect(P, T_BLOCK_END, "end of statement block");
+        tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
         static const char *const ends[] = {"endwith", NULL};
         n->b = tparse_body(P, ends);
         tparse_end_name(P, ends, "with");
     } else if (!strcmp(tag, "generation")) {
-        tparse_expect(P, T_BLOCK_END, "end of statement block");
+        tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
         static const char *const ends[] = {"endgeneration", NULL};
         n = tparse_body(P, ends);
         tparse_end_name(P, ends, "generation");
@@ -847,40 +847,40 @@ static struct tnode *tparse_statement(struct tparser *P)
             P->i--;
             tparse_fail(P, CAIRN_ERR_FORMAT, "'%s' outside of a loop", tag);
         }
-        n = tparse_node(P, tag[0] == 'b' ? N_BREAK : N_CONTINUE);
+        n = tparse_node(P, tag[0] == 'b' ? TMPL_N_BREAK : TMPL_N_CONTINUE);
     } else {
         P->i--;
         tparse_fail(P, CAIRN_ERR_FORMAT, "encountered unknown tag '%s'", tag);
     }
-    tparse_expect(P, T_BLOCK_END, "end of statement block");
+    tparse_expect(P, TMPL_T_BLOCK_END, "end of statement block");
     P->depth--;
     return n;
 }
 
-static struct tnode *tparse_body(struct tparser *P, const char *const *end_tokens)
+static struct tmpl_node *tparse_body(struct tparser *P, const char *const *end_tokens)
 {
     tparse_enter(P);
     struct tvec stmts = {0};
-    struct tnode *body = tparse_node(P, N_BODY);
+    struct tmpl_node *body = tparse_node(P, TMPL_N_BODY);
     for (;;) {
-        const struct ttok *t = tparse_cur(P);
-        if (t->type == T_EOF) {
+        const struct tmpl_token *t = tparse_cur(P);
+        if (t->type == TMPL_T_EOF) {
             if (end_tokens) tparse_fail(P, CAIRN_ERR_FORMAT, "unexpected end of template, expected '%s'", end_tokens[0]);
             break;
         }
-        if (t->type == T_DATA) {
-            struct tnode *d = tparse_node(P, N_DATA);
+        if (t->type == TMPL_T_DATA) {
+            struct tmpl_node *d = tparse_node(P, TMPL_N_DATA);
             d->str = t->str;
             d->str_n = t->n;
             tvec_push(P, &stmts, d);
             P->i++;
-        } else if (t->type == T_VAR_BEGIN) {
+        } else if (t->type == TMPL_T_VAR_BEGIN) {
             P->i++;
-            struct tnode *o = tparse_node(P, N_OUTPUT);
+            struct tmpl_node *o = tparse_node(P, TMPL_N_OUTPUT);
             o->a = tparse_tuple(P, 0, 1, NULL, 0);
-            tparse_expect(P, T_VAR_END, "end of print statement");
+            tparse_expect(P, TMPL_T_VAR_END, "end of print statement");
             tvec_push(P, &stmts, o);
-        } else if (t->type == T_BLOCK_BEGIN) {
+        } else if (t->type == TMPL_T_BLOCK_BEGIN) {
             if (end_tokens && tparse_at_end_tag(P, end_tokens)) break;
             P->i++;
             tvec_push(P, &stmts, tparse_statement(P));
@@ -898,10 +898,10 @@ static struct tnode *tparse_body(struct tparser *P, const char *const *end_token
  * deep (left-associative chains like a + b + c ... or x|f|g|... parse in loops, so only this
  * bounds them), then fills the TMPL_USES_* bits of macros with the (now bounded) recursive
  * tparse_uses. Everything that walks the tree recursively later relies on this bound. */
-static int tparse_check_tree(struct tnode *root, struct cairn_err *err)
+static int tparse_check_tree(struct tmpl_node *root, struct cairn_err *err)
 {
     struct item {
-        struct tnode *n;
+        struct tmpl_node *n;
         int depth;
     } *stack = NULL;
     size_t n = 0, cap = 0;
@@ -927,7 +927,7 @@ static int tparse_check_tree(struct tnode *root, struct cairn_err *err)
     PUSH(root, 1);
     while (n) {
         struct item it = stack[--n];
-        struct tnode *x = it.n;
+        struct tmpl_node *x = it.n;
         if (it.depth > TMPL_MAX_TREE_DEPTH) {
             rc = cairn_err_set(err, CAIRN_ERR_LIMIT,
                                "template syntax error: line %d: expression nested too deeply "
@@ -939,21 +939,21 @@ static int tparse_check_tree(struct tnode *root, struct cairn_err *err)
         PUSH(x->c, it.depth + 1);
         PUSH(x->d, it.depth + 1);
         for (size_t i = 0; i < x->n_args; i++) PUSH(x->args[i], it.depth + 1);
-        size_t n2 = (x->kind == N_DICT || x->kind == N_WITH || x->kind == N_MACRO || x->kind == N_CALLBLOCK)
+        size_t n2 = (x->kind == TMPL_N_DICT || x->kind == TMPL_N_WITH || x->kind == TMPL_N_MACRO || x->kind == TMPL_N_CALLBLOCK)
                         ? x->n_args : x->n_kw;
         for (size_t i = 0; x->args2 && i < n2; i++) PUSH(x->args2[i], it.depth + 1);
     }
     /* second pass: macro flags */
     PUSH(root, 1);
     while (n) {
-        struct tnode *x = stack[--n].n;
-        if (x->kind == N_MACRO || x->kind == N_CALLBLOCK) x->op = tparse_uses(x->b);
+        struct tmpl_node *x = stack[--n].n;
+        if (x->kind == TMPL_N_MACRO || x->kind == TMPL_N_CALLBLOCK) x->op = tparse_uses(x->b);
         PUSH(x->a, 0);
         PUSH(x->b, 0);
         PUSH(x->c, 0);
         PUSH(x->d, 0);
         for (size_t i = 0; i < x->n_args; i++) PUSH(x->args[i], 0);
-        size_t n2 = (x->kind == N_DICT || x->kind == N_WITH || x->kind == N_MACRO || x->kind == N_CALLBLOCK)
+        size_t n2 = (x->kind == TMPL_N_DICT || x->kind == TMPL_N_WITH || x->kind == TMPL_N_MACRO || x->kind == TMPL_N_CALLBLOCK)
                         ? x->n_args : x->n_kw;
         for (size_t i = 0; x->args2 && i < n2; i++) PUSH(x->args2[i], 0);
     }
@@ -963,7 +963,7 @@ done:
     return rc;
 }
 
-int tmpl_parse(struct tarena *a, const struct ttok *toks, size_t n_toks, struct tnode **root,
+int tmpl_parse(struct tmpl_arena *a, const struct tmpl_token *toks, size_t n_toks, struct tmpl_node **root,
                struct cairn_err *err)
 {
     struct tparser P = {.a = a, .t = toks, .n = n_toks, .err = err};
@@ -978,13 +978,13 @@ int tmpl_compile(const char *src, size_t len, struct tmpl **out, struct cairn_er
     if (len > TMPL_MAX_SOURCE_BYTES)
         return cairn_err_set(err, CAIRN_ERR_LIMIT, "template too large (%zu bytes, limit %zu)", len,
                              TMPL_MAX_SOURCE_BYTES);
-    if (!tutf8_valid(src, len))
+    if (!cairn_utf8_valid(src, len))
         return cairn_err_set(err, CAIRN_ERR_FORMAT, "template is not valid UTF-8");
     struct tmpl *t = calloc(1, sizeof(*t));
     if (!t) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     int rc;
     /* normalize newlines; drop one trailing newline (keep_trailing_newline=False) */
-    char *norm = tarena_alloc(&t->arena, len + 1);
+    char *norm = tmpl_arena_alloc(&t->arena, len + 1);
     if (!norm) {
         rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
         goto fail;
@@ -999,7 +999,7 @@ int tmpl_compile(const char *src, size_t len, struct tmpl **out, struct cairn_er
         }
     }
     if (n && norm[n - 1] == '\n') n--;
-    struct ttok *toks;
+    struct tmpl_token *toks;
     size_t n_toks;
     rc = tmpl_lex(&t->arena, norm, n, &toks, &n_toks, err);
     if (rc) {
@@ -1018,6 +1018,6 @@ fail:
 void tmpl_free(struct tmpl *t)
 {
     if (!t) return;
-    tarena_free_all(&t->arena);
+    tmpl_arena_free_all(&t->arena);
     free(t);
 }

@@ -8,122 +8,113 @@
 
 #include "tmpl/tmpl_int.h"
 
-struct tv tv_none(void) { return (struct tv){.t = TV_NONE}; }
-struct tv tv_bool(int b) { return (struct tv){.t = TV_BOOL, .u.b = !!b}; }
-struct tv tv_int(int64_t i) { return (struct tv){.t = TV_INT, .u.i = i}; }
-struct tv tv_float(double f) { return (struct tv){.t = TV_FLOAT, .u.f = f}; }
+struct tmpl_tv tmpl_tv_none(void) { return (struct tmpl_tv){.t = TMPL_TV_NONE}; }
+struct tmpl_tv tmpl_tv_bool(int b) { return (struct tmpl_tv){.t = TMPL_TV_BOOL, .u.b = !!b}; }
+struct tmpl_tv tmpl_tv_int(int64_t i) { return (struct tmpl_tv){.t = TMPL_TV_INT, .u.i = i}; }
+struct tmpl_tv tmpl_tv_float(double f) { return (struct tmpl_tv){.t = TMPL_TV_FLOAT, .u.f = f}; }
 
-struct tv tv_str(const char *p, size_t n)
+struct tmpl_tv tmpl_tv_str(const char *p, size_t n)
 {
-    struct tv v = {.t = TV_STR};
+    struct tmpl_tv v = {.t = TMPL_TV_STR};
     v.u.s.p = p;
     v.u.s.n = n;
     return v;
 }
 
-struct tv tv_cstr(const char *p) { return tv_str(p, strlen(p)); }
+struct tmpl_tv tmpl_tv_cstr(const char *p) { return tmpl_tv_str(p, strlen(p)); }
 
-struct tv tv_undef(const char *hint)
+struct tmpl_tv tmpl_tv_undef(const char *hint)
 {
-    struct tv v = {.t = TV_UNDEF};
+    struct tmpl_tv v = {.t = TMPL_TV_UNDEF};
     v.u.s.p = hint;
     v.u.s.n = hint ? strlen(hint) : 0;
     return v;
 }
 
-void *tr_alloc(struct trender *r, size_t n)
+struct tmpl_tv tmpl_tv_str_copy(struct tmpl_rstate *r, const char *p, size_t n)
 {
-    void *p = tarena_alloc(&r->arena, n);
-    if (!p)
-        tmpl_fail(r, CAIRN_ERR_LIMIT, "template used too much memory (limit %zu bytes)",
-                  r->lim.max_memory_bytes);
-    return p;
-}
-
-struct tv tv_str_copy(struct trender *r, const char *p, size_t n)
-{
-    char *c = tr_alloc(r, n + 1);
+    char *c = tmpl_alloc(r, n + 1);
     memcpy(c, p, n);
-    return tv_str(c, n);
+    return tmpl_tv_str(c, n);
 }
 
-struct tv_list *tv_list_new(struct trender *r, size_t n)
+struct tmpl_tv_list *tmpl_tv_list_new(struct tmpl_rstate *r, size_t n)
 {
-    if (n > SIZE_MAX / sizeof(struct tv) / 2)
+    if (n > SIZE_MAX / sizeof(struct tmpl_tv) / 2)
         tmpl_fail(r, CAIRN_ERR_LIMIT, "list too large");
-    struct tv_list *l = tr_alloc(r, sizeof(*l));
+    struct tmpl_tv_list *l = tmpl_alloc(r, sizeof(*l));
     l->n = n;
-    l->items = n ? tr_alloc(r, n * sizeof(struct tv)) : NULL;
+    l->items = n ? tmpl_alloc(r, n * sizeof(struct tmpl_tv)) : NULL;
     return l;
 }
 
-struct tv_dict *tv_dict_new(struct trender *r, size_t cap)
+struct tmpl_tv_dict *tmpl_tv_dict_new(struct tmpl_rstate *r, size_t cap)
 {
-    struct tv_dict *d = tr_alloc(r, sizeof(*d));
+    struct tmpl_tv_dict *d = tmpl_alloc(r, sizeof(*d));
     if (cap) {
-        if (cap > SIZE_MAX / sizeof(struct tv_kv) / 2) tmpl_fail(r, CAIRN_ERR_LIMIT, "dict too large");
-        d->items = tr_alloc(r, cap * sizeof(struct tv_kv));
+        if (cap > SIZE_MAX / sizeof(struct tmpl_tv_kv) / 2) tmpl_fail(r, CAIRN_ERR_LIMIT, "dict too large");
+        d->items = tmpl_alloc(r, cap * sizeof(struct tmpl_tv_kv));
         d->cap = cap;
     }
     return d;
 }
 
-static uint64_t tv_hash(struct tv k)
+static uint64_t tmpl_tv_hash(struct tmpl_tv k)
 {
     switch (k.t) {
-    case TV_STR: {
+    case TMPL_TV_STR: {
         uint64_t h = 1469598103934665603ull;
         for (size_t i = 0; i < k.u.s.n; i++) h = (h ^ (unsigned char)k.u.s.p[i]) * 1099511628211ull;
         return h;
     }
-    case TV_BOOL: return (uint64_t)k.u.b * 0x9E3779B97F4A7C15ull;
-    case TV_INT: return (uint64_t)k.u.i * 0x9E3779B97F4A7C15ull;
-    case TV_FLOAT:
+    case TMPL_TV_BOOL: return (uint64_t)k.u.b * 0x9E3779B97F4A7C15ull;
+    case TMPL_TV_INT: return (uint64_t)k.u.i * 0x9E3779B97F4A7C15ull;
+    case TMPL_TV_FLOAT:
         if (k.u.f == floor(k.u.f) && fabs(k.u.f) < 9e18) return (uint64_t)(int64_t)k.u.f * 0x9E3779B97F4A7C15ull;
         return 7;
     default: return 0;
     }
 }
 
-static void tv_dict_reindex(struct trender *r, struct tv_dict *d)
+static void tmpl_tv_dict_reindex(struct tmpl_rstate *r, struct tmpl_tv_dict *d)
 {
     size_t cap = 16;
     while (cap < d->n * 2 + 2) cap *= 2;
-    d->index = tr_alloc(r, cap * sizeof(uint32_t));
+    d->index = tmpl_alloc(r, cap * sizeof(uint32_t));
     d->index_cap = cap;
     for (size_t i = 0; i < d->n; i++) {
-        size_t s = tv_hash(d->items[i].key) & (cap - 1);
+        size_t s = tmpl_tv_hash(d->items[i].key) & (cap - 1);
         while (d->index[s]) s = (s + 1) & (cap - 1);
         d->index[s] = (uint32_t)(i + 1);
     }
 }
 
-static long tv_dict_find(const struct tv_dict *d, struct tv key)
+static long tmpl_tv_dict_find(const struct tmpl_tv_dict *d, struct tmpl_tv key)
 {
     if (d->index) {
-        size_t s = tv_hash(key) & (d->index_cap - 1);
+        size_t s = tmpl_tv_hash(key) & (d->index_cap - 1);
         while (d->index[s]) {
             size_t i = d->index[s] - 1;
-            if (tv_equal(d->items[i].key, key)) return (long)i;
+            if (tmpl_tv_equal(d->items[i].key, key)) return (long)i;
             s = (s + 1) & (d->index_cap - 1);
         }
         return -1;
     }
     for (size_t i = 0; i < d->n; i++)
-        if (tv_equal(d->items[i].key, key)) return (long)i;
+        if (tmpl_tv_equal(d->items[i].key, key)) return (long)i;
     return -1;
 }
 
-void tv_dict_set(struct trender *r, struct tv_dict *d, struct tv key, struct tv val)
+void tmpl_tv_dict_set(struct tmpl_rstate *r, struct tmpl_tv_dict *d, struct tmpl_tv key, struct tmpl_tv val)
 {
-    long i = tv_dict_find(d, key);
+    long i = tmpl_tv_dict_find(d, key);
     if (i >= 0) {
         d->items[i].val = val;
         return;
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
-        struct tv_kv *items = tr_alloc(r, cap * sizeof(*items));
+        struct tmpl_tv_kv *items = tmpl_alloc(r, cap * sizeof(*items));
         if (d->n) memcpy(items, d->items, d->n * sizeof(*items));
         d->items = items;
         d->cap = cap;
@@ -133,220 +124,199 @@ void tv_dict_set(struct trender *r, struct tv_dict *d, struct tv key, struct tv 
     d->items[d->n].val = val;
     d->n++;
     if (d->index && d->n * 2 + 2 <= d->index_cap) {
-        size_t s = tv_hash(key) & (d->index_cap - 1);
+        size_t s = tmpl_tv_hash(key) & (d->index_cap - 1);
         while (d->index[s]) s = (s + 1) & (d->index_cap - 1);
         d->index[s] = (uint32_t)d->n;
     } else if (d->n > 8) {
-        tv_dict_reindex(r, d);
+        tmpl_tv_dict_reindex(r, d);
     }
 }
 
-int tv_dict_get(const struct tv_dict *d, struct tv key, struct tv *out)
+int tmpl_tv_dict_get(const struct tmpl_tv_dict *d, struct tmpl_tv key, struct tmpl_tv *out)
 {
-    long i = tv_dict_find(d, key);
+    long i = tmpl_tv_dict_find(d, key);
     if (i < 0) return 0;
     *out = d->items[i].val;
     return 1;
 }
 
-int tv_dict_get_str(const struct tv_dict *d, const char *key, struct tv *out)
+int tmpl_tv_dict_get_str(const struct tmpl_tv_dict *d, const char *key, struct tmpl_tv *out)
 {
-    return tv_dict_get(d, tv_cstr(key), out);
+    return tmpl_tv_dict_get(d, tmpl_tv_cstr(key), out);
 }
 
-struct tv tv_from_json(struct trender *r, json_t *j)
+struct tmpl_tv tmpl_tv_from_json(struct tmpl_rstate *r, json_t *j)
 {
     tmpl_step(r);
     if (++r->depth > 4096) tmpl_fail(r, CAIRN_ERR_LIMIT, "context JSON nested too deeply");
-    struct tv v;
+    struct tmpl_tv v;
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
-        struct tv_dict *d = tv_dict_new(r, json_object_size(j));
+        struct tmpl_tv_dict *d = tmpl_tv_dict_new(r, json_object_size(j));
         const char *k;
         json_t *jv;
         json_object_foreach(j, k, jv) {
-            tv_dict_set(r, d, tv_cstr(k), tv_from_json(r, jv));
+            struct tmpl_tv key = tmpl_tv_cstr(k);
+            key.taint = TMPL_TAINT_ALL; /* context keys are data too */
+            tmpl_tv_dict_set(r, d, key, tmpl_tv_from_json(r, jv));
         }
-        v = (struct tv){.t = TV_DICT, .u.d = d};
+        v = (struct tmpl_tv){.t = TMPL_TV_DICT, .u.d = d};
         break;
     }
     case JSON_ARRAY: {
-        struct tv_list *l = tv_list_new(r, json_array_size(j));
-        for (size_t i = 0; i < l->n; i++) l->items[i] = tv_from_json(r, json_array_get(j, i));
-        v = (struct tv){.t = TV_LIST, .u.l = l};
+        struct tmpl_tv_list *l = tmpl_tv_list_new(r, json_array_size(j));
+        for (size_t i = 0; i < l->n; i++) l->items[i] = tmpl_tv_from_json(r, json_array_get(j, i));
+        v = (struct tmpl_tv){.t = TMPL_TV_LIST, .u.l = l};
         break;
     }
-    case JSON_STRING: v = tv_str(json_string_value(j), json_string_length(j)); break;
-    case JSON_INTEGER: v = tv_int(json_integer_value(j)); break;
-    case JSON_REAL: v = tv_float(json_real_value(j)); break;
-    case JSON_TRUE: v = tv_bool(1); break;
-    case JSON_FALSE: v = tv_bool(0); break;
-    default: v = tv_none(); break;
+    case JSON_STRING:
+        v = tmpl_tv_str(json_string_value(j), json_string_length(j));
+        v.taint = TMPL_TAINT_ALL;
+        break;
+    case JSON_INTEGER: v = tmpl_tv_int(json_integer_value(j)); break;
+    case JSON_REAL: v = tmpl_tv_float(json_real_value(j)); break;
+    case JSON_TRUE: v = tmpl_tv_bool(1); break;
+    case JSON_FALSE: v = tmpl_tv_bool(0); break;
+    default: v = tmpl_tv_none(); break;
     }
     r->depth--;
     return v;
 }
 
-int tv_truthy(struct tv v)
+int tmpl_tv_truthy(struct tmpl_tv v)
 {
     switch (v.t) {
-    case TV_UNDEF:
-    case TV_NONE: return 0;
-    case TV_BOOL: return v.u.b;
-    case TV_INT: return v.u.i != 0;
-    case TV_FLOAT: return v.u.f != 0;
-    case TV_STR: return v.u.s.n != 0;
-    case TV_LIST: return v.u.l->kind == TL_GEN ? 1 : v.u.l->n != 0;
-    case TV_DICT: return v.u.d->n != 0;
+    case TMPL_TV_UNDEF:
+    case TMPL_TV_NONE: return 0;
+    case TMPL_TV_BOOL: return v.u.b;
+    case TMPL_TV_INT: return v.u.i != 0;
+    case TMPL_TV_FLOAT: return v.u.f != 0;
+    case TMPL_TV_STR: return v.u.s.n != 0;
+    case TMPL_TV_LIST: return v.u.l->kind == TMPL_TL_GEN ? 1 : v.u.l->n != 0;
+    case TMPL_TV_DICT: return v.u.d->n != 0;
     default: return 1;
     }
 }
 
-static int tv_is_num(struct tv v) { return v.t == TV_BOOL || v.t == TV_INT || v.t == TV_FLOAT; }
+static int tmpl_tv_is_num(struct tmpl_tv v) { return v.t == TMPL_TV_BOOL || v.t == TMPL_TV_INT || v.t == TMPL_TV_FLOAT; }
 
-static double tv_num(struct tv v)
+static double tmpl_tv_num(struct tmpl_tv v)
 {
-    return v.t == TV_FLOAT ? v.u.f : v.t == TV_INT ? (double)v.u.i : (double)v.u.b;
+    return v.t == TMPL_TV_FLOAT ? v.u.f : v.t == TMPL_TV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-static int tv_num_cmp(struct tv a, struct tv b)
+static int tmpl_tv_num_cmp(struct tmpl_tv a, struct tmpl_tv b)
 {
-    if (a.t != TV_FLOAT && b.t != TV_FLOAT) {
-        int64_t x = a.t == TV_INT ? a.u.i : a.u.b, y = b.t == TV_INT ? b.u.i : b.u.b;
+    if (a.t != TMPL_TV_FLOAT && b.t != TMPL_TV_FLOAT) {
+        int64_t x = a.t == TMPL_TV_INT ? a.u.i : a.u.b, y = b.t == TMPL_TV_INT ? b.u.i : b.u.b;
         return x < y ? -1 : x > y;
     }
-    double x = tv_num(a), y = tv_num(b);
+    double x = tmpl_tv_num(a), y = tmpl_tv_num(b);
     if (x != x || y != y) return 2; /* unordered */
     return x < y ? -1 : x > y;
 }
 
 /* Recursion is bounded: structures nested deeper than 256 levels compare unequal. */
-static int tv_equal_d(struct tv a, struct tv b, int depth)
+static int tmpl_tv_equal_d(struct tmpl_tv a, struct tmpl_tv b, int depth)
 {
     if (depth > 256) return 0;
-    if (tv_is_num(a) && tv_is_num(b)) return tv_num_cmp(a, b) == 0;
+    if (tmpl_tv_is_num(a) && tmpl_tv_is_num(b)) return tmpl_tv_num_cmp(a, b) == 0;
     if (a.t != b.t) return 0;
     switch (a.t) {
-    case TV_UNDEF:
-    case TV_NONE: return 1;
-    case TV_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
-    case TV_LIST:
+    case TMPL_TV_UNDEF:
+    case TMPL_TV_NONE: return 1;
+    case TMPL_TV_STR: return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
+    case TMPL_TV_LIST:
         if (a.u.l->kind != b.u.l->kind) return 0;
-        if (a.u.l->kind == TL_GEN) return a.u.l == b.u.l;
+        if (a.u.l->kind == TMPL_TL_GEN) return a.u.l == b.u.l;
         if (a.u.l->is_tuple != b.u.l->is_tuple || a.u.l->n != b.u.l->n) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!tv_equal_d(a.u.l->items[i], b.u.l->items[i], depth + 1)) return 0;
+            if (!tmpl_tv_equal_d(a.u.l->items[i], b.u.l->items[i], depth + 1)) return 0;
         return 1;
-    case TV_DICT:
+    case TMPL_TV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
         for (size_t i = 0; i < a.u.d->n; i++) {
-            struct tv v;
-            if (!tv_dict_get(b.u.d, a.u.d->items[i].key, &v) || !tv_equal_d(v, a.u.d->items[i].val, depth + 1)) return 0;
+            struct tmpl_tv v;
+            if (!tmpl_tv_dict_get(b.u.d, a.u.d->items[i].key, &v) || !tmpl_tv_equal_d(v, a.u.d->items[i].val, depth + 1)) return 0;
         }
         return 1;
-    case TV_NS: return a.u.d == b.u.d;
-    case TV_MACRO: return a.u.m == b.u.m;
-    case TV_BUILTIN: return a.u.builtin == b.u.builtin;
-    case TV_LOOP: return a.u.loop == b.u.loop;
+    case TMPL_TV_NS: return a.u.d == b.u.d;
+    case TMPL_TV_MACRO: return a.u.m == b.u.m;
+    case TMPL_TV_BUILTIN: return a.u.builtin == b.u.builtin;
+    case TMPL_TV_LOOP: return a.u.loop == b.u.loop;
     default: return 0;
     }
 }
 
-int tv_equal(struct tv a, struct tv b) { return tv_equal_d(a, b, 0); }
+int tmpl_tv_equal(struct tmpl_tv a, struct tmpl_tv b) { return tmpl_tv_equal_d(a, b, 0); }
 
-const char *tv_type_name(struct tv v)
+const char *tmpl_tv_type_name(struct tmpl_tv v)
 {
     switch (v.t) {
-    case TV_UNDEF: return "Undefined";
-    case TV_NONE: return "NoneType";
-    case TV_BOOL: return "bool";
-    case TV_INT: return "int";
-    case TV_FLOAT: return "float";
-    case TV_STR: return "str";
-    case TV_LIST: {
+    case TMPL_TV_UNDEF: return "Undefined";
+    case TMPL_TV_NONE: return "NoneType";
+    case TMPL_TV_BOOL: return "bool";
+    case TMPL_TV_INT: return "int";
+    case TMPL_TV_FLOAT: return "float";
+    case TMPL_TV_STR: return "str";
+    case TMPL_TV_LIST: {
         static const char *const kinds[] = {"list", "dict_items", "dict_keys", "dict_values", "range", "generator"};
-        return v.u.l->kind == TL_PLAIN ? (v.u.l->is_tuple ? "tuple" : "list") : kinds[v.u.l->kind];
+        return v.u.l->kind == TMPL_TL_PLAIN ? (v.u.l->is_tuple ? "tuple" : "list") : kinds[v.u.l->kind];
     }
-    case TV_DICT: return "dict";
-    case TV_NS: return "Namespace";
-    case TV_MACRO: return "Macro";
-    case TV_BUILTIN: return "function";
-    case TV_METHOD: return "method";
-    case TV_LOOP: return "LoopContext";
-    case TV_CYCLER: return "method";
+    case TMPL_TV_DICT: return "dict";
+    case TMPL_TV_NS: return "Namespace";
+    case TMPL_TV_MACRO: return "Macro";
+    case TMPL_TV_BUILTIN: return "function";
+    case TMPL_TV_METHOD: return "method";
+    case TMPL_TV_LOOP: return "LoopContext";
+    case TMPL_TV_CYCLER: return "method";
     }
     return "object";
 }
 
-int tv_compare(struct trender *r, struct tv a, struct tv b)
+int tmpl_tv_compare(struct tmpl_rstate *r, struct tmpl_tv a, struct tmpl_tv b)
 {
-    if (tv_is_num(a) && tv_is_num(b)) {
-        int c = tv_num_cmp(a, b);
+    if (tmpl_tv_is_num(a) && tmpl_tv_is_num(b)) {
+        int c = tmpl_tv_num_cmp(a, b);
         return c == 2 ? 3 : c; /* NaN: every ordering is false; caller treats 3 as "unordered" */
     }
-    if (a.t == TV_STR && b.t == TV_STR) {
+    if (a.t == TMPL_TV_STR && b.t == TMPL_TV_STR) {
         size_t n = CAIRN_MIN(a.u.s.n, b.u.s.n);
         int c = memcmp(a.u.s.p, b.u.s.p, n);
         if (c) return c < 0 ? -1 : 1;
         return a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n;
     }
-    if (a.t == TV_LIST && b.t == TV_LIST && a.u.l->is_tuple == b.u.l->is_tuple && a.u.l->kind == TL_PLAIN &&
-        b.u.l->kind == TL_PLAIN) {
+    if (a.t == TMPL_TV_LIST && b.t == TMPL_TV_LIST && a.u.l->is_tuple == b.u.l->is_tuple && a.u.l->kind == TMPL_TL_PLAIN &&
+        b.u.l->kind == TMPL_TL_PLAIN) {
         size_t n = CAIRN_MIN(a.u.l->n, b.u.l->n);
         for (size_t i = 0; i < n; i++) {
-            if (tv_equal(a.u.l->items[i], b.u.l->items[i])) continue;
+            if (tmpl_tv_equal(a.u.l->items[i], b.u.l->items[i])) continue;
             if (++r->depth > 512) tmpl_fail(r, CAIRN_ERR_LIMIT, "value nested too deeply");
-            int c = tv_compare(r, a.u.l->items[i], b.u.l->items[i]);
+            int c = tmpl_tv_compare(r, a.u.l->items[i], b.u.l->items[i]);
             r->depth--;
             return c;
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
     tmpl_fail(r, CAIRN_ERR_INVALID, "'<' not supported between instances of '%s' and '%s'",
-              tv_type_name(a), tv_type_name(b));
+              tmpl_tv_type_name(a), tmpl_tv_type_name(b));
 }
 
 /* ---- buffers ---- */
 
-void tbuf_put(struct trender *r, struct tbuf *b, const char *p, size_t n)
-{
-    if (n == 0) return;
-    if (n >= 1024) tmpl_step_bytes(r, n);
-    if (b->n + n > r->lim.max_output_bytes || b->n + n < b->n)
-        tmpl_fail(r, CAIRN_ERR_LIMIT, "template output too large (limit %zu bytes)",
-                  r->lim.max_output_bytes);
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *np;
-        if (b == &r->main_out) {
-            np = realloc(b->p, cap);
-            if (!np) tmpl_fail(r, CAIRN_ERR_NOMEM, "out of memory");
-        } else {
-            np = tr_alloc(r, cap);
-            if (b->n) memcpy(np, b->p, b->n);
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
 
-void tbuf_putc(struct trender *r, struct tbuf *b, char c) { tbuf_put(r, b, &c, 1); }
-void tbuf_puts(struct trender *r, struct tbuf *b, const char *s) { tbuf_put(r, b, s, strlen(s)); }
-
-struct tv tbuf_to_str(struct trender *r, struct tbuf *b)
+struct tmpl_tv tmpl_buf_to_str(struct tmpl_rstate *r, struct tmpl_buf *b)
 {
-    if (!b->n) return tv_str("", 0);
-    return tv_str(b->p, b->n); /* arena buffers are never reused after this */
+    if (!b->n) return tmpl_tv_str("", 0);
+    struct tmpl_tv s = tmpl_tv_str(b->p, b->n); /* arena buffers are never reused after this */
+    s.taint = tmpl_buf_taint(r, b);
+    return s;
 }
 
 /* ---- printing ---- */
 
 /* Python float repr: shortest round-trip digits, fixed notation for 1e-4 <= |x| < 1e16. */
-void tv_float_repr(double f, char *out, size_t n)
+void tmpl_tv_float_repr(double f, char *out, size_t n)
 {
     if (isnan(f)) {
         snprintf(out, n, "nan");
@@ -413,7 +383,7 @@ void tv_float_repr(double f, char *out, size_t n)
 #undef PUT
 }
 
-static int tv_py_printable(uint32_t cp)
+static int tmpl_tv_py_printable(uint32_t cp)
 {
     if (cp < 0x20 || cp == 0x7F) return 0;
     if (cp < 0x7F) return 1;
@@ -429,135 +399,144 @@ static int tv_py_printable(uint32_t cp)
     }
 }
 
-static void tv_repr_str(struct trender *r, struct tbuf *b, const char *s, size_t n)
+static void tmpl_tv_repr_str(struct tmpl_rstate *r, struct tmpl_buf *b, const char *s, size_t n)
 {
     int has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
     char q = (has_sq && !has_dq) ? '"' : '\'';
-    tbuf_putc(r, b, q);
+    tmpl_buf_putc(r, b, q);
     size_t i = 0;
     while (i < n) {
         size_t st = i;
-        uint32_t cp = tutf8_next(s, n, &i);
+        uint32_t cp = cairn_utf8_next(s, n, &i);
         char esc[16];
         if (cp == (uint32_t)q || cp == '\\') {
             esc[0] = '\\';
             esc[1] = (char)cp;
-            tbuf_put(r, b, esc, 2);
+            tmpl_buf_put(r, b, esc, 2);
         } else if (cp == '\t') {
-            tbuf_put(r, b, "\\t", 2);
+            tmpl_buf_put(r, b, "\\t", 2);
         } else if (cp == '\n') {
-            tbuf_put(r, b, "\\n", 2);
+            tmpl_buf_put(r, b, "\\n", 2);
         } else if (cp == '\r') {
-            tbuf_put(r, b, "\\r", 2);
-        } else if (tv_py_printable(cp)) {
-            tbuf_put(r, b, s + st, i - st);
+            tmpl_buf_put(r, b, "\\r", 2);
+        } else if (tmpl_tv_py_printable(cp)) {
+            tmpl_buf_put(r, b, s + st, i - st);
         } else {
             if (cp < 0x100) snprintf(esc, sizeof(esc), "\\x%02x", cp);
             else if (cp < 0x10000) snprintf(esc, sizeof(esc), "\\u%04x", cp);
             else snprintf(esc, sizeof(esc), "\\U%08x", cp);
-            tbuf_puts(r, b, esc);
+            tmpl_buf_puts(r, b, esc);
         }
     }
-    tbuf_putc(r, b, q);
+    tmpl_buf_putc(r, b, q);
 }
 
-static void tv_print(struct trender *r, struct tbuf *b, struct tv v, int repr)
+static void tmpl_tv_print(struct tmpl_rstate *r, struct tmpl_buf *b, struct tmpl_tv v, int repr)
 {
     char num[64];
     tmpl_step(r);
     switch (v.t) {
-    case TV_UNDEF:
-        if (repr) tbuf_puts(r, b, "Undefined");
+    case TMPL_TV_UNDEF:
+        if (repr) tmpl_buf_puts(r, b, "Undefined");
         return;
-    case TV_NONE: tbuf_puts(r, b, "None"); return;
-    case TV_BOOL: tbuf_puts(r, b, v.u.b ? "True" : "False"); return;
-    case TV_INT:
+    case TMPL_TV_NONE: tmpl_buf_puts(r, b, "None"); return;
+    case TMPL_TV_BOOL: tmpl_buf_puts(r, b, v.u.b ? "True" : "False"); return;
+    case TMPL_TV_INT:
         snprintf(num, sizeof(num), "%lld", (long long)v.u.i);
-        tbuf_puts(r, b, num);
+        tmpl_buf_puts(r, b, num);
         return;
-    case TV_FLOAT:
-        tv_float_repr(v.u.f, num, sizeof(num));
-        tbuf_puts(r, b, num);
+    case TMPL_TV_FLOAT:
+        tmpl_tv_float_repr(v.u.f, num, sizeof(num));
+        tmpl_buf_puts(r, b, num);
         return;
-    case TV_STR:
-        if (repr) tv_repr_str(r, b, v.u.s.p, v.u.s.n);
-        else tbuf_put(r, b, v.u.s.p, v.u.s.n);
+    case TMPL_TV_STR:
+        if (repr) tmpl_tv_repr_str(r, b, v.u.s.p, v.u.s.n);
+        else tmpl_buf_put(r, b, v.u.s.p, v.u.s.n);
         return;
-    case TV_LIST: {
-        if (v.u.l->kind == TL_GEN) {
-            tbuf_puts(r, b, "<generator object>");
+    case TMPL_TV_LIST: {
+        if (v.u.l->kind == TMPL_TL_GEN) {
+            tmpl_buf_puts(r, b, "<generator object>");
             return;
         }
-        if (v.u.l->kind == TL_RANGE) {
-            tbuf_puts(r, b, "range(");
-            tv_print(r, b, tv_int(v.u.l->rng[0]), 1);
-            tbuf_puts(r, b, ", ");
-            tv_print(r, b, tv_int(v.u.l->rng[1]), 1);
+        if (v.u.l->kind == TMPL_TL_RANGE) {
+            tmpl_buf_puts(r, b, "range(");
+            tmpl_tv_print(r, b, tmpl_tv_int(v.u.l->rng[0]), 1);
+            tmpl_buf_puts(r, b, ", ");
+            tmpl_tv_print(r, b, tmpl_tv_int(v.u.l->rng[1]), 1);
             if (v.u.l->rng[2] != 1) {
-                tbuf_puts(r, b, ", ");
-                tv_print(r, b, tv_int(v.u.l->rng[2]), 1);
+                tmpl_buf_puts(r, b, ", ");
+                tmpl_tv_print(r, b, tmpl_tv_int(v.u.l->rng[2]), 1);
             }
-            tbuf_putc(r, b, ')');
+            tmpl_buf_putc(r, b, ')');
             return;
         }
-        if (v.u.l->kind != TL_PLAIN) {
-            tbuf_puts(r, b, tv_type_name(v));
-            tbuf_putc(r, b, '(');
+        if (v.u.l->kind != TMPL_TL_PLAIN) {
+            tmpl_buf_puts(r, b, tmpl_tv_type_name(v));
+            tmpl_buf_putc(r, b, '(');
         }
         if (++r->depth > 512) tmpl_fail(r, CAIRN_ERR_LIMIT, "value nested too deeply");
-        tbuf_putc(r, b, v.u.l->is_tuple ? '(' : '[');
+        tmpl_buf_putc(r, b, v.u.l->is_tuple ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i) tbuf_put(r, b, ", ", 2);
-            tv_print(r, b, v.u.l->items[i], 1);
+            if (i) tmpl_buf_put(r, b, ", ", 2);
+            tmpl_tv_print(r, b, v.u.l->items[i], 1);
         }
-        if (v.u.l->is_tuple && v.u.l->n == 1) tbuf_putc(r, b, ',');
-        tbuf_putc(r, b, v.u.l->is_tuple ? ')' : ']');
-        if (v.u.l->kind != TL_PLAIN) tbuf_putc(r, b, ')');
+        if (v.u.l->is_tuple && v.u.l->n == 1) tmpl_buf_putc(r, b, ',');
+        tmpl_buf_putc(r, b, v.u.l->is_tuple ? ')' : ']');
+        if (v.u.l->kind != TMPL_TL_PLAIN) tmpl_buf_putc(r, b, ')');
         r->depth--;
         return;
     }
-    case TV_NS:
-        tbuf_puts(r, b, "<Namespace ");
+    case TMPL_TV_NS:
+        tmpl_buf_puts(r, b, "<Namespace ");
         /* fall through */
-    case TV_DICT: {
+    case TMPL_TV_DICT: {
         if (++r->depth > 512) tmpl_fail(r, CAIRN_ERR_LIMIT, "value nested too deeply");
-        tbuf_putc(r, b, '{');
+        tmpl_buf_putc(r, b, '{');
         for (size_t i = 0; i < v.u.d->n; i++) {
-            if (i) tbuf_put(r, b, ", ", 2);
-            tv_print(r, b, v.u.d->items[i].key, 1);
-            tbuf_put(r, b, ": ", 2);
-            tv_print(r, b, v.u.d->items[i].val, 1);
+            if (i) tmpl_buf_put(r, b, ", ", 2);
+            tmpl_tv_print(r, b, v.u.d->items[i].key, 1);
+            tmpl_buf_put(r, b, ": ", 2);
+            tmpl_tv_print(r, b, v.u.d->items[i].val, 1);
         }
-        tbuf_putc(r, b, '}');
-        if (v.t == TV_NS) tbuf_putc(r, b, '>');
+        tmpl_buf_putc(r, b, '}');
+        if (v.t == TMPL_TV_NS) tmpl_buf_putc(r, b, '>');
         r->depth--;
         return;
     }
-    case TV_MACRO: tbuf_puts(r, b, "<Macro>"); return;
-    case TV_BUILTIN: tbuf_puts(r, b, "<built-in function>"); return;
-    case TV_METHOD:
-    case TV_CYCLER: tbuf_puts(r, b, "<built-in method>"); return;
-    case TV_LOOP: tbuf_puts(r, b, "<LoopContext>"); return;
+    case TMPL_TV_MACRO: tmpl_buf_puts(r, b, "<Macro>"); return;
+    case TMPL_TV_BUILTIN: tmpl_buf_puts(r, b, "<built-in function>"); return;
+    case TMPL_TV_METHOD:
+    case TMPL_TV_CYCLER: tmpl_buf_puts(r, b, "<built-in method>"); return;
+    case TMPL_TV_LOOP: tmpl_buf_puts(r, b, "<LoopContext>"); return;
     }
 }
 
-void tv_str_append(struct trender *r, struct tbuf *b, struct tv v) { tv_print(r, b, v, 0); }
-void tv_repr_append(struct trender *r, struct tbuf *b, struct tv v) { tv_print(r, b, v, 1); }
-
-struct tv tv_to_str(struct trender *r, struct tv v)
+void tmpl_tv_str_append(struct tmpl_rstate *r, struct tmpl_buf *b, struct tmpl_tv v)
 {
-    if (v.t == TV_STR) return v;
-    if (v.t == TV_UNDEF) return tv_str("", 0);
-    struct tbuf b = {0};
-    tv_str_append(r, &b, v);
-    return tbuf_to_str(r, &b);
+    if (v.t == TMPL_TV_STR) {
+        tmpl_buf_put_str(r, b, v);
+        return;
+    }
+    size_t off = b->n;
+    tmpl_tv_print(r, b, v, 0);
+    if (tmpl_tv_tainted(v)) tmpl_buf_mark(r, b, off, b->n - off); /* str() of a container of data */
+}
+void tmpl_tv_repr_append(struct tmpl_rstate *r, struct tmpl_buf *b, struct tmpl_tv v) { tmpl_tv_print(r, b, v, 1); }
+
+struct tmpl_tv tmpl_tv_to_str(struct tmpl_rstate *r, struct tmpl_tv v)
+{
+    if (v.t == TMPL_TV_STR) return v;
+    if (v.t == TMPL_TV_UNDEF) return tmpl_tv_str("", 0);
+    struct tmpl_buf b = {0};
+    tmpl_tv_str_append(r, &b, v);
+    return tmpl_buf_to_str(r, &b);
 }
 
 /* ---- JSON (json.dumps) ---- */
 
-static void tv_json_str(struct trender *r, struct tbuf *b, const char *s, size_t n, int ensure_ascii)
+static void tmpl_tv_json_str(struct tmpl_rstate *r, struct tmpl_buf *b, const char *s, size_t n, int ensure_ascii)
 {
-    tbuf_putc(r, b, '"');
+    tmpl_buf_putc(r, b, '"');
     size_t i = 0, run = 0;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
@@ -575,45 +554,45 @@ static void tv_json_str(struct trender *r, struct tbuf *b, const char *s, size_t
             esc = tmp;
         } else if (c >= 0x80 && ensure_ascii) {
             size_t k = i;
-            uint32_t cp = tutf8_next(s, n, &k);
-            tbuf_put(r, b, s + run, i - run);
+            uint32_t cp = cairn_utf8_next(s, n, &k);
+            tmpl_buf_put(r, b, s + run, i - run);
             if (cp >= 0x10000) {
                 cp -= 0x10000;
                 snprintf(tmp, sizeof(tmp), "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
             } else {
                 snprintf(tmp, sizeof(tmp), "\\u%04x", cp);
             }
-            tbuf_puts(r, b, tmp);
+            tmpl_buf_puts(r, b, tmp);
             i = run = k;
             continue;
         }
         if (esc) {
-            tbuf_put(r, b, s + run, i - run);
-            tbuf_puts(r, b, esc);
+            tmpl_buf_put(r, b, s + run, i - run);
+            tmpl_buf_puts(r, b, esc);
             run = i + 1;
         }
         i++;
     }
-    tbuf_put(r, b, s + run, n - run);
-    tbuf_putc(r, b, '"');
+    tmpl_buf_put(r, b, s + run, n - run);
+    tmpl_buf_putc(r, b, '"');
 }
 
-static void tv_json_newline(struct trender *r, struct tbuf *b, int indent, int level)
+static void tmpl_tv_json_newline(struct tmpl_rstate *r, struct tmpl_buf *b, int indent, int level)
 {
-    tbuf_putc(r, b, '\n');
-    for (int i = 0; i < indent * level; i++) tbuf_putc(r, b, ' ');
+    tmpl_buf_putc(r, b, '\n');
+    for (int i = 0; i < indent * level; i++) tmpl_buf_putc(r, b, ' ');
 }
 
-static int tv_json_key_cmp(const void *x, const void *y)
+static int tmpl_tv_json_key_cmp(const void *x, const void *y)
 {
-    const struct tv_kv *a = *(const struct tv_kv *const *)x, *b = *(const struct tv_kv *const *)y;
+    const struct tmpl_tv_kv *a = *(const struct tmpl_tv_kv *const *)x, *b = *(const struct tmpl_tv_kv *const *)y;
     size_t n = CAIRN_MIN(a->key.u.s.n, b->key.u.s.n);
     int c = memcmp(a->key.u.s.p, b->key.u.s.p, n);
     if (c) return c;
     return a->key.u.s.n < b->key.u.s.n ? -1 : a->key.u.s.n > b->key.u.s.n;
 }
 
-void tv_tojson_append(struct trender *r, struct tbuf *b, struct tv v, int ensure_ascii, int indent,
+void tmpl_tv_tojson_append(struct tmpl_rstate *r, struct tmpl_buf *b, struct tmpl_tv v, int ensure_ascii, int indent,
                       const char *item_sep, const char *key_sep, int sort_keys, int level)
 {
     char num[64];
@@ -621,122 +600,144 @@ void tv_tojson_append(struct trender *r, struct tbuf *b, struct tv v, int ensure
     if (!item_sep) item_sep = indent >= 0 ? "," : ", ";
     if (!key_sep) key_sep = ": ";
     switch (v.t) {
-    case TV_NONE: tbuf_puts(r, b, "null"); return;
-    case TV_BOOL: tbuf_puts(r, b, v.u.b ? "true" : "false"); return;
-    case TV_INT:
+    case TMPL_TV_NONE: tmpl_buf_puts(r, b, "null"); return;
+    case TMPL_TV_BOOL: tmpl_buf_puts(r, b, v.u.b ? "true" : "false"); return;
+    case TMPL_TV_INT:
         snprintf(num, sizeof(num), "%lld", (long long)v.u.i);
-        tbuf_puts(r, b, num);
+        tmpl_buf_puts(r, b, num);
         return;
-    case TV_FLOAT:
-        if (isnan(v.u.f)) tbuf_puts(r, b, "NaN");
-        else if (isinf(v.u.f)) tbuf_puts(r, b, v.u.f < 0 ? "-Infinity" : "Infinity");
+    case TMPL_TV_FLOAT:
+        if (isnan(v.u.f)) tmpl_buf_puts(r, b, "NaN");
+        else if (isinf(v.u.f)) tmpl_buf_puts(r, b, v.u.f < 0 ? "-Infinity" : "Infinity");
         else {
-            tv_float_repr(v.u.f, num, sizeof(num));
-            tbuf_puts(r, b, num);
+            tmpl_tv_float_repr(v.u.f, num, sizeof(num));
+            tmpl_buf_puts(r, b, num);
         }
         return;
-    case TV_STR: tv_json_str(r, b, v.u.s.p, v.u.s.n, ensure_ascii); return;
-    case TV_LIST: {
-        if (v.u.l->kind != TL_PLAIN) break; /* generators, views, range: not JSON serializable */
+    case TMPL_TV_STR: tmpl_tv_json_str(r, b, v.u.s.p, v.u.s.n, ensure_ascii); return;
+    case TMPL_TV_LIST: {
+        if (v.u.l->kind != TMPL_TL_PLAIN) break; /* generators, views, range: not JSON serializable */
         if (level > 512) tmpl_fail(r, CAIRN_ERR_LIMIT, "value nested too deeply for tojson");
         if (v.u.l->n == 0) {
-            tbuf_puts(r, b, "[]");
+            tmpl_buf_puts(r, b, "[]");
             return;
         }
-        tbuf_putc(r, b, '[');
+        tmpl_buf_putc(r, b, '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i) tbuf_puts(r, b, item_sep);
-            if (indent >= 0) tv_json_newline(r, b, indent, level + 1);
-            tv_tojson_append(r, b, v.u.l->items[i], ensure_ascii, indent, item_sep, key_sep,
+            if (i) tmpl_buf_puts(r, b, item_sep);
+            if (indent >= 0) tmpl_tv_json_newline(r, b, indent, level + 1);
+            tmpl_tv_tojson_append(r, b, v.u.l->items[i], ensure_ascii, indent, item_sep, key_sep,
                              sort_keys, level + 1);
         }
-        if (indent >= 0) tv_json_newline(r, b, indent, level);
-        tbuf_putc(r, b, ']');
+        if (indent >= 0) tmpl_tv_json_newline(r, b, indent, level);
+        tmpl_buf_putc(r, b, ']');
         return;
     }
-    case TV_DICT:
-    case TV_NS: {
-        if (v.t == TV_NS) break;
+    case TMPL_TV_DICT:
+    case TMPL_TV_NS: {
+        if (v.t == TMPL_TV_NS) break;
         if (level > 512) tmpl_fail(r, CAIRN_ERR_LIMIT, "value nested too deeply for tojson");
-        struct tv_dict *d = v.u.d;
+        struct tmpl_tv_dict *d = v.u.d;
         if (d->n == 0) {
-            tbuf_puts(r, b, "{}");
+            tmpl_buf_puts(r, b, "{}");
             return;
         }
         /* keys must be str (or become str, as json.dumps does for numbers/bools/None) */
-        struct tv_kv **order = tr_alloc(r, d->n * sizeof(*order));
-        struct tv_kv *conv = tr_alloc(r, d->n * sizeof(*conv));
+        struct tmpl_tv_kv **order = tmpl_alloc(r, d->n * sizeof(*order));
+        struct tmpl_tv_kv *conv = tmpl_alloc(r, d->n * sizeof(*conv));
         for (size_t i = 0; i < d->n; i++) {
             conv[i] = d->items[i];
-            struct tv k = d->items[i].key;
-            if (k.t == TV_STR) {
-            } else if (k.t == TV_INT || k.t == TV_FLOAT) {
-                struct tbuf kb = {0};
-                if (k.t == TV_FLOAT) tv_tojson_append(r, &kb, k, 0, -1, NULL, NULL, 0, 0);
-                else tv_str_append(r, &kb, k);
-                conv[i].key = tbuf_to_str(r, &kb);
-            } else if (k.t == TV_BOOL) {
-                conv[i].key = tv_cstr(k.u.b ? "true" : "false");
-            } else if (k.t == TV_NONE) {
-                conv[i].key = tv_cstr("null");
+            struct tmpl_tv k = d->items[i].key;
+            if (k.t == TMPL_TV_STR) {
+            } else if (k.t == TMPL_TV_INT || k.t == TMPL_TV_FLOAT) {
+                struct tmpl_buf kb = {0};
+                if (k.t == TMPL_TV_FLOAT) tmpl_tv_tojson_append(r, &kb, k, 0, -1, NULL, NULL, 0, 0);
+                else tmpl_tv_str_append(r, &kb, k);
+                conv[i].key = tmpl_buf_to_str(r, &kb);
+            } else if (k.t == TMPL_TV_BOOL) {
+                conv[i].key = tmpl_tv_cstr(k.u.b ? "true" : "false");
+            } else if (k.t == TMPL_TV_NONE) {
+                conv[i].key = tmpl_tv_cstr("null");
             } else {
                 tmpl_fail(r, CAIRN_ERR_INVALID, "keys must be str, int, float, bool or None, not %s",
-                          tv_type_name(k));
+                          tmpl_tv_type_name(k));
             }
             order[i] = &conv[i];
         }
-        if (sort_keys) qsort(order, d->n, sizeof(*order), tv_json_key_cmp);
-        tbuf_putc(r, b, '{');
+        if (sort_keys) qsort(order, d->n, sizeof(*order), tmpl_tv_json_key_cmp);
+        tmpl_buf_putc(r, b, '{');
         for (size_t i = 0; i < d->n; i++) {
-            if (i) tbuf_puts(r, b, item_sep);
-            if (indent >= 0) tv_json_newline(r, b, indent, level + 1);
-            tv_json_str(r, b, order[i]->key.u.s.p, order[i]->key.u.s.n, ensure_ascii);
-            tbuf_puts(r, b, key_sep);
-            tv_tojson_append(r, b, order[i]->val, ensure_ascii, indent, item_sep, key_sep,
+            if (i) tmpl_buf_puts(r, b, item_sep);
+            if (indent >= 0) tmpl_tv_json_newline(r, b, indent, level + 1);
+            tmpl_tv_json_str(r, b, order[i]->key.u.s.p, order[i]->key.u.s.n, ensure_ascii);
+            tmpl_buf_puts(r, b, key_sep);
+            tmpl_tv_tojson_append(r, b, order[i]->val, ensure_ascii, indent, item_sep, key_sep,
                              sort_keys, level + 1);
         }
-        if (indent >= 0) tv_json_newline(r, b, indent, level);
-        tbuf_putc(r, b, '}');
+        if (indent >= 0) tmpl_tv_json_newline(r, b, indent, level);
+        tmpl_buf_putc(r, b, '}');
         return;
     }
     default:
         break;
     }
-    tmpl_fail(r, CAIRN_ERR_INVALID, "Object of type %s is not JSON serializable", tv_type_name(v));
+    tmpl_fail(r, CAIRN_ERR_INVALID, "Object of type %s is not JSON serializable", tmpl_tv_type_name(v));
 }
 
-struct tv_list *tv_iter_list(struct trender *r, struct tv v)
+struct tmpl_tv_list *tmpl_tv_iter_list(struct tmpl_rstate *r, struct tmpl_tv v)
 {
     switch (v.t) {
-    case TV_LIST: {
-        struct tv_list *l = v.u.l;
-        if (l->kind != TL_GEN) return l;
+    case TMPL_TV_LIST: {
+        struct tmpl_tv_list *l = v.u.l;
+        if (l->kind != TMPL_TL_GEN) return l;
         /* a generator: hand out what is left and mark it consumed */
-        struct tv_list *rest = tr_alloc(r, sizeof(*rest));
+        struct tmpl_tv_list *rest = tmpl_alloc(r, sizeof(*rest));
         rest->n = l->n - l->pos;
         rest->items = l->items ? l->items + l->pos : NULL;
         l->pos = l->n;
         return rest;
     }
-    case TV_UNDEF: return tv_list_new(r, 0);
-    case TV_DICT:
-    case TV_NS: {
-        struct tv_list *l = tv_list_new(r, v.u.d->n);
+    case TMPL_TV_UNDEF: return tmpl_tv_list_new(r, 0);
+    case TMPL_TV_DICT:
+    case TMPL_TV_NS: {
+        struct tmpl_tv_list *l = tmpl_tv_list_new(r, v.u.d->n);
         for (size_t i = 0; i < l->n; i++) l->items[i] = v.u.d->items[i].key;
         return l;
     }
-    case TV_STR: {
-        size_t n = tutf8_len(v.u.s.p, v.u.s.n);
-        struct tv_list *l = tv_list_new(r, n);
+    case TMPL_TV_STR: {
+        size_t n = cairn_utf8_count(v.u.s.p, v.u.s.n);
+        struct tmpl_tv_list *l = tmpl_tv_list_new(r, n);
         size_t i = 0;
         for (size_t k = 0; k < n; k++) {
             size_t st = i;
-            tutf8_next(v.u.s.p, v.u.s.n, &i);
-            l->items[k] = tv_str(v.u.s.p + st, i - st);
+            cairn_utf8_next(v.u.s.p, v.u.s.n, &i);
+            l->items[k] = tmpl_tv_str(v.u.s.p + st, i - st);
+            if (v.taint) l->items[k].taint = TMPL_TAINT_ALL;
         }
         return l;
     }
     default:
-        tmpl_fail(r, CAIRN_ERR_INVALID, "'%s' object is not iterable", tv_type_name(v));
+        tmpl_fail(r, CAIRN_ERR_INVALID, "'%s' object is not iterable", tmpl_tv_type_name(v));
     }
 }
+
+struct tmpl_tv tmpl_loop_attr(struct tmpl_rstate *r, struct tmpl_tv_loop *l, const char *name)
+{
+    int64_t n = (int64_t)l->items->n, i = (int64_t)l->index0;
+    if (!strcmp(name, "index")) return tmpl_tv_int(i + 1);
+    if (!strcmp(name, "index0")) return tmpl_tv_int(i);
+    if (!strcmp(name, "revindex")) return tmpl_tv_int(n - i);
+    if (!strcmp(name, "revindex0")) return tmpl_tv_int(n - i - 1);
+    if (!strcmp(name, "first")) return tmpl_tv_bool(i == 0);
+    if (!strcmp(name, "last")) return tmpl_tv_bool(i == n - 1);
+    if (!strcmp(name, "length")) return tmpl_tv_int(n);
+    if (!strcmp(name, "depth")) return tmpl_tv_int(1);
+    if (!strcmp(name, "depth0")) return tmpl_tv_int(0);
+    if (!strcmp(name, "previtem"))
+        return i > 0 ? l->items->items[i - 1] : tmpl_tv_undef("there is no previous item");
+    if (!strcmp(name, "nextitem"))
+        return i + 1 < n ? l->items->items[i + 1] : tmpl_tv_undef("there is no next item");
+    if (!strcmp(name, "cycle")) return (struct tmpl_tv){.t = TMPL_TV_CYCLER, .u.loop = l};
+    return tmpl_tv_undef(tmpl_printf(r, "'LoopContext object' has no attribute '%s'", name));
+}
+

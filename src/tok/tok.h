@@ -1,5 +1,6 @@
 /* tok: Hugging Face tokenizer.json (BPE: byte-level and SentencePiece-style with byte fallback),
- * tokenizer_config.json (bos/eos, add_bos_token, chat template), and a streaming detokenizer.
+ * tokenizer_config.json (bos/eos, add_bos_token), and a streaming detokenizer. Chat templates
+ * are tmpl's (tmpl_load_from_dir).
  *
  * Parity target: `tokenizers` (Rust) encode/decode, including added tokens, normalizers,
  * pre-tokenizers (PCRE2 JIT with UTF+UCP), post-processors and decoders.
@@ -16,19 +17,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/span.h"
 #include "base/status.h"
 
 struct tok;
 struct tok_stream;
 
-/* Loads DIR/tokenizer.json plus, when present, DIR/tokenizer_config.json and the chat template
- * (DIR/chat_template.jinja wins over DIR/chat_template.json, which wins over the config's
- * chat_template). Free with tok_free. */
+/* Loads DIR/tokenizer.json plus, when present, DIR/tokenizer_config.json. Free with tok_free. */
 int tok_load(const char *dir, struct tok **out, struct cairn_err *err);
-/* Same from explicit paths; config_path and template_path may be NULL. template_path may be a
- * .jinja file (raw text) or a chat_template.json ({"chat_template": ...}). */
-int tok_load_files(const char *json_path, const char *config_path, const char *template_path,
-                   struct tok **out, struct cairn_err *err);
 /* Parses tokenizer.json content from memory (no config). Used by the fuzzer. */
 int tok_load_json(const char *json, size_t len, struct tok **out, struct cairn_err *err);
 void tok_free(struct tok *t);
@@ -45,6 +41,15 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int add_specia
 #define TOK_ENC_SPLIT_SPECIAL 2u
 int tok_encode_flags(const struct tok *t, const char *text, size_t len, unsigned flags,
                      int32_t **ids, size_t *n_ids, struct cairn_err *err);
+/* tok_encode_flags where the bytes in plain[0..n_plain) (sorted, disjoint; e.g. the data spans
+ * of tmpl_render_chat_spans) match no added token, special or not, so message text can't
+ * produce control tokens (DeepSeek's <｜User｜> is a non-special added token, hence stricter
+ * than TOK_ENC_SPLIT_SPECIAL); an added token is matched only if none of its bytes is plain.
+ * Everything is tokenized in one pass, so the result equals tok_encode_flags when the plain
+ * bytes hold no added-token text. Unsorted spans: CAIRN_ERR_INVALID. */
+int tok_encode_plain(const struct tok *t, const char *text, size_t len, unsigned flags,
+                     const struct cairn_span *plain, size_t n_plain, int32_t **ids, size_t *n_ids,
+                     struct cairn_err *err);
 
 /* Decodes ids to text. Unknown ids are skipped (as HF does). skip_special drops added tokens
  * marked special. *out is malloc'd and NUL-terminated (caller frees); *len excludes the NUL. */
@@ -85,7 +90,6 @@ const char *tok_bos_token(const struct tok *t);
 const char *tok_eos_token(const struct tok *t);
 int32_t tok_bos_id(const struct tok *t); /* -1 if none */
 int32_t tok_eos_id(const struct tok *t); /* -1 if none */
-const char *tok_chat_template(const struct tok *t);
 /* add_bos_token from the config (0 if absent). Informational: tok_encode's add_special follows
  * tokenizer.json's post-processor only, as HF does. */
 int tok_add_bos(const struct tok *t);

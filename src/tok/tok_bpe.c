@@ -43,7 +43,7 @@ void tok_bpe_work_free(struct tok_bpe_work *w)
     free(w->next);
     free(w->slen);
     free(w->heap);
-    tok_buf_free(&w->key);
+    cairn_buf_free(&w->key);
     memset(w, 0, sizeof(*w));
 }
 
@@ -108,10 +108,10 @@ static int32_t tok_char_id(const struct tok *t, struct tok_bpe_work *w, const ch
     int first = i == 0, last = i + l == n;
     if (!t->cont_prefix && !t->eow_suffix) return tok_smap_get(&t->model_vocab, s + i, l);
     w->key.n = 0;
-    if (!first && t->cont_prefix && tok_buf_put(&w->key, t->cont_prefix, t->cont_prefix_len))
+    if (!first && t->cont_prefix && cairn_buf_put(&w->key, t->cont_prefix, t->cont_prefix_len))
         return -2;
-    if (tok_buf_put(&w->key, s + i, l)) return -2;
-    if (last && t->eow_suffix && tok_buf_put(&w->key, t->eow_suffix, t->eow_suffix_len)) return -2;
+    if (cairn_buf_put(&w->key, s + i, l)) return -2;
+    if (last && t->eow_suffix && cairn_buf_put(&w->key, t->eow_suffix, t->eow_suffix_len)) return -2;
     return tok_smap_get(&t->model_vocab, w->key.p, w->key.n);
 }
 
@@ -123,7 +123,7 @@ static int tok_bpe_one(const struct tok *t, struct tok_bpe_work *w, const char *
     int32_t unk_pending = 0; /* bytes of a pending (fused) unk */
     uint32_t unk_len = 0;
     for (size_t i = 0; i < n;) {
-        size_t l = tok_utf8_len((uint8_t)s[i]);
+        size_t l = cairn_utf8_seq_len((uint8_t)s[i]);
         if (i + l > n) l = n - i;
         int32_t id = tok_char_id(t, w, s, n, i, l);
         if (id == -2) return CAIRN_ERR_NOMEM;
@@ -226,7 +226,7 @@ int tok_bpe_word(const struct tok *t, struct tok_bpe_work *w, const char *s, siz
     uint32_t prev = 0x2581;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        size_t l = tok_utf8_get(s, n, i, &cp);
+        size_t l = cairn_utf8_get(s, n, i, &cp);
         if (cp == 0x2581 && i > start && prev != 0x2581 && !tok_sp_glued(t, prev)) {
             int st = tok_bpe_one(t, w, s + start, i - start, ids);
             if (st) return st;

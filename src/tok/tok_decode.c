@@ -29,11 +29,11 @@ void tok_dec_free(struct tok_dec *d)
 void tok_dec_work_free(struct tok_dec_work *w)
 {
     for (int i = 0; i < 2; i++) {
-        tok_buf_free(&w->buf[i]);
+        cairn_buf_free(&w->buf[i]);
         free(w->sp[i].v);
         free(w->first[i]);
     }
-    tok_buf_free(&w->bytes);
+    cairn_buf_free(&w->bytes);
     if (w->md) pcre2_match_data_free(w->md);
     memset(w, 0, sizeof(*w));
 }
@@ -66,14 +66,14 @@ static int tok_dec_begin(struct tok_dec_state *s)
     int o = 1 - s->cur;
     s->w->buf[o].n = 0;
     s->w->sp[o].n = 0;
-    return tok_buf_reserve(&s->w->buf[o], 1) ? -1 : o; /* p is never NULL below */
+    return cairn_buf_reserve(&s->w->buf[o], 1) ? -1 : o; /* p is never NULL below */
 }
 
 static int tok_dec_emit(struct tok_dec_state *s, int o, const char *p, size_t n, int first)
 {
     struct tok_dec_work *w = s->w;
     size_t at = w->buf[o].n;
-    if (tok_buf_put(&w->buf[o], p, n)) return CAIRN_ERR_NOMEM;
+    if (cairn_buf_put(&w->buf[o], p, n)) return CAIRN_ERR_NOMEM;
     if (tok_first_reserve(w, o, w->sp[o].n + 1)) return CAIRN_ERR_NOMEM;
     w->first[o][w->sp[o].n] = (uint8_t)first;
     return tok_spans_push(&w->sp[o], at, n);
@@ -99,7 +99,7 @@ static int tok_dec_stage(const struct tok_dec *d, struct tok_dec_state *s)
     }
     int c = s->cur, o = tok_dec_begin(s);
     if (o < 0) return CAIRN_ERR_NOMEM;
-    const struct tok_buf *ib = &w->buf[c];
+    const struct cairn_buf *ib = &w->buf[c];
     const struct tok_spans *is = &w->sp[c];
     const uint8_t *fi = w->first[c];
     switch (d->type) {
@@ -121,17 +121,17 @@ static int tok_dec_stage(const struct tok_dec *d, struct tok_dec_state *s)
                     ms = (size_t)(f - p);
                     me = ms + d->pat_len;
                 }
-                if (tok_buf_put(&w->buf[o], p + i, ms - i) ||
-                    tok_buf_put(&w->buf[o], d->content, d->content_len))
+                if (cairn_buf_put(&w->buf[o], p + i, ms - i) ||
+                    cairn_buf_put(&w->buf[o], d->content, d->content_len))
                     return CAIRN_ERR_NOMEM;
                 i = me;
             }
-            if (tok_buf_put(&w->buf[o], p + i, n - i)) return CAIRN_ERR_NOMEM;
+            if (cairn_buf_put(&w->buf[o], p + i, n - i)) return CAIRN_ERR_NOMEM;
             st = tok_dec_close(s, o, at, fi[k]);
         }
         break;
     case TOK_DEC_BYTEFALLBACK: {
-        struct tok_buf *g = &w->bytes;
+        struct cairn_buf *g = &w->bytes;
         size_t k = 0;
         while (k < is->n && !st) {
             const char *p = ib->p + is->v[k].off;
@@ -145,10 +145,10 @@ static int tok_dec_stage(const struct tok_dec *d, struct tok_dec_state *s)
             g->n = 0;
             while (k < is->n && (b = tok_byte_piece(ib->p + is->v[k].off, is->v[k].len)) >= 0) {
                 char ch = (char)b;
-                if (tok_buf_put(g, &ch, 1)) return CAIRN_ERR_NOMEM;
+                if (cairn_buf_put(g, &ch, 1)) return CAIRN_ERR_NOMEM;
                 k++;
             }
-            if (tok_utf8_valid(g->p, g->n)) {
+            if (cairn_utf8_valid(g->p, g->n)) {
                 st = tok_dec_emit(s, o, g->p, g->n, fi[g0]);
             } else {
                 for (size_t q = g0; q < k && !st; q++)
@@ -160,7 +160,7 @@ static int tok_dec_stage(const struct tok_dec *d, struct tok_dec_state *s)
     case TOK_DEC_FUSE: {
         size_t at = w->buf[o].n;
         for (size_t k = 0; k < is->n; k++)
-            if (tok_buf_put(&w->buf[o], ib->p + is->v[k].off, is->v[k].len)) return CAIRN_ERR_NOMEM;
+            if (cairn_buf_put(&w->buf[o], ib->p + is->v[k].off, is->v[k].len)) return CAIRN_ERR_NOMEM;
         if (is->n) st = tok_dec_close(s, o, at, fi[0]);
         s->fused = 1;
         break;
@@ -185,11 +185,11 @@ static int tok_dec_stage(const struct tok_dec *d, struct tok_dec_state *s)
             size_t n = is->v[k].len, at = w->buf[o].n;
             for (size_t i = 0; i < n;) {
                 if (n - i >= d->repl_len && !memcmp(p + i, d->repl, d->repl_len)) {
-                    if (!(fi[k] && d->strip_first) && tok_buf_put(&w->buf[o], " ", 1))
+                    if (!(fi[k] && d->strip_first) && cairn_buf_put(&w->buf[o], " ", 1))
                         return CAIRN_ERR_NOMEM;
                     i += d->repl_len;
                 } else {
-                    if (tok_buf_put(&w->buf[o], p + i, 1)) return CAIRN_ERR_NOMEM;
+                    if (cairn_buf_put(&w->buf[o], p + i, 1)) return CAIRN_ERR_NOMEM;
                     i++;
                 }
             }
@@ -197,16 +197,16 @@ static int tok_dec_stage(const struct tok_dec *d, struct tok_dec_state *s)
         }
         break;
     case TOK_DEC_BYTELEVEL: {
-        struct tok_buf *g = &w->bytes;
+        struct cairn_buf *g = &w->bytes;
         g->n = 0;
         for (size_t k = 0; k < is->n; k++) {
             const char *p = ib->p + is->v[k].off;
             size_t n = is->v[k].len, at = g->n;
             int ok = 1;
-            if (tok_buf_reserve(g, n + 1)) return CAIRN_ERR_NOMEM;
+            if (cairn_buf_reserve(g, n + 1)) return CAIRN_ERR_NOMEM;
             for (size_t i = 0; i < n;) {
                 uint32_t cp;
-                size_t l = tok_utf8_get(p, n, i, &cp);
+                size_t l = cairn_utf8_get(p, n, i, &cp);
                 int b = tok_cp_to_byte(cp);
                 if (b < 0) {
                     ok = 0;
@@ -217,12 +217,12 @@ static int tok_dec_stage(const struct tok_dec *d, struct tok_dec_state *s)
             }
             if (!ok) {
                 g->n = at;
-                if (tok_buf_put(g, p, n)) return CAIRN_ERR_NOMEM;
+                if (cairn_buf_put(g, p, n)) return CAIRN_ERR_NOMEM;
             }
         }
         size_t at = w->buf[o].n;
-        if (tok_utf8_lossy(&w->buf[o], g->p ? g->p : "", g->n)) return CAIRN_ERR_NOMEM;
-        w->tail_open = tok_utf8_tail_open(g->p ? g->p : "", g->n);
+        if (cairn_utf8_lossy(&w->buf[o], g->p ? g->p : "", g->n)) return CAIRN_ERR_NOMEM;
+        w->tail_open = cairn_utf8_tail_open(g->p ? g->p : "", g->n);
         if (is->n) st = tok_dec_close(s, o, at, fi[0]);
         break;
     }
@@ -232,17 +232,17 @@ static int tok_dec_stage(const struct tok_dec *d, struct tok_dec_state *s)
 }
 
 int tok_dec_run(const struct tok *t, struct tok_dec_work *w, const int32_t *ids, size_t n,
-                int starts_seq, int at_end, struct tok_buf *out)
+                int starts_seq, int at_end, struct cairn_buf *out)
 {
     struct tok_dec_state s = {w, 0, 0, at_end};
     int st = CAIRN_OK;
     out->n = 0;
     w->tail_open = 0;
-    if (tok_buf_reserve(out, 1)) return CAIRN_ERR_NOMEM;
+    if (cairn_buf_reserve(out, 1)) return CAIRN_ERR_NOMEM;
     out->p[0] = 0;
     w->buf[0].n = 0;
     w->sp[0].n = 0;
-    if (tok_buf_reserve(&w->buf[0], 1)) return CAIRN_ERR_NOMEM;
+    if (cairn_buf_reserve(&w->buf[0], 1)) return CAIRN_ERR_NOMEM;
     for (size_t k = 0; k < n; k++) {
         const char *p = tok_id_to_piece(t, ids[k]);
         if (!p) continue;
@@ -251,10 +251,10 @@ int tok_dec_run(const struct tok *t, struct tok_dec_work *w, const int32_t *ids,
             return st;
     }
     if (t->dec && (st = tok_dec_stage(t->dec, &s))) return st;
-    const struct tok_buf *b = &w->buf[s.cur];
+    const struct cairn_buf *b = &w->buf[s.cur];
     const struct tok_spans *sp = &w->sp[s.cur];
     for (size_t k = 0; k < sp->n; k++)
-        if ((st = tok_buf_put(out, b->p + sp->v[k].off, sp->v[k].len))) return st;
+        if ((st = cairn_buf_put(out, b->p + sp->v[k].off, sp->v[k].len))) return st;
     return CAIRN_OK;
 }
 
@@ -263,7 +263,7 @@ int tok_decode(const struct tok *t, const int32_t *ids, size_t n, int skip_speci
 {
     struct tok_dec_work w;
     memset(&w, 0, sizeof(w));
-    struct tok_buf o = {0};
+    struct cairn_buf o = {0};
     int32_t *keep = malloc((n ? n : 1) * sizeof(int32_t));
     size_t nk = 0;
     int st = CAIRN_OK;
@@ -282,10 +282,10 @@ int tok_decode(const struct tok *t, const int32_t *ids, size_t n, int skip_speci
     st = tok_dec_run(t, &w, keep, nk, 1, 1, &o);
     if (st) {
         cairn_err_set(err, st, "decode failed");
-        tok_buf_free(&o);
+        cairn_buf_free(&o);
         goto cleanup;
     }
-    if (!o.p && tok_buf_put(&o, "", 0)) {
+    if (!o.p && cairn_buf_put(&o, "", 0)) {
         st = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
@@ -305,7 +305,7 @@ struct tok_stream {
     struct tok_ids win;  /* ids of the unsettled window */
     int win_starts_seq;  /* nothing was decoded before the window */
     size_t emitted;      /* bytes of the window's text already returned */
-    struct tok_buf text; /* the window's decoded text */
+    struct cairn_buf text; /* the window's decoded text */
     struct tok_dec_work w;
     int has_fallback; /* decoder has ByteFallback: an open byte group is held back */
 };
@@ -328,7 +328,7 @@ struct tok_stream *tok_stream_new(const struct tok *t, int skip_special)
     s->win_starts_seq = 1;
     s->has_fallback = tok_dec_has(t->dec, TOK_DEC_BYTEFALLBACK);
     s->w.md = pcre2_match_data_create(4, NULL);
-    if (!s->w.md || tok_buf_reserve(&s->text, 256)) {
+    if (!s->w.md || cairn_buf_reserve(&s->text, 256)) {
         tok_stream_free(s);
         return NULL;
     }
@@ -347,7 +347,7 @@ void tok_stream_free(struct tok_stream *s)
 {
     if (!s) return;
     free(s->win.v);
-    tok_buf_free(&s->text);
+    cairn_buf_free(&s->text);
     tok_dec_work_free(&s->w);
     free(s);
 }
@@ -355,7 +355,7 @@ void tok_stream_free(struct tok_stream *s)
 /* Bytes of the window's text that can no longer change: all but an unfinished character's
  * U+FFFD (ByteLevel) and a tail that a Strip decoder would remove at the end of the sequence.
  * (Open byte-fallback groups were left out of the decode by the caller.) */
-static size_t tok_stable_len(const struct tok *t, const struct tok_buf *b, int tail_open)
+static size_t tok_stable_len(const struct tok *t, const struct cairn_buf *b, int tail_open)
 {
     size_t n = b->n;
     if (tail_open && n >= 3 && !memcmp(b->p + n - 3, TOK_FFFD, 3)) n -= 3;

@@ -3,7 +3,11 @@
  * HF's order: (1) split the raw text on non-normalized added tokens (leftmost-longest, with
  * lstrip / rstrip / single_word), (2) normalize each remaining segment, (3) split it on
  * normalized added tokens, (4) pre-tokenize, (5) BPE each piece, (6) post-process when
- * add_special. All scratch lives in a per-call struct, so concurrent calls are safe. */
+ * add_special. All scratch lives in a per-call struct, so concurrent calls are safe.
+ *
+ * tok_encode_plain: byte ranges of the text that came from data (a rendered chat prompt's
+ * message contents) match no added token; the text around them is tokenized in the same pass,
+ * so a prompt without control-token text in its data tokenizes exactly as tok_encode does. */
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -20,11 +24,17 @@ struct tok_cache_ent {
 
 struct tok_enc_work {
     int split_special;     /* special added tokens are plain text */
+    const char *text0;     /* start of the text the plain spans index */
+    const struct cairn_span *plain; /* tok_encode_plain: data ranges of the input text */
+    size_t n_plain;
+    int seg_plain;         /* the raw segment being normalized overlaps plain and normalizing
+                              moved its bytes: no normalized added tokens in it */
+    size_t seg_off;        /* else: offset of the segment in text0 (normalized == raw bytes) */
     struct tok_smap cache; /* word -> index into cache_ent */
     struct tok_cache_ent *cache_ent;
     size_t n_cache_ent, cap_cache_ent;
     struct tok_ids cache_ids;
-    struct tok_buf clean;
+    struct cairn_buf clean;
     struct tok_pre_work pre;
     struct tok_bpe_work bpe;
     struct tok_ids ids;
@@ -56,17 +66,42 @@ static size_t tok_prev_char(const char *s, size_t i)
     return k;
 }
 
-/* Next added-token match in s[from..n): longest at the leftmost position that qualifies. */
-static int tok_added_next(const struct tok *t, const struct tok_trie *tr, const char *s, size_t n,
-                          size_t from, size_t *ms, size_t *me, int *which, int split_special)
+/* Index of the first plain span that ends after byte i (n_plain if none). */
+static size_t tok_plain_find(const struct tok_enc_work *w, size_t i)
+{
+    size_t lo = 0, hi = w->n_plain;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (w->plain[mid].off + w->plain[mid].len <= i) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Next added-token match in s[from..n): longest at the leftmost position that qualifies. A
+ * match may not touch a plain span; s[0] is byte `base` of the caller's text (raw: 0). */
+static int tok_added_next(const struct tok *t, const struct tok_enc_work *w,
+                          const struct tok_trie *tr, const char *s, size_t n, size_t from,
+                          size_t *ms, size_t *me, int *which, int raw)
 {
     if (tr->n_nodes <= 1) return 0;
+    if (!raw && w->seg_plain) return 0;
+    size_t base = raw ? 0 : w->seg_off;
+    int split_special = w->split_special;
     for (size_t i = from; i < n; i++) {
         if (!tr->first[(uint8_t)s[i]]) continue;
+        size_t lim = n;
+        if (w->n_plain) {
+            size_t p = tok_plain_find(w, base + i);
+            if (p < w->n_plain) {
+                if (w->plain[p].off <= base + i) continue; /* i is a data byte */
+                if (w->plain[p].off - base < lim) lim = w->plain[p].off - base;
+            }
+        }
         uint32_t node = 0;
         int best = -1;
         size_t best_end = 0;
-        for (size_t k = i; k < n; k++) {
+        for (size_t k = i; k < lim; k++) {
             uint64_t v;
             if (!tok_qmap_get(&tr->edges, ((uint64_t)node << 8) | (uint8_t)s[k], &v)) break;
             node = (uint32_t)v;
@@ -80,11 +115,11 @@ static int tok_added_next(const struct tok *t, const struct tok_trie *tr, const 
         if (ad->single_word) {
             uint32_t cp;
             if (i > 0) {
-                tok_utf8_get(s, n, tok_prev_char(s, i), &cp);
+                cairn_utf8_get(s, n, tok_prev_char(s, i), &cp);
                 if (tok_is_alnum(cp)) continue;
             }
             if (best_end < n) {
-                tok_utf8_get(s, n, best_end, &cp);
+                cairn_utf8_get(s, n, best_end, &cp);
                 if (tok_is_alnum(cp)) continue;
             }
         }
@@ -100,7 +135,7 @@ static int tok_added_next(const struct tok *t, const struct tok_trie *tr, const 
 static int tok_encode_piece(const struct tok *t, struct tok_enc_work *w, const char *s, size_t n,
                             int first)
 {
-    const struct tok_buf *pb;
+    const struct cairn_buf *pb;
     const struct tok_spans *ps;
     int st = tok_pretok_run(t->pretok, &w->pre, s, n, first, &pb, &ps);
     for (size_t k = 0; k < ps->n && !st; k++) {
@@ -146,12 +181,23 @@ static int tok_encode_raw(const struct tok *t, struct tok_enc_work *w, const cha
                           int first)
 {
     int st = CAIRN_OK;
-    if (!t->norm) return tok_split_added(t, w, &t->trie_norm, seg, n, first, 1);
-    struct tok_buf nb = {0}, tmp = {0};
-    st = tok_norm_apply(t->norm, w->md, seg, n, &nb, &tmp);
-    if (!st) st = tok_split_added(t, w, &t->trie_norm, nb.p ? nb.p : "", nb.n, first, 1);
-    tok_buf_free(&nb);
-    tok_buf_free(&tmp);
+    w->seg_plain = 0;
+    w->seg_off = (size_t)(seg - w->text0);
+    if (!t->norm) st = tok_split_added(t, w, &t->trie_norm, seg, n, first, 1);
+    else {
+        struct cairn_buf nb = {0}, tmp = {0};
+        st = tok_norm_apply(t->norm, w->md, seg, n, &nb, &tmp);
+        /* where normalizing moved bytes, offsets don't map back: a segment with data in it
+         * then matches none of the normalized added tokens */
+        if (!st && w->n_plain && (nb.n != n || (n && memcmp(nb.p, seg, n)))) {
+            size_t p = tok_plain_find(w, w->seg_off);
+            w->seg_plain = p < w->n_plain && w->plain[p].off < w->seg_off + n;
+        }
+        if (!st) st = tok_split_added(t, w, &t->trie_norm, nb.p ? nb.p : "", nb.n, first, 1);
+        cairn_buf_free(&nb);
+        cairn_buf_free(&tmp);
+    }
+    w->seg_plain = 0;
     return st;
 }
 
@@ -165,20 +211,20 @@ static int tok_split_added(const struct tok *t, struct tok_enc_work *w, const st
     for (;;) {
         size_t ms, me;
         int a;
-        if (!tok_added_next(t, tr, s, n, pos, &ms, &me, &a, w->split_special)) break;
+        if (!tok_added_next(t, w, tr, s, n, pos, &ms, &me, &a, !normalized)) break;
         const struct tok_added *ad = &t->added[a];
         if (ad->lstrip)
             while (ms > start) {
                 size_t k = tok_prev_char(s, ms);
                 uint32_t cp;
-                tok_utf8_get(s, n, k, &cp);
+                cairn_utf8_get(s, n, k, &cp);
                 if (!tok_is_space(cp)) break;
                 ms = k;
             }
         if (ad->rstrip)
             while (me < n) {
                 uint32_t cp;
-                size_t l = tok_utf8_get(s, n, me, &cp);
+                size_t l = cairn_utf8_get(s, n, me, &cp);
                 if (!tok_is_space(cp)) break;
                 me += l;
             }
@@ -201,9 +247,9 @@ static void tok_enc_work_free(struct tok_enc_work *w)
     tok_smap_free(&w->cache);
     free(w->cache_ent);
     free(w->cache_ids.v);
-    tok_buf_free(&w->clean);
+    cairn_buf_free(&w->clean);
     for (int i = 0; i < 2; i++) {
-        tok_buf_free(&w->pre.buf[i]);
+        cairn_buf_free(&w->pre.buf[i]);
         free(w->pre.sp[i].v);
     }
     free(w->pre.tmp.v);
@@ -221,8 +267,17 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int add_specia
 int tok_encode_flags(const struct tok *t, const char *text, size_t len, unsigned flags,
                      int32_t **ids, size_t *n_ids, struct cairn_err *err)
 {
+    return tok_encode_plain(t, text, len, flags, NULL, 0, ids, n_ids, err);
+}
+
+int tok_encode_plain(const struct tok *t, const char *text, size_t len, unsigned flags,
+                     const struct cairn_span *plain, size_t n_plain, int32_t **ids, size_t *n_ids,
+                     struct cairn_err *err)
+{
     struct tok_enc_work w;
     memset(&w, 0, sizeof(w));
+    w.plain = plain;
+    w.n_plain = n_plain;
     int add_special = (flags & TOK_ENC_ADD_SPECIAL) != 0;
     w.split_special = (flags & TOK_ENC_SPLIT_SPECIAL) != 0;
     *ids = NULL;
@@ -234,11 +289,22 @@ int tok_encode_flags(const struct tok *t, const char *text, size_t len, unsigned
         st = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    if (len && !tok_utf8_valid(text, len)) {
-        if ((st = tok_utf8_lossy(&w.clean, text, len))) goto fail;
+    for (size_t i = 1; i < n_plain; i++)
+        if (plain[i].off < plain[i - 1].off + plain[i - 1].len) {
+            st = cairn_err_set(err, CAIRN_ERR_INVALID, "tokenize: plain spans overlap or are unsorted");
+            goto cleanup;
+        }
+    if (len && !cairn_utf8_valid(text, len)) {
+        if ((st = cairn_utf8_lossy(&w.clean, text, len))) goto fail;
         text = w.clean.p;
         len = w.clean.n;
+        if (n_plain) { /* repaired text has other offsets: all of it is data */
+            static const struct cairn_span all = {0, SIZE_MAX};
+            w.plain = &all;
+            w.n_plain = 1;
+        }
     }
+    w.text0 = text;
     if (add_special && t->has_post) {
         for (int k = 0; k < t->n_post_single; k++) {
             if (t->post_single[k] >= 0) {

@@ -5,25 +5,20 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/status.h"
+#include "base/utf8.h"
 #include "tok/tok.h"
 
-/* Number of times a growable buffer (tok_buf, spans, ids, decoder flags) had to grow; tests
- * use it to show the streaming detokenizer allocates nothing per token once warm. */
+/* Number of times a growable array (spans, ids, decoder flags) had to grow; with
+ * cairn_buf_n_grow (byte buffers) tests use it to show the streaming detokenizer allocates
+ * nothing per token once warm. */
 extern unsigned long tok_n_grow;
 #define TOK_COUNT_GROW() __atomic_add_fetch(&tok_n_grow, 1, __ATOMIC_RELAXED)
-
-/* ---- growable byte buffer ---- */
-struct tok_buf {
-    char *p;
-    size_t n, cap;
-};
-int tok_buf_reserve(struct tok_buf *b, size_t extra); /* CAIRN_OK or CAIRN_ERR_NOMEM */
-int tok_buf_put(struct tok_buf *b, const void *data, size_t n);
-void tok_buf_free(struct tok_buf *b);
 
 /* ---- string -> int32 map (open addressing; keys copied into an arena) ---- */
 struct tok_smap {
@@ -34,7 +29,7 @@ struct tok_smap {
     uint64_t *key_off; /* into arena */
     uint32_t *key_len;
     int32_t *val;
-    struct tok_buf arena;
+    struct cairn_buf arena;
 };
 int tok_smap_init(struct tok_smap *m, uint32_t expect);
 /* Inserts or overwrites. */
@@ -181,7 +176,7 @@ struct tok {
     int32_t n_vocab;
     uint64_t *piece_off;
     uint32_t *piece_len;
-    struct tok_buf pieces;
+    struct cairn_buf pieces;
     uint8_t *special; /* [n_vocab] 1 = special added token */
     uint8_t *is_added;
 
@@ -223,7 +218,7 @@ struct tok {
     int strip_tail_n;
 
     /* tokenizer_config.json */
-    char *bos_token, *eos_token, *chat_template;
+    char *bos_token, *eos_token;
     int32_t bos_id, eos_id;
     int add_bos;
 };
@@ -233,22 +228,12 @@ extern uint32_t tok_byte_to_cp[256];
 int tok_cp_to_byte(uint32_t cp); /* -1 if not a byte-level char */
 void tok_bytelevel_init(void);
 
-/* UTF-8 helpers */
-size_t tok_utf8_len(uint8_t lead); /* sequence length by lead byte, 1 for invalid */
-size_t tok_utf8_put(uint32_t cp, char *out);
-/* Decodes one char at s[i] (valid UTF-8 assumed); returns its length. */
-size_t tok_utf8_get(const char *s, size_t n, size_t i, uint32_t *cp);
-/* Appends s with invalid sequences replaced by U+FFFD (from_utf8_lossy). */
-int tok_utf8_lossy(struct tok_buf *out, const char *s, size_t n);
-int tok_utf8_valid(const char *s, size_t n);
 /* The byte of a byte-fallback piece "<0xXX>" (as HF's ByteFallback reads it), or -1. */
 int tok_byte_piece(const char *p, size_t n);
-/* 1 if s ends inside a UTF-8 sequence that more bytes could still complete. */
-int tok_utf8_tail_open(const char *s, size_t n);
 
 /* components (tok_pipe.c) */
 int tok_norm_apply(const struct tok_norm *nm, pcre2_match_data *md, const char *s, size_t n,
-                   struct tok_buf *out, struct tok_buf *tmp);
+                   struct cairn_buf *out, struct cairn_buf *tmp);
 void tok_norm_free(struct tok_norm *nm);
 void tok_pretok_free(struct tok_pretok *p);
 void tok_dec_free(struct tok_dec *d);
@@ -266,13 +251,13 @@ int tok_spans_push(struct tok_spans *s, size_t off, size_t len);
 /* Runs pre-tokenizer p over s[0..n) (first: the segment starts the text). Result: pieces as
  * spans of *out_buf (which is either a copy or a transform of s). */
 struct tok_pre_work {
-    struct tok_buf buf[2];
+    struct cairn_buf buf[2];
     struct tok_spans sp[2];
     struct tok_spans tmp;
     pcre2_match_data *md;
 };
 int tok_pretok_run(const struct tok_pretok *p, struct tok_pre_work *w, const char *s, size_t n,
-                   int first, const struct tok_buf **out_buf, const struct tok_spans **out_spans);
+                   int first, const struct cairn_buf **out_buf, const struct tok_spans **out_spans);
 
 /* BPE (tok_bpe.c): appends the ids of word w[0..n) to ids. */
 struct tok_ids {
@@ -287,7 +272,7 @@ struct tok_bpe_work {
     size_t cap;
     void *heap; /* struct tok_heap_ent[]: (rank << 32 | pos, new_id), min-heap */
     size_t heap_n, heap_cap;
-    struct tok_buf key;
+    struct cairn_buf key;
 };
 int tok_bpe_word(const struct tok *t, struct tok_bpe_work *w, const char *s, size_t n,
                  struct tok_ids *ids);
@@ -295,11 +280,11 @@ void tok_bpe_work_free(struct tok_bpe_work *w);
 
 /* Decoder pipeline over a list of token strings (tok_decode.c). */
 struct tok_dec_work {
-    struct tok_buf buf[2];
+    struct cairn_buf buf[2];
     struct tok_spans sp[2];
     uint8_t *first[2]; /* per token: is the first token of the sequence */
     size_t first_cap[2];
-    struct tok_buf bytes;
+    struct cairn_buf bytes;
     pcre2_match_data *md;
     int tail_open; /* out: the ByteLevel bytes end in an unfinished character */
 };
@@ -307,9 +292,25 @@ void tok_dec_work_free(struct tok_dec_work *w);
 /* Decodes the pieces of ids[0..n) (already filtered) into out. starts_seq: ids[0] is the first
  * token of the sequence; at_end: ids[n-1] is the last. */
 int tok_dec_run(const struct tok *t, struct tok_dec_work *w, const int32_t *ids, size_t n,
-                int starts_seq, int at_end, struct tok_buf *out);
+                int starts_seq, int at_end, struct cairn_buf *out);
 
 /* loader (tok_load.c) */
 int tok_parse(struct tok *t, const char *json, size_t len, struct cairn_err *err);
+
+/* JSON helpers (tok_util.c): a malloc'd copy of s[0..n); o[key] as a string (NULL if absent or
+ * not one; *len its bytes, len may be NULL); o[key] as a bool (dflt if absent). */
+char *tok_strndup(const char *s, size_t n);
+const char *tok_jstr(json_t *o, const char *key, size_t *len);
+int tok_jbool(json_t *o, const char *key, int dflt);
+
+/* Pipeline parts of tokenizer.json (tok_load_parts.c); depth counts Sequence nesting. */
+#define TOK_MAX_DEPTH 16
+#define TOK_MAX_ID (1 << 24) /* ids at or above are refused */
+int tok_parse_norm(json_t *j, struct tok_norm *nm, int depth, struct cairn_err *err);
+int tok_parse_pretok(json_t *j, struct tok_pretok *p, int depth, struct cairn_err *err);
+int tok_parse_dec(json_t *j, struct tok_dec *d, int depth, struct cairn_err *err);
+int tok_parse_post(struct tok *t, json_t *j, int depth, struct cairn_err *err);
+/* Streaming holdback rules (byte groups, Strip tail) from the decoder tree into t. */
+void tok_dec_scan(struct tok *t, const struct tok_dec *d);
 
 #endif

@@ -1,5 +1,5 @@
-/* tok loader: tokenizer.json (model, added tokens, normalizer, pre-tokenizer, post-processor,
- * decoder) and tokenizer_config.json / chat_template.{jinja,json}; plus the small accessors.
+/* tok loader: tokenizer.json's model (vocab, merges), added tokens and their tries, then the
+ * pipeline parts (tok_load_parts.c), and tokenizer_config.json (bos/eos, add_bos_token).
  * Every malformed or unsupported field is an error naming the field (the fuzzer feeds this). */
 #include <jansson.h>
 #include <stdio.h>
@@ -9,384 +9,6 @@
 #include "base/file.h"
 #include "tok/tok_int.h"
 
-#define TOK_MAX_ID (1 << 24)
-#define TOK_MAX_DEPTH 16
-
-static char *tok_strndup(const char *s, size_t n)
-{
-    char *p = malloc(n + 1);
-    if (!p) return NULL;
-    memcpy(p, s, n);
-    p[n] = 0;
-    return p;
-}
-
-static const char *tok_jstr(json_t *o, const char *key, size_t *len)
-{
-    json_t *v = json_object_get(o, key);
-    if (!json_is_string(v)) return NULL;
-    if (len) *len = json_string_length(v);
-    return json_string_value(v);
-}
-
-static int tok_jbool(json_t *o, const char *key, int dflt)
-{
-    json_t *v = json_object_get(o, key);
-    if (json_is_boolean(v)) return json_is_true(v);
-    return dflt;
-}
-
-/* A {"String": s} / {"Regex": r} pattern. */
-static int tok_parse_pattern(json_t *pat, char **lit, size_t *lit_len, struct tok_re *re,
-                             struct cairn_err *err)
-{
-    size_t n;
-    const char *s;
-    if ((s = tok_jstr(pat, "String", &n))) {
-        *lit = tok_strndup(s, n);
-        *lit_len = n;
-        return *lit ? CAIRN_OK : cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    }
-    if ((s = tok_jstr(pat, "Regex", &n))) return tok_re_compile(re, s, n, err);
-    return cairn_err_set(err, CAIRN_ERR_FORMAT, "pattern must be {\"String\"} or {\"Regex\"}");
-}
-
-static int tok_parse_norm(json_t *j, struct tok_norm *nm, int depth, struct cairn_err *err)
-{
-    memset(nm, 0, sizeof(*nm));
-    const char *type = tok_jstr(j, "type", NULL);
-    if (!type || depth > TOK_MAX_DEPTH)
-        return cairn_err_set(err, CAIRN_ERR_FORMAT, "normalizer: missing type");
-    if (!strcmp(type, "Sequence")) {
-        nm->type = TOK_NORM_SEQUENCE;
-        json_t *a = json_object_get(j, "normalizers");
-        if (!json_is_array(a))
-            return cairn_err_set(err, CAIRN_ERR_FORMAT, "normalizer Sequence: no normalizers");
-        size_t n = json_array_size(a);
-        nm->kids = calloc(n ? n : 1, sizeof(*nm->kids));
-        if (!nm->kids) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            nm->n_kids++;
-            int st = tok_parse_norm(json_array_get(a, i), &nm->kids[i], depth + 1, err);
-            if (st) return st;
-        }
-        return CAIRN_OK;
-    }
-    if (!strcmp(type, "NFC"))
-        nm->type = TOK_NORM_NFC;
-    else if (!strcmp(type, "NFD"))
-        nm->type = TOK_NORM_NFD;
-    else if (!strcmp(type, "NFKC"))
-        nm->type = TOK_NORM_NFKC;
-    else if (!strcmp(type, "NFKD"))
-        nm->type = TOK_NORM_NFKD;
-    else if (!strcmp(type, "Lowercase"))
-        nm->type = TOK_NORM_LOWERCASE;
-    else if (!strcmp(type, "StripAccents"))
-        nm->type = TOK_NORM_STRIP_ACCENTS;
-    else if (!strcmp(type, "Strip")) {
-        nm->type = TOK_NORM_STRIP;
-        nm->left = tok_jbool(j, "strip_left", 1);
-        nm->right = tok_jbool(j, "strip_right", 1);
-    } else if (!strcmp(type, "Prepend")) {
-        size_t n;
-        const char *s = tok_jstr(j, "prepend", &n);
-        if (!s) return cairn_err_set(err, CAIRN_ERR_FORMAT, "normalizer Prepend: no prepend");
-        nm->type = TOK_NORM_PREPEND;
-        nm->content = tok_strndup(s, n);
-        nm->content_len = n;
-        if (!nm->content) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    } else if (!strcmp(type, "Replace")) {
-        size_t n;
-        const char *s = tok_jstr(j, "content", &n);
-        if (!s) return cairn_err_set(err, CAIRN_ERR_FORMAT, "normalizer Replace: no content");
-        nm->type = TOK_NORM_REPLACE;
-        nm->content = tok_strndup(s, n);
-        nm->content_len = n;
-        if (!nm->content) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-        int st =
-            tok_parse_pattern(json_object_get(j, "pattern"), &nm->pat, &nm->pat_len, &nm->re, err);
-        if (st) cairn_err_prefix(err, "normalizer Replace");
-        return st;
-    } else {
-        return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "unsupported normalizer type '%s'", type);
-    }
-    return CAIRN_OK;
-}
-
-static int tok_parse_behavior(json_t *j, enum tok_split_behavior *b, struct cairn_err *err)
-{
-    const char *s = tok_jstr(j, "behavior", NULL);
-    if (!s) s = "Isolated";
-    if (!strcmp(s, "Removed"))
-        *b = TOK_SPLIT_REMOVED;
-    else if (!strcmp(s, "Isolated"))
-        *b = TOK_SPLIT_ISOLATED;
-    else if (!strcmp(s, "MergedWithPrevious"))
-        *b = TOK_SPLIT_MERGED_PREV;
-    else if (!strcmp(s, "MergedWithNext"))
-        *b = TOK_SPLIT_MERGED_NEXT;
-    else if (!strcmp(s, "Contiguous"))
-        *b = TOK_SPLIT_CONTIGUOUS;
-    else
-        return cairn_err_set(err, CAIRN_ERR_FORMAT, "unknown split behavior '%s'", s);
-    return CAIRN_OK;
-}
-
-static int tok_parse_metaspace(json_t *j, char *repl, size_t *repl_len, enum tok_prepend_scheme *ps,
-                               struct cairn_err *err)
-{
-    size_t n = 0;
-    const char *r = tok_jstr(j, "replacement", &n);
-    if (!r) r = "\xe2\x96\x81", n = 3;
-    if (n == 0 || n > 4 || tok_utf8_len((uint8_t)r[0]) != n)
-        return cairn_err_set(err, CAIRN_ERR_FORMAT, "Metaspace: replacement must be one character");
-    memcpy(repl, r, n);
-    repl[n] = 0;
-    *repl_len = n;
-    const char *s = tok_jstr(j, "prepend_scheme", NULL);
-    if (s && !strcmp(s, "first"))
-        *ps = TOK_PREPEND_FIRST;
-    else if (s && !strcmp(s, "never"))
-        *ps = TOK_PREPEND_NEVER;
-    else if (s)
-        *ps = TOK_PREPEND_ALWAYS;
-    else
-        *ps = tok_jbool(j, "add_prefix_space", 1) ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
-    return CAIRN_OK;
-}
-
-static const char tok_gpt2_re[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-static int tok_parse_pretok(json_t *j, struct tok_pretok *p, int depth, struct cairn_err *err)
-{
-    memset(p, 0, sizeof(*p));
-    const char *type = tok_jstr(j, "type", NULL);
-    if (!type || depth > TOK_MAX_DEPTH)
-        return cairn_err_set(err, CAIRN_ERR_FORMAT, "pre_tokenizer: missing type");
-    if (!strcmp(type, "Sequence")) {
-        p->type = TOK_PRE_SEQUENCE;
-        json_t *a = json_object_get(j, "pretokenizers");
-        if (!json_is_array(a))
-            return cairn_err_set(err, CAIRN_ERR_FORMAT, "pre_tokenizer Sequence: no pretokenizers");
-        size_t n = json_array_size(a);
-        p->kids = calloc(n ? n : 1, sizeof(*p->kids));
-        if (!p->kids) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            p->n_kids++;
-            int st = tok_parse_pretok(json_array_get(a, i), &p->kids[i], depth + 1, err);
-            if (st) return st;
-        }
-        return CAIRN_OK;
-    }
-    if (!strcmp(type, "Split")) {
-        p->type = TOK_PRE_SPLIT;
-        p->invert = tok_jbool(j, "invert", 0);
-        int st = tok_parse_behavior(j, &p->behavior, err);
-        if (!st)
-            st =
-                tok_parse_pattern(json_object_get(j, "pattern"), &p->lit, &p->lit_len, &p->re, err);
-        if (st) cairn_err_prefix(err, "pre_tokenizer Split");
-        return st;
-    }
-    if (!strcmp(type, "ByteLevel")) {
-        p->type = TOK_PRE_BYTELEVEL;
-        p->add_prefix_space = tok_jbool(j, "add_prefix_space", 1);
-        p->use_regex = tok_jbool(j, "use_regex", 1);
-        if (p->use_regex) return tok_re_compile(&p->re, tok_gpt2_re, sizeof(tok_gpt2_re) - 1, err);
-        return CAIRN_OK;
-    }
-    if (!strcmp(type, "Digits")) {
-        p->type = TOK_PRE_DIGITS;
-        p->individual = tok_jbool(j, "individual_digits", 0);
-        return CAIRN_OK;
-    }
-    if (!strcmp(type, "Metaspace")) {
-        p->type = TOK_PRE_METASPACE;
-        p->split = tok_jbool(j, "split", 1);
-        return tok_parse_metaspace(j, p->repl, &p->repl_len, &p->prepend, err);
-    }
-    if (!strcmp(type, "Whitespace")) {
-        p->type = TOK_PRE_WHITESPACE;
-        return tok_re_compile(&p->re, "\\w+|[^\\w\\s]+", 13, err);
-    }
-    if (!strcmp(type, "WhitespaceSplit")) {
-        p->type = TOK_PRE_WHITESPACE_SPLIT;
-        return CAIRN_OK;
-    }
-    if (!strcmp(type, "Punctuation")) {
-        p->type = TOK_PRE_PUNCTUATION;
-        return tok_parse_behavior(j, &p->behavior, err);
-    }
-    return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "unsupported pre_tokenizer type '%s'", type);
-}
-
-static int tok_parse_dec(json_t *j, struct tok_dec *d, int depth, struct cairn_err *err)
-{
-    memset(d, 0, sizeof(*d));
-    const char *type = tok_jstr(j, "type", NULL);
-    if (!type || depth > TOK_MAX_DEPTH)
-        return cairn_err_set(err, CAIRN_ERR_FORMAT, "decoder: missing type");
-    if (!strcmp(type, "Sequence")) {
-        d->type = TOK_DEC_SEQUENCE;
-        json_t *a = json_object_get(j, "decoders");
-        if (!json_is_array(a))
-            return cairn_err_set(err, CAIRN_ERR_FORMAT, "decoder Sequence: no decoders");
-        size_t n = json_array_size(a);
-        d->kids = calloc(n ? n : 1, sizeof(*d->kids));
-        if (!d->kids) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            d->n_kids++;
-            int st = tok_parse_dec(json_array_get(a, i), &d->kids[i], depth + 1, err);
-            if (st) return st;
-        }
-        return CAIRN_OK;
-    }
-    if (!strcmp(type, "ByteLevel"))
-        d->type = TOK_DEC_BYTELEVEL;
-    else if (!strcmp(type, "ByteFallback"))
-        d->type = TOK_DEC_BYTEFALLBACK;
-    else if (!strcmp(type, "Fuse"))
-        d->type = TOK_DEC_FUSE;
-    else if (!strcmp(type, "Strip")) {
-        size_t n;
-        const char *c = tok_jstr(j, "content", &n);
-        json_t *a = json_object_get(j, "start"), *b = json_object_get(j, "stop");
-        if (!c || !n || n > 4 || tok_utf8_len((uint8_t)c[0]) != n || !json_is_integer(a) ||
-            !json_is_integer(b) || json_integer_value(a) < 0 || json_integer_value(b) < 0 ||
-            json_integer_value(a) > 1000000 || json_integer_value(b) > 1000000)
-            return cairn_err_set(err, CAIRN_ERR_FORMAT, "decoder Strip: bad content/start/stop");
-        d->type = TOK_DEC_STRIP;
-        d->content = tok_strndup(c, n);
-        d->content_len = n;
-        d->start = (int)json_integer_value(a);
-        d->stop = (int)json_integer_value(b);
-        if (!d->content) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    } else if (!strcmp(type, "Replace")) {
-        size_t n;
-        const char *c = tok_jstr(j, "content", &n);
-        if (!c) return cairn_err_set(err, CAIRN_ERR_FORMAT, "decoder Replace: no content");
-        d->type = TOK_DEC_REPLACE;
-        d->content = tok_strndup(c, n);
-        d->content_len = n;
-        if (!d->content) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-        int st =
-            tok_parse_pattern(json_object_get(j, "pattern"), &d->pat, &d->pat_len, &d->re, err);
-        if (st) cairn_err_prefix(err, "decoder Replace");
-        return st;
-    } else if (!strcmp(type, "Metaspace")) {
-        enum tok_prepend_scheme ps;
-        d->type = TOK_DEC_METASPACE;
-        int st = tok_parse_metaspace(j, d->repl, &d->repl_len, &ps, err);
-        d->strip_first = ps != TOK_PREPEND_NEVER;
-        return st;
-    } else {
-        return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "unsupported decoder type '%s'", type);
-    }
-    return CAIRN_OK;
-}
-
-/* Streaming holdback rules from the decoder tree. */
-static void tok_dec_scan(struct tok *t, const struct tok_dec *d)
-{
-    if (d->type == TOK_DEC_BYTELEVEL || d->type == TOK_DEC_BYTEFALLBACK) t->dec_has_bytes = 1;
-    if (d->type == TOK_DEC_STRIP && d->stop > 0) {
-        memcpy(t->strip_tail, d->content, d->content_len);
-        t->strip_tail_len = d->content_len;
-        t->strip_tail_n = d->stop;
-    }
-    for (int k = 0; k < d->n_kids; k++)
-        tok_dec_scan(t, &d->kids[k]);
-}
-
-/* Sets t->post_single from a post_processor; composes Sequence members. */
-static int tok_parse_post(struct tok *t, json_t *j, int depth, struct cairn_err *err)
-{
-    const char *type = tok_jstr(j, "type", NULL);
-    if (!type || depth > TOK_MAX_DEPTH)
-        return cairn_err_set(err, CAIRN_ERR_FORMAT, "post_processor: missing type");
-    if (!strcmp(type, "ByteLevel")) return CAIRN_OK;
-    if (!strcmp(type, "Sequence")) {
-        json_t *a = json_object_get(j, "processors");
-        if (!json_is_array(a))
-            return cairn_err_set(err, CAIRN_ERR_FORMAT, "post_processor Sequence: no processors");
-        for (size_t i = 0; i < json_array_size(a); i++) {
-            int st = tok_parse_post(t, json_array_get(a, i), depth + 1, err);
-            if (st) return st;
-        }
-        return CAIRN_OK;
-    }
-    int32_t tmpl[64];
-    int n = 0;
-    if (!strcmp(type, "TemplateProcessing")) {
-        json_t *single = json_object_get(j, "single"), *sp = json_object_get(j, "special_tokens");
-        if (!json_is_array(single))
-            return cairn_err_set(err, CAIRN_ERR_FORMAT, "TemplateProcessing: no single");
-        for (size_t i = 0; i < json_array_size(single); i++) {
-            json_t *it = json_array_get(single, i), *x;
-            if ((x = json_object_get(it, "Sequence"))) {
-                if (n >= 64)
-                    return cairn_err_set(err, CAIRN_ERR_LIMIT, "TemplateProcessing: too long");
-                tmpl[n++] = -1;
-            } else if ((x = json_object_get(it, "SpecialToken"))) {
-                const char *name = tok_jstr(x, "id", NULL);
-                json_t *e = name ? json_object_get(sp, name) : NULL;
-                json_t *ids = json_object_get(e, "ids");
-                if (!json_is_array(ids))
-                    return cairn_err_set(err, CAIRN_ERR_FORMAT,
-                                         "TemplateProcessing: special token '%s' has no ids",
-                                         name ? name : "?");
-                for (size_t k = 0; k < json_array_size(ids); k++) {
-                    json_t *v = json_array_get(ids, k);
-                    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-                        json_integer_value(v) >= TOK_MAX_ID)
-                        return cairn_err_set(err, CAIRN_ERR_FORMAT, "TemplateProcessing: bad id");
-                    if (n >= 64)
-                        return cairn_err_set(err, CAIRN_ERR_LIMIT, "TemplateProcessing: too long");
-                    tmpl[n++] = (int32_t)json_integer_value(v);
-                }
-            } else {
-                return cairn_err_set(err, CAIRN_ERR_FORMAT, "TemplateProcessing: bad item");
-            }
-        }
-    } else if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {
-        json_t *cls = json_object_get(j, "cls"), *sep = json_object_get(j, "sep");
-        json_t *c = json_array_get(cls, 1), *s = json_array_get(sep, 1);
-        if (!json_is_integer(c) || !json_is_integer(s) || json_integer_value(c) < 0 ||
-            json_integer_value(s) < 0 || json_integer_value(c) >= TOK_MAX_ID ||
-            json_integer_value(s) >= TOK_MAX_ID)
-            return cairn_err_set(err, CAIRN_ERR_FORMAT, "%s: bad cls/sep", type);
-        tmpl[n++] = (int32_t)json_integer_value(c);
-        tmpl[n++] = -1;
-        tmpl[n++] = (int32_t)json_integer_value(s);
-    } else {
-        return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "unsupported post_processor type '%s'",
-                             type);
-    }
-    /* compose: the new template wraps the current one */
-    int32_t out[128];
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        if (tmpl[i] != -1) {
-            out[m++] = tmpl[i];
-            continue;
-        }
-        if (!t->has_post) {
-            out[m++] = -1;
-            continue;
-        }
-        for (int k = 0; k < t->n_post_single && m < 127; k++)
-            out[m++] = t->post_single[k];
-    }
-    free(t->post_single);
-    t->post_single = malloc(sizeof(int32_t) * (size_t)(m ? m : 1));
-    if (!t->post_single) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    memcpy(t->post_single, out, sizeof(int32_t) * (size_t)m);
-    t->n_post_single = m;
-    t->has_post = 1;
-    return CAIRN_OK;
-}
 
 /* Builds the added-token trie for the tokens with normalized == want. */
 static int tok_trie_build(struct tok *t, struct tok_trie *tr, int want)
@@ -436,7 +58,7 @@ static int tok_set_piece_table(struct tok *t, int32_t n_vocab, json_t *vocab, st
         return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory for %d pieces", n_vocab);
     for (int32_t i = 0; i <= n_vocab; i++)
         t->piece_off[i] = UINT64_MAX;
-    if (tok_buf_put(&t->pieces, "", 0)) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    if (cairn_buf_put(&t->pieces, "", 0)) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     const char *key;
     json_t *v;
     json_object_foreach(vocab, key, v)
@@ -445,14 +67,14 @@ static int tok_set_piece_table(struct tok *t, int32_t n_vocab, json_t *vocab, st
         size_t n = strlen(key);
         t->piece_off[id] = t->pieces.n;
         t->piece_len[id] = (uint32_t)n;
-        if (tok_buf_put(&t->pieces, key, n) || tok_buf_put(&t->pieces, "\0", 1))
+        if (cairn_buf_put(&t->pieces, key, n) || cairn_buf_put(&t->pieces, "\0", 1))
             return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     }
     for (int a = 0; a < t->n_added; a++) {
         struct tok_added *ad = &t->added[a];
         t->piece_off[ad->id] = t->pieces.n;
         t->piece_len[ad->id] = (uint32_t)ad->len;
-        if (tok_buf_put(&t->pieces, ad->content, ad->len) || tok_buf_put(&t->pieces, "\0", 1))
+        if (cairn_buf_put(&t->pieces, ad->content, ad->len) || cairn_buf_put(&t->pieces, "\0", 1))
             return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
         t->is_added[ad->id] = 1;
         t->special[ad->id] = ad->special;
@@ -521,7 +143,7 @@ static int tok_parse_model(struct tok *t, json_t *m, int32_t *max_id, struct cai
             while (at > 0 && ((uint8_t)k[at] & 0xc0) == 0x80)
                 at--;
             uint32_t cp;
-            tok_utf8_get(k, kl, at, &cp);
+            cairn_utf8_get(k, kl, at, &cp);
             if (cp == 0x2581) continue;
             uint32_t *g = realloc(t->sp_glue, (t->n_sp_glue + 1) * sizeof(uint32_t));
             if (!g) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
@@ -540,7 +162,7 @@ static int tok_parse_model(struct tok *t, json_t *m, int32_t *max_id, struct cai
     size_t nm = merges ? json_array_size(merges) : 0;
     if (tok_qmap_init(&t->merges, (uint32_t)nm + 1))
         return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    struct tok_buf cat = {0};
+    struct cairn_buf cat = {0};
     int st = CAIRN_OK;
     for (size_t i = 0; i < nm && !st; i++) {
         json_t *e = json_array_get(merges, i);
@@ -574,7 +196,7 @@ static int tok_parse_model(struct tok *t, json_t *m, int32_t *max_id, struct cai
                           ? t->cont_prefix_len
                           : 0;
         cat.n = 0;
-        if (tok_buf_put(&cat, a, al) || tok_buf_put(&cat, b + skip, bl - skip)) {
+        if (cairn_buf_put(&cat, a, al) || cairn_buf_put(&cat, b + skip, bl - skip)) {
             st = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
             break;
         }
@@ -587,7 +209,7 @@ static int tok_parse_model(struct tok *t, json_t *m, int32_t *max_id, struct cai
                          ((uint64_t)i << 32) | (uint32_t)ic))
             st = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     }
-    tok_buf_free(&cat);
+    cairn_buf_free(&cat);
     return st;
 }
 
@@ -687,7 +309,7 @@ int tok_parse(struct tok *t, const char *json, size_t len, struct cairn_err *err
         }
     /* what each added token is matched as: normalized ones through the normalizer */
     {
-        struct tok_buf a = {0}, b = {0};
+        struct cairn_buf a = {0}, b = {0};
         pcre2_match_data *md = pcre2_match_data_create(8, NULL);
         for (int k = 0; k < t->n_added && !st; k++) {
             struct tok_added *ad = &t->added[k];
@@ -701,8 +323,8 @@ int tok_parse(struct tok *t, const char *json, size_t len, struct cairn_err *err
             }
         }
         pcre2_match_data_free(md);
-        tok_buf_free(&a);
-        tok_buf_free(&b);
+        cairn_buf_free(&a);
+        cairn_buf_free(&b);
         if (st) {
             cairn_err_set(err, st, "normalizing added tokens failed");
             goto cleanup;
@@ -726,23 +348,6 @@ static char *tok_token_field(json_t *v)
     return tok_strndup(json_string_value(v), json_string_length(v));
 }
 
-static char *tok_template_field(json_t *v)
-{
-    if (json_is_string(v)) return tok_strndup(json_string_value(v), json_string_length(v));
-    if (!json_is_array(v)) return NULL;
-    json_t *pick = NULL;
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        json_t *e = json_array_get(v, i);
-        const char *name = tok_jstr(e, "name", NULL);
-        if (!pick && json_is_string(json_object_get(e, "template"))) pick = e;
-        if (name && !strcmp(name, "default") && json_is_string(json_object_get(e, "template"))) {
-            pick = e;
-            break;
-        }
-    }
-    return pick ? tok_template_field(json_object_get(pick, "template")) : NULL;
-}
-
 static int tok_load_config(struct tok *t, const char *path, struct cairn_err *err)
 {
     json_error_t je;
@@ -755,31 +360,7 @@ static int tok_load_config(struct tok *t, const char *path, struct cairn_err *er
     t->bos_token = tok_token_field(json_object_get(root, "bos_token"));
     t->eos_token = tok_token_field(json_object_get(root, "eos_token"));
     t->add_bos = tok_jbool(root, "add_bos_token", 0);
-    t->chat_template = tok_template_field(json_object_get(root, "chat_template"));
     json_decref(root);
-    return CAIRN_OK;
-}
-
-static int tok_load_template(struct tok *t, const char *path, struct cairn_err *err)
-{
-    size_t n = strlen(path);
-    char *text = NULL;
-    size_t len;
-    int st = cairn_file_read_all(path, 64u << 20, &text, &len, err);
-    if (st) return st;
-    free(t->chat_template);
-    t->chat_template = NULL;
-    if (n >= 5 && !strcmp(path + n - 5, ".json")) {
-        json_error_t je;
-        json_t *root = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &je);
-        t->chat_template = tok_template_field(json_object_get(root, "chat_template"));
-        json_decref(root);
-        free(text);
-        if (!t->chat_template)
-            return cairn_err_set(err, CAIRN_ERR_FORMAT, "%s: no chat_template", path);
-        return CAIRN_OK;
-    }
-    t->chat_template = text;
     return CAIRN_OK;
 }
 
@@ -797,8 +378,9 @@ int tok_load_json(const char *json, size_t len, struct tok **out, struct cairn_e
     return CAIRN_OK;
 }
 
-int tok_load_files(const char *json_path, const char *config_path, const char *template_path,
-                   struct tok **out, struct cairn_err *err)
+/* tokenizer.json at json_path, plus tokenizer_config.json at config_path (may be NULL) */
+static int tok_load_files(const char *json_path, const char *config_path, struct tok **out,
+                          struct cairn_err *err)
 {
     char *text = NULL;
     size_t len;
@@ -813,7 +395,6 @@ int tok_load_files(const char *json_path, const char *config_path, const char *t
         return st;
     }
     if (config_path && (st = tok_load_config(t, config_path, err))) goto fail;
-    if (template_path && (st = tok_load_template(t, template_path, err))) goto fail;
     if (t->bos_token) t->bos_id = tok_piece_to_id(t, t->bos_token);
     if (t->eos_token) t->eos_id = tok_piece_to_id(t, t->eos_token);
     *out = t;
@@ -825,20 +406,12 @@ fail:
 
 int tok_load(const char *dir, struct tok **out, struct cairn_err *err)
 {
-    char pj[4096], pc[4096], pt[4096];
+    char pj[4096], pc[4096];
     snprintf(pj, sizeof(pj), "%s/tokenizer.json", dir);
     snprintf(pc, sizeof(pc), "%s/tokenizer_config.json", dir);
-    const char *tmpl = NULL;
-    snprintf(pt, sizeof(pt), "%s/chat_template.jinja", dir);
-    if (cairn_file_exists(pt))
-        tmpl = pt;
-    else {
-        snprintf(pt, sizeof(pt), "%s/chat_template.json", dir);
-        if (cairn_file_exists(pt)) tmpl = pt;
-    }
     if (!cairn_file_exists(pj))
         return cairn_err_set(err, CAIRN_ERR_NOT_FOUND, "%s: no such file", pj);
-    return tok_load_files(pj, cairn_file_exists(pc) ? pc : NULL, tmpl, out, err);
+    return tok_load_files(pj, cairn_file_exists(pc) ? pc : NULL, out, err);
 }
 
 static void tok_trie_free(struct tok_trie *tr)
@@ -852,7 +425,7 @@ void tok_free(struct tok *t)
     if (!t) return;
     free(t->piece_off);
     free(t->piece_len);
-    tok_buf_free(&t->pieces);
+    cairn_buf_free(&t->pieces);
     free(t->special);
     free(t->is_added);
     free(t->id_byte);
@@ -878,61 +451,6 @@ void tok_free(struct tok *t)
     free(t->post_single);
     free(t->bos_token);
     free(t->eos_token);
-    free(t->chat_template);
     free(t);
 }
 
-/* ---- accessors ---- */
-
-int tok_vocab_size(const struct tok *t)
-{
-    return t->n_vocab;
-}
-
-int32_t tok_piece_to_id(const struct tok *t, const char *piece)
-{
-    size_t n = strlen(piece);
-    int32_t id = tok_smap_get(&t->added_map, piece, n);
-    return id >= 0 ? id : tok_smap_get(&t->model_vocab, piece, n);
-}
-
-const char *tok_id_to_piece(const struct tok *t, int32_t id)
-{
-    if (id < 0 || id >= t->n_vocab || t->piece_off[id] == UINT64_MAX) return NULL;
-    return t->pieces.p + t->piece_off[id];
-}
-
-int tok_is_special(const struct tok *t, int32_t id)
-{
-    return id >= 0 && id < t->n_vocab && t->special[id];
-}
-
-const char *tok_bos_token(const struct tok *t)
-{
-    return t->bos_token;
-}
-
-const char *tok_eos_token(const struct tok *t)
-{
-    return t->eos_token;
-}
-
-int32_t tok_bos_id(const struct tok *t)
-{
-    return t->bos_id;
-}
-
-int32_t tok_eos_id(const struct tok *t)
-{
-    return t->eos_id;
-}
-
-const char *tok_chat_template(const struct tok *t)
-{
-    return t->chat_template;
-}
-
-int tok_add_bos(const struct tok *t)
-{
-    return t->add_bos;
-}

@@ -28,16 +28,16 @@ static int tok_is_ws(uint32_t c)
 }
 
 static int tok_norm_one(const struct tok_norm *nm, pcre2_match_data *md, const char *s, size_t n,
-                        struct tok_buf *out)
+                        struct cairn_buf *out)
 {
     out->n = 0;
-    if (tok_buf_reserve(out, n + 1)) return CAIRN_ERR_NOMEM;
+    if (cairn_buf_reserve(out, n + 1)) return CAIRN_ERR_NOMEM;
     switch (nm->type) {
     case TOK_NORM_NFC:
     case TOK_NORM_NFD:
     case TOK_NORM_NFKC:
     case TOK_NORM_NFKD: {
-        if (tok_is_ascii(s, n)) return tok_buf_put(out, s, n);
+        if (tok_is_ascii(s, n)) return cairn_buf_put(out, s, n);
         int opt = UTF8PROC_STABLE;
         if (nm->type == TOK_NORM_NFC) opt |= UTF8PROC_COMPOSE;
         if (nm->type == TOK_NORM_NFD) opt |= UTF8PROC_DECOMPOSE;
@@ -50,26 +50,26 @@ static int tok_norm_one(const struct tok_norm *nm, pcre2_match_data *md, const c
             free(r);
             return CAIRN_ERR_FORMAT;
         }
-        int st = tok_buf_put(out, r, (size_t)rn);
+        int st = cairn_buf_put(out, r, (size_t)rn);
         free(r);
         return st;
     }
     case TOK_NORM_LOWERCASE:
         for (size_t i = 0; i < n;) {
             uint32_t cp;
-            size_t l = tok_utf8_get(s, n, i, &cp);
+            size_t l = cairn_utf8_get(s, n, i, &cp);
             char tmp[4];
             uint32_t lc = (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp);
-            if (tok_buf_put(out, tmp, tok_utf8_put(lc, tmp))) return CAIRN_ERR_NOMEM;
+            if (cairn_buf_put(out, tmp, cairn_utf8_put(lc, tmp))) return CAIRN_ERR_NOMEM;
             i += l;
         }
         return CAIRN_OK;
     case TOK_NORM_STRIP_ACCENTS:
         for (size_t i = 0; i < n;) {
             uint32_t cp;
-            size_t l = tok_utf8_get(s, n, i, &cp);
+            size_t l = cairn_utf8_get(s, n, i, &cp);
             if (utf8proc_category((utf8proc_int32_t)cp) != UTF8PROC_CATEGORY_MN)
-                if (tok_buf_put(out, s + i, l)) return CAIRN_ERR_NOMEM;
+                if (cairn_buf_put(out, s + i, l)) return CAIRN_ERR_NOMEM;
             i += l;
         }
         return CAIRN_OK;
@@ -78,7 +78,7 @@ static int tok_norm_one(const struct tok_norm *nm, pcre2_match_data *md, const c
         if (nm->left)
             while (a < b) {
                 uint32_t cp;
-                size_t l = tok_utf8_get(s, n, a, &cp);
+                size_t l = cairn_utf8_get(s, n, a, &cp);
                 if (!tok_is_ws(cp)) break;
                 a += l;
             }
@@ -88,15 +88,15 @@ static int tok_norm_one(const struct tok_norm *nm, pcre2_match_data *md, const c
                 while (k > a && ((uint8_t)s[k] & 0xc0) == 0x80)
                     k--;
                 uint32_t cp;
-                tok_utf8_get(s, n, k, &cp);
+                cairn_utf8_get(s, n, k, &cp);
                 if (!tok_is_ws(cp)) break;
                 b = k;
             }
-        return tok_buf_put(out, s + a, b - a);
+        return cairn_buf_put(out, s + a, b - a);
     }
     case TOK_NORM_PREPEND:
-        if (n && tok_buf_put(out, nm->content, nm->content_len)) return CAIRN_ERR_NOMEM;
-        return tok_buf_put(out, s, n);
+        if (n && cairn_buf_put(out, nm->content, nm->content_len)) return CAIRN_ERR_NOMEM;
+        return cairn_buf_put(out, s, n);
     case TOK_NORM_REPLACE: {
         size_t i = 0;
         for (;;) {
@@ -112,35 +112,35 @@ static int tok_norm_one(const struct tok_norm *nm, pcre2_match_data *md, const c
                 ms = (size_t)(f - s);
                 me = ms + nm->pat_len;
             }
-            if (tok_buf_put(out, s + i, ms - i) || tok_buf_put(out, nm->content, nm->content_len))
+            if (cairn_buf_put(out, s + i, ms - i) || cairn_buf_put(out, nm->content, nm->content_len))
                 return CAIRN_ERR_NOMEM;
             i = me;
         }
-        return tok_buf_put(out, s + i, n - i);
+        return cairn_buf_put(out, s + i, n - i);
     }
     case TOK_NORM_SEQUENCE:
         break;
     }
-    return tok_buf_put(out, s, n);
+    return cairn_buf_put(out, s, n);
 }
 
 int tok_norm_apply(const struct tok_norm *nm, pcre2_match_data *md, const char *s, size_t n,
-                   struct tok_buf *out, struct tok_buf *tmp)
+                   struct cairn_buf *out, struct cairn_buf *tmp)
 {
     if (nm->type != TOK_NORM_SEQUENCE) return tok_norm_one(nm, md, s, n, out);
     out->n = 0;
-    if (tok_buf_put(out, s, n)) return CAIRN_ERR_NOMEM;
+    if (cairn_buf_put(out, s, n)) return CAIRN_ERR_NOMEM;
     for (int k = 0; k < nm->n_kids; k++) {
         int st;
         if (nm->kids[k].type == TOK_NORM_SEQUENCE) {
-            struct tok_buf t2 = {0};
+            struct cairn_buf t2 = {0};
             st = tok_norm_apply(&nm->kids[k], md, out->p, out->n, tmp, &t2);
-            tok_buf_free(&t2);
+            cairn_buf_free(&t2);
         } else {
             st = tok_norm_apply(&nm->kids[k], md, out->p, out->n, tmp, NULL);
         }
         if (st) return st;
-        struct tok_buf x = *out;
+        struct cairn_buf x = *out;
         *out = *tmp;
         *tmp = x;
     }
@@ -228,7 +228,7 @@ static int tok_find(const struct tok_pretok *p, pcre2_match_data *md, const char
             ms = n;
             while (i < n) {
                 uint32_t cp;
-                size_t l = tok_utf8_get(s, n, i, &cp);
+                size_t l = cairn_utf8_get(s, n, i, &cp);
                 int hit = p->type == TOK_PRE_DIGITS        ? (cp >= '0' && cp <= '9')
                           : p->type == TOK_PRE_PUNCTUATION ? tok_is_punct(cp)
                                                            : tok_is_ws(cp);
@@ -308,7 +308,7 @@ static int tok_split_stage(const struct tok_pretok *p, struct tok_pre_work *w, i
                            enum tok_split_behavior b, int invert)
 {
     struct tok_cuts c = {0};
-    const struct tok_buf *buf = &w->buf[cur];
+    const struct cairn_buf *buf = &w->buf[cur];
     struct tok_spans *in = &w->sp[cur];
     w->tmp.n = 0;
     int st = CAIRN_OK;
@@ -345,16 +345,16 @@ static int tok_pre_apply(const struct tok_pretok *p, struct tok_pre_work *w, int
     case TOK_PRE_BYTELEVEL: {
         int o = 1 - *cur;
         if (p->add_prefix_space) {
-            struct tok_buf *ob = &w->buf[o];
+            struct cairn_buf *ob = &w->buf[o];
             struct tok_spans *os = &w->sp[o];
             ob->n = 0;
             os->n = 0;
             for (size_t k = 0; k < w->sp[*cur].n; k++) {
                 struct tok_span sp = w->sp[*cur].v[k];
                 size_t at = ob->n;
-                if ((sp.len == 0 || w->buf[*cur].p[sp.off] != ' ') && tok_buf_put(ob, " ", 1))
+                if ((sp.len == 0 || w->buf[*cur].p[sp.off] != ' ') && cairn_buf_put(ob, " ", 1))
                     return CAIRN_ERR_NOMEM;
-                if (tok_buf_put(ob, w->buf[*cur].p + sp.off, sp.len) ||
+                if (cairn_buf_put(ob, w->buf[*cur].p + sp.off, sp.len) ||
                     tok_spans_push(os, at, ob->n - at))
                     return CAIRN_ERR_NOMEM;
             }
@@ -362,17 +362,17 @@ static int tok_pre_apply(const struct tok_pretok *p, struct tok_pre_work *w, int
             o = 1 - *cur;
         }
         if (p->use_regex && (st = tok_split_stage(p, w, *cur, TOK_SPLIT_ISOLATED, 0))) return st;
-        struct tok_buf *ob = &w->buf[o];
+        struct cairn_buf *ob = &w->buf[o];
         struct tok_spans *os = &w->sp[o];
         ob->n = 0;
         os->n = 0;
-        const struct tok_buf *ib = &w->buf[*cur];
+        const struct cairn_buf *ib = &w->buf[*cur];
         for (size_t k = 0; k < w->sp[*cur].n; k++) {
             struct tok_span sp = w->sp[*cur].v[k];
-            if (tok_buf_reserve(ob, sp.len * 2 + 1)) return CAIRN_ERR_NOMEM;
+            if (cairn_buf_reserve(ob, sp.len * 2 + 1)) return CAIRN_ERR_NOMEM;
             size_t at = ob->n;
             for (size_t i = 0; i < sp.len; i++)
-                ob->n += tok_utf8_put(tok_byte_to_cp[(uint8_t)ib->p[sp.off + i]], ob->p + ob->n);
+                ob->n += cairn_utf8_put(tok_byte_to_cp[(uint8_t)ib->p[sp.off + i]], ob->p + ob->n);
             if (tok_spans_push(os, at, ob->n - at)) return CAIRN_ERR_NOMEM;
         }
         *cur = o;
@@ -380,11 +380,11 @@ static int tok_pre_apply(const struct tok_pretok *p, struct tok_pre_work *w, int
     }
     case TOK_PRE_METASPACE: {
         int o = 1 - *cur;
-        struct tok_buf *ob = &w->buf[o];
+        struct cairn_buf *ob = &w->buf[o];
         struct tok_spans *os = &w->sp[o];
         ob->n = 0;
         os->n = 0;
-        const struct tok_buf *ib = &w->buf[*cur];
+        const struct cairn_buf *ib = &w->buf[*cur];
         for (size_t k = 0; k < w->sp[*cur].n; k++) {
             struct tok_span sp = w->sp[*cur].v[k];
             size_t at = ob->n;
@@ -393,10 +393,10 @@ static int tok_pre_apply(const struct tok_pretok *p, struct tok_pre_work *w, int
             if (!starts && sp.len && s[0] == ' ') starts = 1; /* becomes the replacement */
             int pre = p->prepend == TOK_PREPEND_ALWAYS ||
                       (p->prepend == TOK_PREPEND_FIRST && first && k == 0);
-            if (pre && !starts && tok_buf_put(ob, p->repl, p->repl_len)) return CAIRN_ERR_NOMEM;
+            if (pre && !starts && cairn_buf_put(ob, p->repl, p->repl_len)) return CAIRN_ERR_NOMEM;
             for (size_t i = 0; i < sp.len; i++) {
                 int r =
-                    s[i] == ' ' ? tok_buf_put(ob, p->repl, p->repl_len) : tok_buf_put(ob, s + i, 1);
+                    s[i] == ' ' ? cairn_buf_put(ob, p->repl, p->repl_len) : cairn_buf_put(ob, s + i, 1);
                 if (r) return r;
             }
             if (tok_spans_push(os, at, ob->n - at)) return CAIRN_ERR_NOMEM;
@@ -413,12 +413,12 @@ static int tok_pre_apply(const struct tok_pretok *p, struct tok_pre_work *w, int
 }
 
 int tok_pretok_run(const struct tok_pretok *p, struct tok_pre_work *w, const char *s, size_t n,
-                   int first, const struct tok_buf **out_buf, const struct tok_spans **out_spans)
+                   int first, const struct cairn_buf **out_buf, const struct tok_spans **out_spans)
 {
     int cur = 0;
     w->buf[0].n = 0;
     w->sp[0].n = 0;
-    if (tok_buf_put(&w->buf[0], s, n)) return CAIRN_ERR_NOMEM;
+    if (cairn_buf_put(&w->buf[0], s, n)) return CAIRN_ERR_NOMEM;
     if (n && tok_spans_push(&w->sp[0], 0, n)) return CAIRN_ERR_NOMEM;
     int st = p ? tok_pre_apply(p, w, &cur, first) : CAIRN_OK;
     *out_buf = &w->buf[cur];

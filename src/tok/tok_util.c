@@ -1,5 +1,6 @@
 /* tok utilities: growable buffers, hash maps (string -> id, u64 -> u64), UTF-8 helpers,
- * GPT-2 byte-level tables and the PCRE2 wrapper that accepts HF (Oniguruma) regex syntax. */
+ * GPT-2 byte-level tables, the PCRE2 wrapper that accepts HF (Oniguruma) regex syntax, and the
+ * loaders' JSON helpers. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,35 +11,6 @@
 /* ---- buffers ---- */
 
 unsigned long tok_n_grow;
-
-int tok_buf_reserve(struct tok_buf *b, size_t extra)
-{
-    if (b->n + extra <= b->cap) return CAIRN_OK;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->n + extra)
-        cap *= 2;
-    TOK_COUNT_GROW();
-    char *p = realloc(b->p, cap);
-    if (!p) return CAIRN_ERR_NOMEM;
-    b->p = p;
-    b->cap = cap;
-    return CAIRN_OK;
-}
-
-int tok_buf_put(struct tok_buf *b, const void *data, size_t n)
-{
-    if (tok_buf_reserve(b, n + 1)) return CAIRN_ERR_NOMEM;
-    if (n) memcpy(b->p + b->n, data, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return CAIRN_OK;
-}
-
-void tok_buf_free(struct tok_buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof(*b));
-}
 
 int tok_spans_push(struct tok_spans *s, size_t off, size_t len)
 {
@@ -137,7 +109,7 @@ int tok_smap_put(struct tok_smap *m, const char *key, size_t len, int32_t val)
     m->key_off[e] = m->arena.n;
     m->key_len[e] = (uint32_t)len;
     m->val[e] = val;
-    if (tok_buf_put(&m->arena, key, len)) return CAIRN_ERR_NOMEM;
+    if (cairn_buf_put(&m->arena, key, len)) return CAIRN_ERR_NOMEM;
     m->n++;
     m->slots[i] = e + 1;
     if ((uint64_t)m->n * 2 > m->mask) return tok_smap_grow(m);
@@ -164,7 +136,7 @@ void tok_smap_free(struct tok_smap *m)
     free(m->key_off);
     free(m->key_len);
     free(m->val);
-    tok_buf_free(&m->arena);
+    cairn_buf_free(&m->arena);
     memset(m, 0, sizeof(*m));
 }
 
@@ -239,112 +211,6 @@ void tok_qmap_free(struct tok_qmap *m)
     memset(m, 0, sizeof(*m));
 }
 
-/* ---- UTF-8 ---- */
-
-size_t tok_utf8_len(uint8_t c)
-{
-    if (c < 0x80) return 1;
-    if ((c & 0xe0) == 0xc0) return 2;
-    if ((c & 0xf0) == 0xe0) return 3;
-    if ((c & 0xf8) == 0xf0) return 4;
-    return 1;
-}
-
-size_t tok_utf8_put(uint32_t cp, char *o)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-size_t tok_utf8_get(const char *s, size_t n, size_t i, uint32_t *cp)
-{
-    const uint8_t *u = (const uint8_t *)s + i;
-    size_t l = tok_utf8_len(u[0]);
-    if (i + l > n) l = 1;
-    switch (l) {
-    case 1:
-        *cp = u[0];
-        break;
-    case 2:
-        *cp = ((uint32_t)(u[0] & 0x1f) << 6) | (u[1] & 0x3f);
-        break;
-    case 3:
-        *cp = ((uint32_t)(u[0] & 0x0f) << 12) | ((uint32_t)(u[1] & 0x3f) << 6) | (u[2] & 0x3f);
-        break;
-    default:
-        *cp = ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3f) << 12) |
-              ((uint32_t)(u[2] & 0x3f) << 6) | (u[3] & 0x3f);
-    }
-    return l;
-}
-
-/* Length of the valid UTF-8 sequence at s[i], or -(length of the maximal invalid prefix) —
- * the unit one U+FFFD replaces in from_utf8_lossy. */
-static long tok_utf8_check(const uint8_t *s, size_t n, size_t i)
-{
-    uint8_t c = s[i];
-    if (c < 0x80) return 1;
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf)
-        need = 1;
-    else if (c == 0xe0)
-        need = 2, lo = 0xa0;
-    else if (c >= 0xe1 && c <= 0xec)
-        need = 2;
-    else if (c == 0xed)
-        need = 2, hi = 0x9f;
-    else if (c >= 0xee && c <= 0xef)
-        need = 2;
-    else if (c == 0xf0)
-        need = 3, lo = 0x90;
-    else if (c >= 0xf1 && c <= 0xf3)
-        need = 3;
-    else if (c == 0xf4)
-        need = 3, hi = 0x8f;
-    else
-        return -1;
-    for (size_t k = 1; k <= need; k++) {
-        if (i + k >= n) return -(long)k;
-        uint8_t d = s[i + k];
-        if (k == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xbf)) return -(long)k;
-    }
-    return (long)(need + 1);
-}
-
-int tok_utf8_valid(const char *s, size_t n)
-{
-    const uint8_t *u = (const uint8_t *)s;
-    for (size_t i = 0; i < n;) {
-        if (u[i] < 0x80) {
-            i++;
-            continue;
-        }
-        long l = tok_utf8_check(u, n, i);
-        if (l < 0) return 0;
-        i += (size_t)l;
-    }
-    return 1;
-}
-
 int tok_byte_piece(const char *p, size_t n)
 {
     if (n != 6 || p[0] != '<' || p[1] != '0' || p[2] != 'x' || p[5] != '>') return -1;
@@ -360,37 +226,6 @@ int tok_byte_piece(const char *p, size_t n)
         v = v * 16 + d;
     }
     return v;
-}
-
-int tok_utf8_tail_open(const char *s, size_t n)
-{
-    const uint8_t *u = (const uint8_t *)s;
-    for (size_t i = n; i-- > 0 && i + 4 >= n;) {
-        if ((u[i] & 0xc0) == 0x80) continue;
-        if (u[i] < 0xc2 || u[i] > 0xf4) return 0; /* ASCII or a byte that never starts one */
-        long r = tok_utf8_check(u, n, i);
-        return r < 0 && i + (size_t)(-r) >= n;
-    }
-    return 0;
-}
-
-int tok_utf8_lossy(struct tok_buf *out, const char *s, size_t n)
-{
-    const uint8_t *u = (const uint8_t *)s;
-    size_t i = 0, run = 0;
-    if (tok_buf_reserve(out, n + 1)) return CAIRN_ERR_NOMEM;
-    while (i < n) {
-        long l = u[i] < 0x80 ? 1 : tok_utf8_check(u, n, i);
-        if (l > 0) {
-            i += (size_t)l;
-            continue;
-        }
-        if (tok_buf_put(out, s + run, i - run)) return CAIRN_ERR_NOMEM;
-        if (tok_buf_put(out, "\xef\xbf\xbd", 3)) return CAIRN_ERR_NOMEM;
-        i += (size_t)(-l);
-        run = i;
-    }
-    return tok_buf_put(out, s + run, n - run);
 }
 
 /* ---- byte-level (GPT-2) tables ---- */
@@ -426,7 +261,7 @@ int tok_cp_to_byte(uint32_t cp)
 
 /* Oniguruma's \s (what HF uses) includes U+0085; PCRE2's UCP \s does not. Rewrites \s / \S
  * so both agree. Everything else in HF's patterns means the same in PCRE2. */
-static int tok_re_translate(const char *p, size_t n, struct tok_buf *o)
+static int tok_re_translate(const char *p, size_t n, struct cairn_buf *o)
 {
     int in_class = 0;
     for (size_t i = 0; i < n; i++) {
@@ -435,47 +270,47 @@ static int tok_re_translate(const char *p, size_t n, struct tok_buf *o)
             char d = p[i + 1];
             int r;
             if (d == 's')
-                r = tok_buf_put(o, in_class ? "\\s\\x{85}" : "[\\s\\x{85}]", in_class ? 8 : 10);
+                r = cairn_buf_put(o, in_class ? "\\s\\x{85}" : "[\\s\\x{85}]", in_class ? 8 : 10);
             else if (d == 'S' && !in_class)
-                r = tok_buf_put(o, "[^\\s\\x{85}]", 11);
+                r = cairn_buf_put(o, "[^\\s\\x{85}]", 11);
             else
-                r = tok_buf_put(o, p + i, 2);
+                r = cairn_buf_put(o, p + i, 2);
             if (r) return r;
             i++;
             continue;
         }
         if (c == '[' && !in_class) {
             in_class = 1;
-            if (tok_buf_put(o, p + i, 1)) return CAIRN_ERR_NOMEM;
+            if (cairn_buf_put(o, p + i, 1)) return CAIRN_ERR_NOMEM;
             /* a ']' right after '[' or '[^' is literal */
             if (i + 1 < n && p[i + 1] == '^') {
-                if (tok_buf_put(o, "^", 1)) return CAIRN_ERR_NOMEM;
+                if (cairn_buf_put(o, "^", 1)) return CAIRN_ERR_NOMEM;
                 i++;
             }
             if (i + 1 < n && p[i + 1] == ']') {
-                if (tok_buf_put(o, "\\]", 2)) return CAIRN_ERR_NOMEM;
+                if (cairn_buf_put(o, "\\]", 2)) return CAIRN_ERR_NOMEM;
                 i++;
             }
             continue;
         }
         if (c == ']' && in_class) in_class = 0;
-        if (tok_buf_put(o, p + i, 1)) return CAIRN_ERR_NOMEM;
+        if (cairn_buf_put(o, p + i, 1)) return CAIRN_ERR_NOMEM;
     }
     return CAIRN_OK;
 }
 
 int tok_re_compile(struct tok_re *re, const char *pat, size_t len, struct cairn_err *err)
 {
-    struct tok_buf b = {0};
+    struct cairn_buf b = {0};
     re->code = NULL;
-    if (tok_re_translate(pat, len, &b) || tok_buf_put(&b, "", 0)) {
-        tok_buf_free(&b);
+    if (tok_re_translate(pat, len, &b) || cairn_buf_put(&b, "", 0)) {
+        cairn_buf_free(&b);
         return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory compiling regex");
     }
     int ec;
     PCRE2_SIZE eo;
     re->code = pcre2_compile((PCRE2_SPTR)b.p, b.n, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
-    tok_buf_free(&b);
+    cairn_buf_free(&b);
     if (!re->code) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof(msg));
@@ -510,7 +345,31 @@ int tok_re_next(const struct tok_re *re, pcre2_match_data *md, const char *s, si
         }
         /* empty match: move one character on */
         if (ov[0] >= n) return 0;
-        start = ov[0] + tok_utf8_len((uint8_t)s[ov[0]]);
+        start = ov[0] + cairn_utf8_seq_len((uint8_t)s[ov[0]]);
     }
     return 0;
+}
+
+char *tok_strndup(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (!p) return NULL;
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+const char *tok_jstr(json_t *o, const char *key, size_t *len)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_string(v)) return NULL;
+    if (len) *len = json_string_length(v);
+    return json_string_value(v);
+}
+
+int tok_jbool(json_t *o, const char *key, int dflt)
+{
+    json_t *v = json_object_get(o, key);
+    if (json_is_boolean(v)) return json_is_true(v);
+    return dflt;
 }

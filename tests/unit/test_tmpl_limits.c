@@ -37,7 +37,7 @@ static void expect(const char *src, int want, const char *needle)
     CHECK_MSG(rc == want, "rc %d (want %d) for %.80s: %s", rc, want, src, err.msg);
     if (want) {
         CHECK(out == NULL);
-        CHECK_MSG(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
+        CHECK_MSG(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s' (%.80s)", err.msg, needle, src);
     }
     free(out);
     tmpl_free(t);

@@ -130,6 +130,12 @@ static void test_loader(void)
     unlink(p);
     write_file(dir, "chat_template.json", "{\"chat_template\": \"S{{ messages|length }}\"}");
     check_dir(dir, "S1", "<B>");
+    /* as in transformers, the file wins over the config's template too */
+    write_file(dir, "tokenizer_config.json", "{\"chat_template\": \"CONFIG\", \"bos_token\": \"<B>\"}");
+    check_dir(dir, "S1", "<B>");
+    snprintf(p, sizeof(p), "%s/chat_template.json", dir);
+    unlink(p);
+    check_dir(dir, "CONFIG", "<B>");
     /* named list in tokenizer_config.json: "default" wins over first */
     write_file(dir, "tokenizer_config.json",
                "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, {\"name\": \"default\", \"template\": \"D{{ eos_token }}\"}], \"eos_token\": \"<E>\"}");
@@ -141,8 +147,6 @@ static void test_loader(void)
     CHECK_EQ_INT(tmpl_load_from_dir(dir, &t, NULL, NULL, &err), CAIRN_ERR_FORMAT);
     write_file(dir, "tokenizer_config.json", "{\"chat_template\": \"{% if %}\"}");
     CHECK(tmpl_load_from_dir(dir, &t, NULL, NULL, &err) != 0 && t == NULL);
-    snprintf(p, sizeof(p), "%s/chat_template.json", dir);
-    unlink(p);
     snprintf(p, sizeof(p), "%s/tokenizer_config.json", dir);
     unlink(p);
     rmdir(dir);

@@ -1,11 +1,14 @@
 /* tok parity with Hugging Face tokenizers: the 7 real tokenizers from .deps/npm against
  * tests/data/oracle/tokenizers/NAME.json (ids, ids_with_special, decoded, decoded_skip_special,
- * and the streaming detokenizer fed one id at a time). Also concurrent encodes on one tok. */
+ * and the streaming detokenizer fed one id at a time). Also concurrent encodes on one tok, and
+ * the role-injection checks of tok_inject_check.h on each tokenizer while it is loaded. */
 #include <jansson.h>
 #include <pthread.h>
 
 #include "testlib.h"
+#include "tmpl/tmpl.h"
 #include "tok/tok.h"
+#include "tok_inject_check.h"
 
 static const char *const names[] = {"qwen3",  "llama3", "llama3_1",   "llama2",
                                     "gemma3", "gptoss", "deepseek_v3"};
@@ -128,8 +131,10 @@ static void check_one(const char *name)
         json_t *c0 = json_array_get(json_object_get(tmpl, "cases"), 0);
         const char *why = json_string_value(json_object_get(c0, "error"));
         int no_template = why && strstr(why, "chat_template is not set");
-        CHECK_MSG(no_template ? tok_chat_template(t) == NULL : tok_chat_template(t) != NULL,
-                  "%s: chat_template", name);
+        struct tmpl *tm = NULL;
+        int trc = tmpl_load_from_dir(dir, &tm, NULL, NULL, &err);
+        CHECK_MSG(no_template ? trc == CAIRN_ERR_NOT_FOUND : trc == 0, "%s: chat_template", name);
+        tmpl_free(tm);
         json_decref(tmpl);
     }
     json_t *cases = json_object_get(oracle, "cases");
@@ -206,6 +211,7 @@ static void check_one(const char *name)
     tok_stream_free(s0);
     tok_stream_free(s1);
     json_decref(oracle);
+    inject_check(name, t);
     tok_free(t);
 }
 

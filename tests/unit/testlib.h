@@ -1,5 +1,7 @@
 /* Minimal test helpers: CHECK macros that count failures, and the summary line CI reads.
- * Usage: TEST_MAIN-style: call checks, then `return test_summary("name");`. */
+ * Usage: call checks, then `return test_summary("name");`. A test that ran no check fails; one
+ * that can't run here (a missing dependency) returns test_skip(why): exit code 77, which ctest
+ * reports as skipped (SKIP_RETURN_CODE in CMakeLists.txt), never as passed. */
 #ifndef CAIRN_TESTLIB_H
 #define CAIRN_TESTLIB_H
 
@@ -47,7 +49,18 @@ static inline const char *test_src_path(const char *rel, char *buf, size_t n)
 static inline int test_summary(const char *name)
 {
     printf("%s: %d passed, %d failed\n", name, test_n_pass, test_n_fail);
+    if (test_n_pass + test_n_fail == 0) {
+        printf("%s: FAIL: ran no checks\n", name);
+        return 1;
+    }
     return test_n_fail ? 1 : 0;
+}
+
+#define TEST_SKIP_CODE 77
+static inline int test_skip(const char *name, const char *why)
+{
+    printf("%s: SKIP: %s\n", name, why);
+    return TEST_SKIP_CODE;
 }
 
 #endif
