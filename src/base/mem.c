@@ -77,6 +77,13 @@ void *cairn_xcalloc(size_t n, size_t size)
     return p;
 }
 
+char *cairn_xstrdup(const char *s)
+{
+    char *p = strdup(s);
+    if (!p) mem_die(strlen(s));
+    return p;
+}
+
 uint64_t cairn_mem_total_ram(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -47,6 +47,7 @@ const char *cairn_mem_domain_name(enum cairn_mem_domain dom);
 /* Abort-on-failure allocation, for start-up paths only. */
 void *cairn_xmalloc(size_t bytes);
 void *cairn_xcalloc(size_t n, size_t size);
+char *cairn_xstrdup(const char *s);
 
 /* Physical RAM in bytes (sysconf), for "% of RAM" settings. */
 uint64_t cairn_mem_total_ram(void);

@@ -418,7 +418,7 @@ int tok_vocab_bytes(const struct tok *t, uint8_t **blob, const uint8_t ***bytes,
                     struct cairn_err *err)
 {
     size_t n = (size_t)t->n_vocab;
-    struct tok_buf all = {0}, one = {0};
+    struct cairn_buf all = {0}, one = {0};
     struct tok_dec_work w;
     memset(&w, 0, sizeof(w));
     size_t *off = malloc((n + 1) * sizeof(size_t));
@@ -435,41 +435,41 @@ int tok_vocab_bytes(const struct tok *t, uint8_t **blob, const uint8_t ***bytes,
         off[i] = at;
         if (!p || t->special[id]) continue; /* no bytes: never allowed by a grammar */
         if (t->is_added[id]) {
-            st = tok_buf_put(&all, p, pl);
+            st = cairn_buf_put(&all, p, pl);
         } else if (t->id_byte && t->id_byte[id]) {
             char b = (char)(t->id_byte[id] - 1);
-            st = tok_buf_put(&all, &b, 1);
+            st = cairn_buf_put(&all, &b, 1);
         } else if (bytelevel) {
             for (size_t k = 0; k < pl && !st;) {
                 uint32_t cp;
-                size_t l = tok_utf8_get(p, pl, k, &cp);
+                size_t l = cairn_utf8_get(p, pl, k, &cp);
                 int b = tok_cp_to_byte(cp);
                 if (b < 0) { /* not a byte-level piece: its text as is */
                     all.n = at;
-                    st = tok_buf_put(&all, p, pl);
+                    st = cairn_buf_put(&all, p, pl);
                     break;
                 }
                 char c = (char)b;
-                st = tok_buf_put(&all, &c, 1);
+                st = cairn_buf_put(&all, &c, 1);
                 k += l;
             }
         } else {
             /* the decoder pipeline on this one token, as a token inside a text */
             st = tok_dec_run(t, &w, &id, 1, 0, 0, &one);
-            if (!st) st = tok_buf_put(&all, one.p, one.n);
+            if (!st) st = cairn_buf_put(&all, one.p, one.n);
         }
         if (st) goto nomem;
     }
     off[n] = all.n;
     *bytes = malloc((n ? n : 1) * sizeof(uint8_t *));
-    if (!*bytes || tok_buf_reserve(&all, 1)) goto nomem;
+    if (!*bytes || cairn_buf_reserve(&all, 1)) goto nomem;
     for (size_t i = 0; i < n; i++) {
         (*bytes)[i] = (const uint8_t *)all.p + off[i];
         (*lens)[i] = off[i + 1] - off[i];
     }
     *blob = (uint8_t *)all.p;
     free(off);
-    tok_buf_free(&one);
+    cairn_buf_free(&one);
     tok_dec_work_free(&w);
     return CAIRN_OK;
 nomem:
@@ -478,8 +478,8 @@ nomem:
     free((void *)*bytes);
     *lens = NULL;
     *bytes = NULL;
-    tok_buf_free(&all);
-    tok_buf_free(&one);
+    cairn_buf_free(&all);
+    cairn_buf_free(&one);
     tok_dec_work_free(&w);
     return cairn_err_set(err, CAIRN_ERR_NOMEM, "tokenizer: out of memory for the token byte strings");
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "test_backend.h"
 #include "testlib.h"
 
 #include "base/file.h"
@@ -106,7 +107,7 @@ int main(void)
     setenv("CAIRN_CACHE_DIR", cache_dir, 1);
     struct model *m = NULL;
     struct cairn_err err = {0};
-    CHECK_MSG(model_load(dir, &m, &err) == 0, "%s", err.msg);
+    CHECK_MSG(model_load(dir, test_cpu_be(), &m, &err) == 0, "%s", err.msg);
     if (m) {
         CHECK(!memcmp(model_get_info(m)->identity, a, 32));
         model_free(m);
