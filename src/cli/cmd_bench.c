@@ -5,7 +5,9 @@
  *       compare with the machine probes (decode roofline = weight bytes/s ÷ read bandwidth).
  *   cairn bench --model DIR [-p 512] [-n 128] [-t T] [--batch B] [--reps R] [--device D]
  *       prefill and decode tokens/s on a model (median of reps) on --device (default auto),
- *       decode roofline, prefill GFLOP/s vs the FMA peak.
+ *       decode roofline, prefill GFLOP/s vs the FMA peak. On a GPU (--device cuda) the decode
+ *       roofline and the adjacent ratio are against the device's copy bandwidth, probed once
+ *       in the run (cuda_probe_copy_bandwidth; JSON "device_copy_gbs"), not the host probes.
  * Both print the CPU probes: read-only sum and STREAM triad bandwidth, FMA peak. --json prints
  * one JSON object instead of text. The ISA is the best available or CAIRN_CPU_ISA.
  *
@@ -21,6 +23,9 @@
 #include "cpu/cpu.h"
 #include "model/model.h"
 #include "model/model_run.h"
+#ifdef CAIRN_HAVE_CUDA
+#include "cuda/cuda.h"
+#endif
 
 struct bench_opts {
     const char *model;
@@ -299,6 +304,19 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
     pt = cairn_xmalloc((size_t)reps * sizeof(double));
     dt = cairn_xmalloc((size_t)reps * sizeof(double));
     bw = cairn_xmalloc((size_t)reps * sizeof(double));
+    /* On a GPU the roofline is against the device's own copy bandwidth, probed here (the
+     * host's read probe says nothing about HBM); 0: the host probes are used. */
+    double dev_gbs = 0;
+#ifdef CAIRN_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) {
+        int dev = 0;
+        if (strncmp(be->name, "cuda:", 5) == 0) dev = atoi(be->name + 5);
+        if (cuda_probe_copy_bandwidth(dev, (size_t)o->probe_mb << 20, &dev_gbs, &err) != CAIRN_OK) {
+            fprintf(stderr, "cairn bench: device copy probe: %s\n", err.msg);
+            goto cleanup;
+        }
+    }
+#endif
     for (int r = 0; r < reps; r++) {
         /* Prefill every sequence (timed: the first one only, P tokens). */
         for (int b = 0; b < B; b++) {
@@ -311,7 +329,7 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
             if (b == 0) pt[r] = cairn_now() - t0;
         }
         /* Shared machine: a read probe right before and after each decode run. */
-        double bw0 = cpu_probe_read_now((size_t)o->probe_mb << 20);
+        double bw0 = dev_gbs > 0 ? dev_gbs : cpu_probe_read_now((size_t)o->probe_mb << 20);
         double t0 = cairn_now();
         for (int step = 0; step < N; step++) {
             for (int b = 0; b < B; b++)
@@ -323,7 +341,7 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
             }
         }
         dt[r] = cairn_now() - t0;
-        bw[r] = 0.5 * (bw0 + cpu_probe_read_now((size_t)o->probe_mb << 20));
+        bw[r] = dev_gbs > 0 ? dev_gbs : 0.5 * (bw0 + cpu_probe_read_now((size_t)o->probe_mb << 20));
     }
     double p_best = 1e30, d_best = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -339,8 +357,9 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
     double kv_per_tok = (double)info->n_kv_layers * info->n_kv_heads * info->head_dim * 2.0 * 2.0;
     double step_bytes = (double)info->weight_bytes + B * kv_per_tok * (P + N / 2.0);
     double steps_best = N / d_best, steps_med = N / d_med;
-    double roof_best = 100.0 * step_bytes * steps_best / 1e9 / probe->read_gbs;
-    double roof_med = 100.0 * step_bytes * steps_med / 1e9 / probe->read_gbs;
+    double roof_gbs = dev_gbs > 0 ? dev_gbs : probe->read_gbs;
+    double roof_best = 100.0 * step_bytes * steps_best / 1e9 / roof_gbs;
+    double roof_med = 100.0 * step_bytes * steps_med / 1e9 / roof_gbs;
     /* Prefill FLOPs: 2 per parameter per token except the LM head (one row of logits), plus
      * attention (QK and PV: 4 · heads · head_dim per (query, key) pair, causal). */
     double lm = (double)info->vocab_size * info->hidden_size;
@@ -367,6 +386,7 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
                (unsigned long long)info->n_params, P, N, B, reps, pp_med, pp_best, tg_med, tg_best,
                roof_med, roof_best, gf_med, gf_best, 100.0 * gf_best / probe->fma_gflops,
                100.0 * adj_med, 100.0 * adj_best);
+        if (dev_gbs > 0) printf("\"device\": \"%s\", \"device_copy_gbs\": %.2f, ", be->name, dev_gbs);
         bench_print_probe(probe, 1);
         printf("}\n");
     } else {
@@ -376,8 +396,9 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
         printf("  prefill pp%d:       median %.2f tok/s, best %.2f tok/s; %.1f GFLOP/s best = %.1f%% of FMA peak\n",
                P, pp_med, pp_best, gf_best, 100.0 * gf_best / probe->fma_gflops);
         printf("  decode  tg%d x%d:   median %.2f tok/s, best %.2f tok/s\n", N, B, tg_med, tg_best);
-        printf("  decode roofline:   %.1f MB/step; best %.1f%%, median %.1f%% of read bandwidth\n",
-               step_bytes / 1e6, roof_best, roof_med);
+        if (dev_gbs > 0) printf("  device %s: copy bandwidth %.2f GB/s\n", be->name, dev_gbs);
+        printf("  decode roofline:   %.1f MB/step; best %.1f%%, median %.1f%% of %s bandwidth\n",
+               step_bytes / 1e6, roof_best, roof_med, dev_gbs > 0 ? "the device's copy" : "read");
         printf("  vs adjacent probes: best %.1f%%, median %.1f%% (read probe just before/after each run)\n",
                100.0 * adj_best, 100.0 * adj_med);
     }

@@ -23,10 +23,11 @@
 #include "cuda/cuda_common.cuh"
 
 #define CUDA_ATTN_THREADS 128      /* threads per (row, head, split) block */
-#define CUDA_ATTN_CHUNK 256        /* positions scored per pass (shared scores) */
+#define CUDA_ATTN_CHUNK 64         /* positions scored per pass (shared scores); short, so that
+                                    * decode splits the context finely and the p.v loop is short */
 #define CUDA_ATTN_MAX_HEAD_DIM CUDA_ATTN_HEAD_DIM_MAX /* q is staged in shared memory; 2 dims per thread */
 #define CUDA_ATTN_DIMS_PER_THREAD (CUDA_ATTN_MAX_HEAD_DIM / CUDA_ATTN_THREADS)
-#define CUDA_ATTN_TARGET_BLOCKS_PER_SM 4 /* split-K aims at this many blocks per SM */
+#define CUDA_ATTN_TARGET_BLOCKS_PER_SM 8 /* split-K aims at this many blocks per SM */
 
 struct cuda_attn_args {
     const float *q;
@@ -136,6 +137,7 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_kernel(str
             int d = tid + j * CUDA_ATTN_THREADS;
             if (d >= hd) break;
             float sum = 0;
+#pragma unroll 8
             for (int i = 0; i < cn; i++) {
                 int p = c0 + i, blk = bt[p / kv.block_size], off = p % kv.block_size;
                 const uint8_t *vb = vbase + (size_t)blk * kv.block_bytes;

@@ -6,13 +6,15 @@
 #                                        dense oracle model, batched == solo), demo model parity
 #   tests/cuda/device_session.sh bench   cairn bench --device cuda on the 1B and 8B shapes
 #                                        (BF16, MLX q8/q4), synthesized on the device's disk
-# Env: BIN_DIR (default .devcarry: cairn, test_cuda_ops and the shared libraries the device
-# lacks), OUT (where logs go; the device tool brings $OUT back), MODELS (default /tmp/cairn-bench).
+# Env: BIN_DIR (default .devcarry: cairn, test_cuda_ops, each possibly as NAME.gz, and the
+# shared libraries the device lacks), OUT (where logs go; the device tool brings $OUT back), MODELS (default /tmp/cairn-bench).
 set -u
 cd "$(dirname "$0")/../.."
 BIN_DIR=${BIN_DIR:-.devcarry}
 OUT=${OUT:-$(mktemp -d)}
 MODELS=${MODELS:-/tmp/cairn-bench}
+# Binaries may be carried gzip'ed (the working tree plus the carry must stay under 64 MiB).
+for z in "$BIN_DIR"/*.gz; do [ -f "$z" ] && gunzip -f "$z"; done
 export LD_LIBRARY_PATH="$PWD/$BIN_DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0
 BIN=$BIN_DIR/cairn
