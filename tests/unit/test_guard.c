@@ -204,8 +204,13 @@ static void test_hybrid_sizing(void)
     rc = engine_create(m, &o, &e, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
     if (rc == CAIRN_OK) {
+        /* the scheduler thread publishes the stats once it has started: wait for that (5 s max) */
         struct engine_stats st;
         engine_get_stats(e, &st);
+        for (int i = 0; i < 500 && st.n_blocks_total == 0; i++) {
+            usleep(10000);
+            engine_get_stats(e, &st);
+        }
         CHECK_EQ_INT(st.n_blocks_total, (1 << 20) / (64 * kv_per_token));
         CHECK_EQ_INT(cairn_mem_used(CAIRN_MEM_KV) - kv0, (uint64_t)st.n_blocks_total * 64 * kv_per_token);
         engine_destroy(e);
