@@ -88,21 +88,32 @@ static inline int oracle_n_trusted(const struct oracle_case *c)
     return n;
 }
 
+/* The oracle tests' engine options: f32 KV, 256-token steps; callers may adjust before create. */
+static inline void oracle_engine_opts(struct engine_opts *o, int block_size, uint64_t kv_bytes, int max_running)
+{
+    memset(o, 0, sizeof(*o));
+    engine_opts_default(o);
+    o->kv_dtype = DTYPE_F32;
+    o->block_size = block_size;
+    o->kv_bytes = kv_bytes;
+    o->max_running = max_running;
+    o->max_batch_tokens = 256;
+}
+
+static inline struct engine *oracle_engine_create(struct model *m, const struct engine_opts *o)
+{
+    struct engine *e = NULL;
+    struct cairn_err err = {0};
+    int rc = engine_create(m, o, &e, &err);
+    CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
+    return e;
+}
+
 static inline struct engine *oracle_engine(struct model *m, int block_size, uint64_t kv_bytes, int max_running)
 {
     struct engine_opts o;
-    memset(&o, 0, sizeof(o));
-    engine_opts_default(&o);
-    o.kv_dtype = DTYPE_F32;
-    o.block_size = block_size;
-    o.kv_bytes = kv_bytes;
-    o.max_running = max_running;
-    o.max_batch_tokens = 256;
-    struct engine *e = NULL;
-    struct cairn_err err = {0};
-    int rc = engine_create(m, &o, &e, &err);
-    CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
-    return e;
+    oracle_engine_opts(&o, block_size, kv_bytes, max_running);
+    return oracle_engine_create(m, &o);
 }
 
 static inline int same_tokens(const struct collect *a, const struct collect *b)

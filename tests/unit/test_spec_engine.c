@@ -50,24 +50,14 @@ static struct engine *make_engine_d(struct model *m, enum engine_spec_mode mode,
                                     int scripted)
 {
     struct engine_opts o;
-    memset(&o, 0, sizeof(o));
-    engine_opts_default(&o);
-    o.kv_dtype = DTYPE_F32;
-    o.block_size = 16;
-    o.kv_bytes = kv_bytes;
-    o.max_running = 8;
-    o.max_batch_tokens = 256;
+    oracle_engine_opts(&o, 16, kv_bytes, 8);
     o.speculative = mode;
     o.spec_cost_slope = 0.05; /* fixed: which steps draft must not depend on ASan timings */
     if (scripted) {
         o.drafter.ctx = &script;
         o.drafter.draft = script_draft;
     }
-    struct engine *e = NULL;
-    struct cairn_err err = {0};
-    int rc = engine_create(m, &o, &e, &err);
-    CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
-    return e;
+    return oracle_engine_create(m, &o);
 }
 
 static struct engine *make_engine(struct model *m, enum engine_spec_mode mode, uint64_t kv_bytes)
