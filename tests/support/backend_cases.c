@@ -703,18 +703,21 @@ static void bc_case_moe(struct bc *c)
                 mx = logits[t * E + e] > mx ? logits[t * E + e] : mx;
             for (int e = 0; e < E; e++)
                 sum += (pr[e] = exp(logits[t * E + e] - mx));
+            /* The reference ranks all experts by a stable insertion sort (probability down,
+             * id up on ties), an algorithm of its own, and takes the first K. */
+            int order[E];
+            for (int e = 0; e < E; e++) {
+                int at = e;
+                while (at > 0 && pr[order[at - 1]] < pr[e])
+                    at--;
+                memmove(order + at + 1, order + at, sizeof(int) * (size_t)(e - at));
+                order[at] = e;
+            }
             double wsum = 0;
             for (int k = 0; k < K; k++) {
-                int best = -1;
-                for (int e = 0; e < E; e++) {
-                    int taken = 0;
-                    for (int j = 0; j < k; j++)
-                        taken |= want_ids[t * K + j] == e;
-                    if (!taken && (best < 0 || pr[e] > pr[best])) best = e;
-                }
-                want_ids[t * K + k] = best;
-                want_w[t * K + k] = pr[best] / sum;
-                wsum += pr[best] / sum;
+                want_ids[t * K + k] = order[k];
+                want_w[t * K + k] = pr[order[k]] / sum;
+                wsum += pr[order[k]] / sum;
             }
             if (norm)
                 for (int k = 0; k < K; k++)
