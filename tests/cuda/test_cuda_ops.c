@@ -950,12 +950,12 @@ static void test_errors_and_memory(void)
     struct backend_mem_stats st0, st1;
     CHECK(be->ops->mem_stats(be, &st0) == CAIRN_OK);
     CHECK(st0.device_total > 0 && st0.device_free <= st0.device_total);
-    uint64_t tag0 = cairn_mem_used(CAIRN_MEM_KV);
+    uint64_t tag0 = cairn_mem_used_in(CAIRN_MEM_DEVICE, CAIRN_MEM_KV);
     void *p = NULL;
     CHECK(be->ops->buf_alloc(be, (size_t)1 << 20, CAIRN_MEM_KV, &p, &err) == CAIRN_OK);
     CHECK(be->ops->mem_stats(be, &st1) == CAIRN_OK);
     CHECK_EQ_INT(st1.device_used_by_cairn - st0.device_used_by_cairn, (long long)1 << 20);
-    CHECK_EQ_INT(cairn_mem_used(CAIRN_MEM_KV) - tag0, (long long)1 << 20);
+    CHECK_EQ_INT(cairn_mem_used_in(CAIRN_MEM_DEVICE, CAIRN_MEM_KV) - tag0, (long long)1 << 20);
     /* zeroed */
     uint8_t buf[4096];
     memset(buf, 0xff, sizeof(buf));
@@ -964,7 +964,7 @@ static void test_errors_and_memory(void)
     for (size_t i = 0; i < sizeof(buf); i++) zero &= buf[i] == 0;
     CHECK(zero);
     be->ops->buf_free(be, p, (size_t)1 << 20, CAIRN_MEM_KV);
-    CHECK_EQ_INT(cairn_mem_used(CAIRN_MEM_KV), tag0);
+    CHECK_EQ_INT(cairn_mem_used_in(CAIRN_MEM_DEVICE, CAIRN_MEM_KV), tag0);
 
     /* more than the device has: NOMEM, and the backend keeps working */
     p = NULL;
