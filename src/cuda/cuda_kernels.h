@@ -119,9 +119,11 @@ int cuda_attn_prefill_ok(const struct backend_attn *a);
 int cuda_k_attn_prefill(cudaStream_t s, const struct backend_attn *a, int32_t *tiles_dev,
                         int32_t *tiles_host);
 
-/* ---- cuda_gemm_prep.cu: the GEMM's bf16 input at memory speed ---- */
+/* ---- cuda_gemm_prep.cu: the GEMM's bf16 inputs at memory speed ---- */
 /* dst[i] = bf16(src[i]), 8 per thread (cuda_k_f32_to_bf16 when unaligned). */
 int cuda_k_act_bf16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
+/* As cuda_k_dequant_bf16, by 16-byte chunks for q4/q8 (the same values, bit for bit). */
+int cuda_k_dequant_q_bf16(cudaStream_t s, const struct cuda_wdesc *w, uint16_t *dst);
 
 /* ---- cuda_prof.c: CAIRN_CUDA_PROFILE=1, GPU time per op kind, printed at exit ---- */
 enum cuda_prof_kind {

@@ -6,8 +6,13 @@
  * Larger n (prefill, big batches): cuBLASLt with f32 accumulation and f32 output:
  *   BF16 W: x converted to bf16 (round to nearest even), BF16 x BF16 -> F32 GEMM;
  *   F16 W:  x converted to f16, F16 x F16 -> F32;
- *   MLX Q W: W dequantized to bf16 (each value scale * code + bias rounded once to bf16), then
- *            as BF16;
+ *   MLX Q W: W dequantized to bf16 (each value scale * code + bias rounded once to bf16) into
+ *            one workspace reused by every call (CUDA_WS_DEQ, as large as the largest weight),
+ *            then as BF16. Per call rather than a cached bf16 copy of every weight: the copy
+ *            would add 2 bytes per weight to the device memory the model holds (an 8B q4 model:
+ *            4.5 GB -> 20.5 GB), memory the KV pool and larger models need; dequantizing reads the codes
+ *            once and writes 2 bytes per weight (cuda_gemm_prep.cu, at HBM speed), which costs
+ *            about half of the GEMM's time at 512 rows and less as the rows grow;
  *   F32 W:  F32 x F32 -> F32 with CUBLAS_COMPUTE_32F (no TF32).
  * Why bf16 activations rather than TF32 or split-bf16: the tensor cores take bf16 at full rate
  * and TF32 at half, and TF32 would need f32 weights (twice the memory). Rounding x to bf16 costs
@@ -231,10 +236,11 @@ static void cuda_mm_gemm(struct cuda_impl *c, const struct cuda_wdesc *d, const 
         const void *wp = d->data;
         int64_t lda = (int64_t)(d->row_bytes / 2);
         if (d->type == CUDA_W_Q) {
+            /* Dequantized per call into one reused workspace: see the file comment. */
             uint16_t *wb = cuda_ws_get(c, CUDA_WS_DEQ, (size_t)(d->rows * d->cols) * 2);
             if (!wb) return;
             void *prof = cuda_prof_begin(c->stream);
-            if (cuda_check_launch(c, cuda_k_dequant_bf16(c->stream, d, wb))) return;
+            if (cuda_check_launch(c, cuda_k_dequant_q_bf16(c->stream, d, wb))) return;
             cuda_prof_end(prof, c->stream, CUDA_PROF_DEQUANT, 0);
             wp = wb;
             lda = d->cols;
