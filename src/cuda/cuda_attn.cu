@@ -16,7 +16,8 @@
  * Bytes per call: every (row, head) reads its context's K and V once (KV heads are re-read by
  * each query head of their group, mostly from L2): decode is bound by KV bandwidth; prefill is
  * far from the tensor-core bound. Steps with many rows per sequence (prefill chunks) take the
- * tiled kernel below instead, which reads each KV tile once per CUDA_ATTN_TQ rows.
+ * tiled kernel below instead, which reads each KV tile once per CUDA_ATTN_TQ rows (with BF16
+ * KV and head_dim 64/128, the tensor-core kernel of cuda_attn_prefill.cu instead).
  * CPU reference: ref_attention_head in cpu/ref_ops.c. */
 #include <math.h>
 
@@ -358,6 +359,10 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
     size_t row_bytes = (size_t)at->kv->head_dim * (at->kv->dtype == DTYPE_F32 ? 4 : 2);
     a.k_vec = row_bytes % 16 == 0 && (uintptr_t)at->kv->k % 16 == 0 && at->kv->layer_block_bytes % 16 == 0;
     if (cuda_attn_use_tiled(at, mode)) {
+        /* BF16 KV, head_dim 64/128: the tensor-core kernel (cuda_attn_prefill.cu), unless
+         * CAIRN_CUDA_ATTN=tiled asks for this one. */
+        if (mode != CUDA_ATTN_TILED && cuda_attn_prefill_ok(at))
+            return cuda_k_attn_prefill(s, at, (int32_t *)ws, tiles_host);
         /* Tiles of up to TQ rows that never cross a sequence: (first row, sequence) pairs. */
         int n_tiles = 0;
         for (int q = 0; q < at->n_seqs; q++)

@@ -97,7 +97,9 @@ int cuda_k_moe_scatter(cudaStream_t s, float *out, const float *y, const float *
 
 /* ---- cuda_attn.cu: paged attention ---- */
 /* Attention kernels: CUDA_ATTN_AUTO picks the tiled prefill kernel when the step has at least
- * CUDA_ATTN_TILED_MIN_ROWS rows per sequence (and head_dim <= 128), else split-K. */
+ * CUDA_ATTN_TILED_MIN_ROWS rows per sequence (and head_dim <= 128), else split-K; a prefill
+ * step with BF16 KV and head_dim 64/128 then takes the tensor-core kernel (cuda_attn_prefill.cu)
+ * unless the mode is CUDA_ATTN_TILED (CAIRN_CUDA_ATTN=tiled: the f32 tiled kernel). */
 enum cuda_attn_mode { CUDA_ATTN_AUTO = 0, CUDA_ATTN_SPLIT, CUDA_ATTN_TILED };
 #define CUDA_ATTN_TILED_MIN_ROWS 8
 /* Floats of device workspace cuda_k_attention needs for this step (max_ctx: its longest
@@ -108,6 +110,33 @@ int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, 
                      float *ws, int32_t *tiles_host);
 /* Largest head_dim cuda_k_attention takes. */
 #define CUDA_ATTN_HEAD_DIM_MAX 256
+
+/* ---- cuda_attn_prefill.cu: tensor-core flash attention for prefill chunks ---- */
+/* Whether the kernel takes this step: BF16 KV, head_dim 64 or 128, a GQA group of at most 64
+ * query heads, 16-byte aligned q and pool. cuda_k_attention calls it for prefill steps. */
+int cuda_attn_prefill_ok(const struct backend_attn *a);
+/* tiles_dev: device scratch of 2 * (n_tokens + n_seqs) ints; tiles_host: host scratch as big. */
+int cuda_k_attn_prefill(cudaStream_t s, const struct backend_attn *a, int32_t *tiles_dev,
+                        int32_t *tiles_host);
+
+/* ---- cuda_gemm_prep.cu: the GEMM's bf16 inputs at memory speed ---- */
+/* dst[i] = bf16(src[i]), 8 per thread (cuda_k_f32_to_bf16 when unaligned). */
+int cuda_k_act_bf16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
+/* As cuda_k_dequant_bf16, by 16-byte chunks for q4/q8 (the same values, bit for bit). */
+int cuda_k_dequant_q_bf16(cudaStream_t s, const struct cuda_wdesc *w, uint16_t *dst);
+
+/* ---- cuda_prof.c: CAIRN_CUDA_PROFILE=1, GPU time per op kind, printed at exit ---- */
+enum cuda_prof_kind {
+    CUDA_PROF_GEMM = 0,
+    CUDA_PROF_ACT,          /* activations f32 -> bf16/f16 for the GEMM */
+    CUDA_PROF_DEQUANT,      /* MLX weights -> bf16 for the GEMM */
+    CUDA_PROF_ATTN_PREFILL, /* cuda_k_attn_prefill */
+    CUDA_PROF_N,
+};
+/* Opens a timed region on s (NULL when profiling is off or s is capturing); cuda_prof_end
+ * closes it (waits for s), adding its time and `flops` to `kind`. NULL regions are no-ops. */
+void *cuda_prof_begin(cudaStream_t s);
+void cuda_prof_end(void *region, cudaStream_t s, enum cuda_prof_kind kind, double flops);
 
 /* ---- cuda_gdn.cu: gated DeltaNet over one sequence ---- */
 int cuda_k_gdn(cudaStream_t s, const struct backend_gdn *g);

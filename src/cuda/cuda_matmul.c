@@ -6,8 +6,13 @@
  * Larger n (prefill, big batches): cuBLASLt with f32 accumulation and f32 output:
  *   BF16 W: x converted to bf16 (round to nearest even), BF16 x BF16 -> F32 GEMM;
  *   F16 W:  x converted to f16, F16 x F16 -> F32;
- *   MLX Q W: W dequantized to bf16 (each value scale * code + bias rounded once to bf16), then
- *            as BF16;
+ *   MLX Q W: W dequantized to bf16 (each value scale * code + bias rounded once to bf16) into
+ *            one workspace reused by every call (CUDA_WS_DEQ, as large as the largest weight),
+ *            then as BF16. Per call rather than a cached bf16 copy of every weight: the copy
+ *            would add 2 bytes per weight to the device memory the model holds (an 8B q4 model:
+ *            4.5 GB -> 20.5 GB), memory the KV pool and larger models need; dequantizing reads the codes
+ *            once and writes 2 bytes per weight (cuda_gemm_prep.cu, at HBM speed), which costs
+ *            about half of the GEMM's time at 512 rows and less as the rows grow;
  *   F32 W:  F32 x F32 -> F32 with CUBLAS_COMPUTE_32F (no TF32).
  * Why bf16 activations rather than TF32 or split-bf16: the tensor cores take bf16 at full rate
  * and TF32 at half, and TF32 would need f32 weights (twice the memory). Rounding x to bf16 costs
@@ -15,10 +20,64 @@
  * throughout, tests/cuda/bf16_reference.py) has at every layer; cairn keeps the residual stream,
  * norms, attention and softmax in f32, so its error stays below that reference's.
  * When cuBLASLt has no algorithm for a shape or alignment, the GEMV kernel runs over the rows
- * CUDA_GEMV_MAX_N at a time (correct, slower). */
+ * CUDA_GEMV_MAX_N at a time (correct, slower).
+ * Algorithms: asking cuBLASLt's heuristic on every call costs host time that can leave the GPU
+ * idle between the short GEMMs of a prefill step, so the choice is cached per shape (types, m,
+ * n, k, lda, alignments, device) for the process. A shape of at least CUDA_MM_TUNE_MIN_N rows
+ * gets up to CUDA_MM_N_ALGOS candidates from the heuristic, each timed once on the call's own
+ * buffers (CUDA events, CUDA_MM_TUNE_REPS runs after a warm-up), and keeps the fastest; smaller
+ * shapes (and any call inside a stream capture) keep the heuristic's first. The workspace is
+ * CUDA_LT_WS_BYTES (32 MiB). matmul_multi converts x once for all its weights.
+ * CAIRN_CUDA_PROFILE=1 times the GEMMs, the conversions and the dequantization (cuda_prof.c). */
+#include <pthread.h>
 #include <string.h>
 
 #include "cuda/cuda_int.h"
+
+#define CUDA_MM_N_ALGOS 8     /* candidates asked of the heuristic */
+#define CUDA_MM_TUNE_MIN_N 256 /* rows from which a shape's candidates are timed */
+#define CUDA_MM_TUNE_REPS 2    /* timed runs per candidate (after one warm-up) */
+#define CUDA_MM_CACHE_N 512    /* shapes remembered; past that the heuristic is asked each call */
+
+struct cuda_mm_key {
+    int device;
+    int wt, bt;                /* cudaDataType_t of W and of x */
+    int64_t m, n, k, lda;
+    uint32_t al_a, al_b, al_c; /* alignment hints */
+};
+
+struct cuda_mm_algo {
+    struct cuda_mm_key key;
+    cublasLtMatmulAlgo_t algo;
+};
+
+static pthread_mutex_t cuda_mm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cuda_mm_algo cuda_mm_cache[CUDA_MM_CACHE_N];
+static int cuda_mm_n_cache;
+
+static int cuda_mm_cache_get(const struct cuda_mm_key *key, cublasLtMatmulAlgo_t *algo)
+{
+    int found = 0;
+    pthread_mutex_lock(&cuda_mm_lock);
+    for (int i = cuda_mm_n_cache - 1; i >= 0 && !found; i--)
+        if (memcmp(&cuda_mm_cache[i].key, key, sizeof(*key)) == 0) {
+            *algo = cuda_mm_cache[i].algo;
+            found = 1;
+        }
+    pthread_mutex_unlock(&cuda_mm_lock);
+    return found;
+}
+
+static void cuda_mm_cache_put(const struct cuda_mm_key *key, const cublasLtMatmulAlgo_t *algo)
+{
+    pthread_mutex_lock(&cuda_mm_lock);
+    if (cuda_mm_n_cache < CUDA_MM_CACHE_N) {
+        cuda_mm_cache[cuda_mm_n_cache].key = *key;
+        cuda_mm_cache[cuda_mm_n_cache].algo = *algo;
+        cuda_mm_n_cache++;
+    }
+    pthread_mutex_unlock(&cuda_mm_lock);
+}
 
 /* Largest power of two (<= 256) that divides a device address: cuBLASLt's alignment hint. */
 static uint32_t cuda_mm_align(const void *p)
@@ -38,13 +97,28 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[CUDA_MM_N_ALGOS];
+    cublasLtMatmulAlgo_t algo;
+    cudaEvent_t e0 = NULL, e1 = NULL;
     int n_res = 0, ret = -1;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     size_t ws_bytes = CUDA_LT_WS_BYTES;
     uint32_t al_a = cuda_mm_align(w), al_b = cuda_mm_align(b), al_c = cuda_mm_align(y);
     const float alpha = 1.0f, beta = 0.0f;
-    memset(&res, 0, sizeof(res));
+    struct cuda_mm_key key;
+    memset(res, 0, sizeof(res));
+    memset(&algo, 0, sizeof(algo));
+    memset(&key, 0, sizeof(key)); /* compared with memcmp: padding zeroed */
+    key.device = c->device;
+    key.wt = (int)wt;
+    key.bt = (int)bt;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.al_a = al_a;
+    key.al_b = al_b;
+    key.al_c = al_c;
     if (cuda_check(c, NULL, cuda_lt.desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F))) goto cleanup;
     if (cuda_check(c, NULL, cuda_lt.desc_set(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta))))
         goto cleanup;
@@ -70,18 +144,53 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
     if (cuda_check(c, NULL, cuda_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                                  &al_c, sizeof(al_c))))
         goto cleanup;
-    cublasStatus_t hs = cuda_lt.heuristic(c->lt, op, la, lb, lc, lc, pref, 1, &res, &n_res);
-    if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && n_res == 0)) {
-        ret = 1;
-        goto cleanup;
+    if (!cuda_mm_cache_get(&key, &algo)) {
+        cublasStatus_t hs = cuda_lt.heuristic(c->lt, op, la, lb, lc, lc, pref, CUDA_MM_N_ALGOS, res, &n_res);
+        if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && n_res == 0)) {
+            ret = 1;
+            goto cleanup;
+        }
+        if (cuda_check(c, NULL, hs)) goto cleanup;
+        algo = res[0].algo;
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (n >= CUDA_MM_TUNE_MIN_N && n_res > 1 && cudaStreamIsCapturing(c->stream, &cs) == cudaSuccess &&
+            cs == cudaStreamCaptureStatusNone) {
+            if (cuda_check(c, NULL, cudaEventCreate(&e0))) goto cleanup;
+            if (cuda_check(c, NULL, cudaEventCreate(&e1))) goto cleanup;
+            float best = 0;
+            for (int i = 0; i < n_res; i++) {
+                int ok = 1;
+                for (int rep = 0; rep <= CUDA_MM_TUNE_REPS && ok; rep++) {
+                    if (rep == 1) ok = cudaEventRecord(e0, c->stream) == cudaSuccess;
+                    ok = ok && cuda_lt.matmul(c->lt, op, &alpha, w, la, b, lb, &beta, y, lc, y, lc, &res[i].algo,
+                                              c->lt_ws, ws_bytes, c->stream) == CUBLAS_STATUS_SUCCESS;
+                }
+                float ms = 0;
+                ok = ok && cudaEventRecord(e1, c->stream) == cudaSuccess &&
+                     cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+                if (!ok) { /* a candidate that fails is skipped; a sticky device fault is latched */
+                    (void)cudaGetLastError();
+                    if (cuda_check(c, NULL, cudaStreamSynchronize(c->stream))) goto cleanup;
+                    continue;
+                }
+                if (best == 0 || ms < best) {
+                    best = ms;
+                    algo = res[i].algo;
+                }
+            }
+        }
+        cuda_mm_cache_put(&key, &algo);
     }
-    if (cuda_check(c, NULL, hs)) goto cleanup;
-    if (cuda_check(c, NULL, cuda_lt.matmul(c->lt, op, &alpha, w, la, b, lb, &beta, y, lc, y, lc, &res.algo,
+    void *prof = cuda_prof_begin(c->stream);
+    if (cuda_check(c, NULL, cuda_lt.matmul(c->lt, op, &alpha, w, la, b, lb, &beta, y, lc, y, lc, &algo,
                                            c->lt_ws, ws_bytes, c->stream)))
         goto cleanup;
+    cuda_prof_end(prof, c->stream, CUDA_PROF_GEMM, 2.0 * (double)m * (double)n * (double)k);
     ret = 0;
 
 cleanup:
+    if (e0) (void)cudaEventDestroy(e0);
+    if (e1) (void)cudaEventDestroy(e1);
     if (pref) (void)cuda_lt.pref_destroy(pref);
     if (lc) (void)cuda_lt.layout_destroy(lc);
     if (lb) (void)cuda_lt.layout_destroy(lb);
@@ -101,6 +210,47 @@ static void cuda_mm_gemv_rows(struct cuda_impl *c, const struct cuda_wdesc *d, c
     }
 }
 
+/* x converted for a GEMM against a weight of type wtype (BF16 for MLX weights), or NULL with
+ * the error latched. */
+static const uint16_t *cuda_mm_convert_x(struct cuda_impl *c, enum cuda_wtype wtype, const float *x,
+                                         int64_t elems)
+{
+    uint16_t *xb = cuda_ws_get(c, CUDA_WS_ACT, (size_t)elems * 2);
+    if (!xb) return NULL;
+    void *prof = cuda_prof_begin(c->stream);
+    int rc = wtype == CUDA_W_F16 ? cuda_check_launch(c, cuda_k_f32_to_f16(c->stream, xb, x, elems))
+                                 : cuda_check_launch(c, cuda_k_act_bf16(c->stream, xb, x, elems));
+    cuda_prof_end(prof, c->stream, CUDA_PROF_ACT, 0);
+    return rc == CAIRN_OK ? xb : NULL;
+}
+
+/* y = x . W^T through cuBLASLt for n > gemv_max_rows; xb: x converted by cuda_mm_convert_x
+ * (unused for F32 weights). */
+static void cuda_mm_gemm(struct cuda_impl *c, const struct cuda_wdesc *d, const float *x, const uint16_t *xb,
+                         float *y, int n)
+{
+    int rc;
+    if (d->type == CUDA_W_F32) {
+        rc = cuda_mm_lt(c, CUDA_R_32F, d->data, (int64_t)(d->row_bytes / 4), CUDA_R_32F, x, y, d->rows, n, d->cols);
+    } else {
+        const void *wp = d->data;
+        int64_t lda = (int64_t)(d->row_bytes / 2);
+        if (d->type == CUDA_W_Q) {
+            /* Dequantized per call into one reused workspace: see the file comment. */
+            uint16_t *wb = cuda_ws_get(c, CUDA_WS_DEQ, (size_t)(d->rows * d->cols) * 2);
+            if (!wb) return;
+            void *prof = cuda_prof_begin(c->stream);
+            if (cuda_check_launch(c, cuda_k_dequant_q_bf16(c->stream, d, wb))) return;
+            cuda_prof_end(prof, c->stream, CUDA_PROF_DEQUANT, 0);
+            wp = wb;
+            lda = d->cols;
+        }
+        cudaDataType_t t = d->type == CUDA_W_F16 ? CUDA_R_16F : CUDA_R_16BF;
+        rc = cuda_mm_lt(c, t, wp, lda, t, xb, y, d->rows, n, d->cols);
+    }
+    if (rc == 1) cuda_mm_gemv_rows(c, d, x, y, n);
+}
+
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
 {
     struct cuda_impl *c = cuda_impl_of(be);
@@ -111,35 +261,29 @@ void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, 
         cuda_mm_gemv_rows(c, &d, x, y, n);
         return;
     }
-    int64_t elems = (int64_t)n * d.cols;
-    int rc;
-    if (d.type == CUDA_W_F32) {
-        rc = cuda_mm_lt(c, CUDA_R_32F, d.data, (int64_t)(d.row_bytes / 4), CUDA_R_32F, x, y, d.rows, n, d.cols);
-    } else {
-        uint16_t *xb = cuda_ws_get(c, CUDA_WS_ACT, (size_t)elems * 2);
-        if (!xb) return;
-        const void *wp = d.data;
-        int64_t lda = (int64_t)(d.row_bytes / 2);
-        if (d.type == CUDA_W_Q) {
-            uint16_t *wb = cuda_ws_get(c, CUDA_WS_DEQ, (size_t)(d.rows * d.cols) * 2);
-            if (!wb) return;
-            if (cuda_check_launch(c, cuda_k_dequant_bf16(c->stream, &d, wb))) return;
-            wp = wb;
-            lda = d.cols;
-        }
-        if (d.type == CUDA_W_F16) {
-            if (cuda_check_launch(c, cuda_k_f32_to_f16(c->stream, xb, x, elems))) return;
-            rc = cuda_mm_lt(c, CUDA_R_16F, wp, lda, CUDA_R_16F, xb, y, d.rows, n, d.cols);
-        } else {
-            if (cuda_check_launch(c, cuda_k_f32_to_bf16(c->stream, xb, x, elems))) return;
-            rc = cuda_mm_lt(c, CUDA_R_16BF, wp, lda, CUDA_R_16BF, xb, y, d.rows, n, d.cols);
-        }
-    }
-    if (rc == 1) cuda_mm_gemv_rows(c, &d, x, y, n);
+    const uint16_t *xb = NULL;
+    if (d.type != CUDA_W_F32 && !(xb = cuda_mm_convert_x(c, d.type, x, (int64_t)n * d.cols))) return;
+    cuda_mm_gemm(c, &d, x, xb, y, n);
 }
 
 void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, float *const *y,
                           int count, const float *x, int n)
 {
-    for (int i = 0; i < count; i++) cuda_op_matmul(be, w[i], x, y[i], n);
+    struct cuda_impl *c = cuda_impl_of(be);
+    if (c->err_status != CAIRN_OK || n <= 0 || count <= 0) return;
+    /* One conversion of x serves every weight that wants the same 16-bit type. */
+    struct cuda_wdesc d[4];
+    int same = n > c->gemv_max_rows && count <= 4;
+    for (int i = 0; i < count && same; i++) {
+        CAIRN_ASSERT(w[i]->n_dims == 2);
+        d[i] = cuda_wdesc_of(w[i]);
+        same = d[i].type != CUDA_W_F32 && (d[i].type == CUDA_W_F16) == (d[0].type == CUDA_W_F16) &&
+               d[i].cols == d[0].cols;
+    }
+    if (!same) {
+        for (int i = 0; i < count; i++) cuda_op_matmul(be, w[i], x, y[i], n);
+        return;
+    }
+    const uint16_t *xb = cuda_mm_convert_x(c, d[0].type, x, (int64_t)n * d[0].cols);
+    for (int i = 0; i < count && xb && c->err_status == CAIRN_OK; i++) cuda_mm_gemm(c, &d[i], x, xb, y[i], n);
 }

@@ -522,6 +522,19 @@ static void test_elementwise(void)
 
 /* ---- kv_store + attention ---- */
 
+/* Whether a step takes the tensor-core prefill kernel (cuda_attn_prefill.cu): BF16 KV, head_dim
+ * 64 or 128, a GQA group of <= 64, a prefill step (>= 8 rows per sequence), CAIRN_CUDA_ATTN
+ * unset or auto. That kernel rounds q and the softmax weights to bf16: its reference rounds q
+ * the same way, and its bound is 2^-9 of max |v| (v in [-1, 1)) for the weights plus f32
+ * rounding, checked at 4e-3 of 1 + |want|. */
+static int attn_flash_expected(enum dtype kdt, int hd, int group, int n_tok, int n_seqs)
+{
+    const char *mode = getenv("CAIRN_CUDA_ATTN");
+    if (mode && strcmp(mode, "auto") != 0) return 0;
+    return kdt == DTYPE_BF16 && (hd == 64 || hd == 128) && group <= 64 && n_tok >= 8 * n_seqs;
+}
+#define ATTN_FLASH_TOL 4e-3
+
 /* Sequences s with ctx[s] positions, whose last rows[s] are the step's query rows; all their
  * K/V are stored in one kv_store (the earlier positions stand for a cached prefix). */
 static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int block_size, int n_seqs,
@@ -608,10 +621,13 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     double *want = malloc(qn * sizeof(double)), *p = malloc(sizeof(double) * 4096);
     float scale = 1.0f / sqrtf((float)hd);
     int group = n_heads / n_kv;
+    int flash = attn_flash_expected(kdt, hd, group, n_tok, n_seqs);
+    float *qref = malloc(qn * 4); /* q as the kernel reads it */
+    for (size_t i = 0; i < qn; i++) qref[i] = flash ? bf16_to_f32(f32_to_bf16(q[i])) : q[i];
     for (int s = 0; s < n_seqs; s++)
         for (int r = seq_off[s]; r < seq_off[s + 1]; r++)
             for (int h = 0; h < n_heads; h++) {
-                const float *qr = q + ((size_t)r * n_heads + h) * hd;
+                const float *qr = qref + ((size_t)r * n_heads + h) * hd;
                 double m = -INFINITY, l = 0;
                 for (int pp = 0; pp <= pos[r]; pp++) {
                     int blk = bt[s * bt_stride + pp / block_size], off = pp % block_size;
@@ -657,7 +673,8 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     const char *mode = getenv("CAIRN_CUDA_ATTN");
     snprintf(what, sizeof(what), "attention[%s] %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d", mode ? mode : "auto",
              dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs, n_tok);
-    check_close(what, got, want, NULL, qn, 2e-5);
+    check_close(what, got, want, NULL, qn, flash ? ATTN_FLASH_TOL : 2e-5);
+    free(qref);
 
     dev_free(dq, qn * 4);
     dev_free(dout, qn * 4);
@@ -721,6 +738,40 @@ static void test_attention(void)
         test_attn_case(kdt, 128, 8, 1, 16, 2, ctxd, rowsd);
         /* K rows not 16-byte aligned: the element-wise loads */
         test_attn_case(kdt, 34, 4, 2, 16, 3, ctx3, rows3);
+    }
+    reopen_with_attn(NULL);
+}
+
+/* Prefill chunks for the tensor-core kernel (and, with F32 KV or CAIRN_CUDA_ATTN=tiled, the
+ * f32 tiled kernel on the same cases): chunks of >= 64 and >= 128 queries, cached prefixes that
+ * end inside a block, head_dim 64/128, GQA groups 1, 3, 4, 8, odd block sizes, several
+ * sequences in one call (one with decode rows beside a chunk), contexts of several KV tiles. */
+static void test_attn_prefill(void)
+{
+    static const char *const modes[] = {NULL, "tiled"};
+    for (int mi = 0; mi < 2; mi++) {
+        reopen_with_attn(modes[mi]);
+        for (int i = 0; i < 2; i++) {
+            enum dtype kdt = i ? DTYPE_F32 : DTYPE_BF16;
+            /* GQA 4, hd 128: a 128-query chunk over a 172-position prefix (172 % 16 = 12) */
+            const int c1[1] = {300}, r1[1] = {128};
+            test_attn_case(kdt, 128, 32, 8, 16, 1, c1, r1);
+            /* MHA, hd 64: two sequences, a 64-query chunk over 136 and a whole 97-token prompt */
+            const int c2[2] = {200, 97}, r2[2] = {64, 97};
+            test_attn_case(kdt, 64, 8, 8, 16, 2, c2, r2);
+            /* GQA 8, hd 128, block 32: three sequences (prefix 387 % 32 = 3, 1, 0) */
+            const int c3[3] = {517, 130, 64}, r3[3] = {130, 129, 64};
+            test_attn_case(kdt, 128, 8, 1, 32, 3, c3, r3);
+            /* GQA 4, hd 64, block 7: a 256-query chunk deep in a 1000-position context */
+            const int c4[1] = {1000}, r4[1] = {256};
+            test_attn_case(kdt, 64, 16, 4, 7, 1, c4, r4);
+            /* GQA 3 (21 tokens per tile), hd 128: tiles end inside the chunks */
+            const int c5[2] = {150, 70}, r5[2] = {150, 70};
+            test_attn_case(kdt, 128, 6, 2, 16, 2, c5, r5);
+            /* a 200-query chunk beside two decode rows in one step */
+            const int c6[3] = {400, 90, 33}, r6[3] = {200, 1, 1};
+            test_attn_case(kdt, 128, 16, 4, 16, 3, c6, r6);
+        }
     }
     reopen_with_attn(NULL);
 }
@@ -950,12 +1001,12 @@ static void test_errors_and_memory(void)
     struct backend_mem_stats st0, st1;
     CHECK(be->ops->mem_stats(be, &st0) == CAIRN_OK);
     CHECK(st0.device_total > 0 && st0.device_free <= st0.device_total);
-    uint64_t tag0 = cairn_mem_used(CAIRN_MEM_KV);
+    uint64_t tag0 = cairn_mem_used_in(CAIRN_MEM_DEVICE, CAIRN_MEM_KV);
     void *p = NULL;
     CHECK(be->ops->buf_alloc(be, (size_t)1 << 20, CAIRN_MEM_KV, &p, &err) == CAIRN_OK);
     CHECK(be->ops->mem_stats(be, &st1) == CAIRN_OK);
     CHECK_EQ_INT(st1.device_used_by_cairn - st0.device_used_by_cairn, (long long)1 << 20);
-    CHECK_EQ_INT(cairn_mem_used(CAIRN_MEM_KV) - tag0, (long long)1 << 20);
+    CHECK_EQ_INT(cairn_mem_used_in(CAIRN_MEM_DEVICE, CAIRN_MEM_KV) - tag0, (long long)1 << 20);
     /* zeroed */
     uint8_t buf[4096];
     memset(buf, 0xff, sizeof(buf));
@@ -964,7 +1015,7 @@ static void test_errors_and_memory(void)
     for (size_t i = 0; i < sizeof(buf); i++) zero &= buf[i] == 0;
     CHECK(zero);
     be->ops->buf_free(be, p, (size_t)1 << 20, CAIRN_MEM_KV);
-    CHECK_EQ_INT(cairn_mem_used(CAIRN_MEM_KV), tag0);
+    CHECK_EQ_INT(cairn_mem_used_in(CAIRN_MEM_DEVICE, CAIRN_MEM_KV), tag0);
 
     /* more than the device has: NOMEM, and the backend keeps working */
     p = NULL;
@@ -1041,6 +1092,7 @@ int main(void)
     test_rope();
     test_elementwise();
     test_attention();
+    test_attn_prefill();
     test_moe();
     test_gdn_case(1);
     test_gdn_case(7);
