@@ -405,6 +405,7 @@ static void cuda_destroy(struct backend *be)
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
         for (int i = 0; i < CUDA_WS_N; i++) cuda_dev_free(c, c->ws[i].ptr, c->ws[i].bytes, CAIRN_MEM_SCRATCH);
         cuda_dev_free(c, c->lt_ws, CUDA_LT_WS_BYTES, CAIRN_MEM_SCRATCH);
+        cuda_dev_free(c, c->attn_counters, CUDA_ATTN_COUNTERS * sizeof(int), CAIRN_MEM_SCRATCH);
         if (c->lt) (void)cuda_lt.destroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         pthread_mutex_destroy(&c->step_lock);
@@ -536,6 +537,9 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     if (st == CAIRN_OK) st = cuda_lt_load(err);
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cuda_lt.create(&c->lt));
     if (st == CAIRN_OK) st = cuda_dev_alloc(c, CUDA_LT_WS_BYTES, CAIRN_MEM_SCRATCH, 0, &c->lt_ws, err);
+    if (st == CAIRN_OK)
+        st = cuda_dev_alloc(c, CUDA_ATTN_COUNTERS * sizeof(int), CAIRN_MEM_SCRATCH, 1,
+                            (void **)&c->attn_counters, err);
     if (st == CAIRN_OK) {
         st = cuda_dev_alloc(c, CUDA_WS_ACT_INIT, CAIRN_MEM_SCRATCH, 0, &c->ws[CUDA_WS_ACT].ptr, err);
         if (st == CAIRN_OK) c->ws[CUDA_WS_ACT].bytes = CUDA_WS_ACT_INIT;

@@ -60,6 +60,7 @@ struct cuda_impl {
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
     int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
     size_t attn_tiles_cap;      /* ints it holds */
+    int *attn_counters;         /* device: CUDA_ATTN_COUNTERS ints, zero between attention calls */
     uint64_t mem_limit;         /* CAIRN_CUDA_MEM_LIMIT, 0: none */
     uint64_t mem_used;          /* atomic: device bytes cairn holds */
     pthread_mutex_t step_lock;  /* held from step_begin to step_end */
@@ -69,6 +70,7 @@ struct cuda_impl {
     int32_t *moe_list_host;     /* moe_experts: sorted entries, offsets, cursors (cuda_ops.c) */
     size_t moe_host_cap;        /* ints each of the two host arrays holds */
 };
+
 
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
 
@@ -133,6 +135,10 @@ void *cuda_ws_get(struct cuda_impl *c, enum cuda_ws_slot slot, size_t bytes);
 
 /* The kernels' view of a prepared weight (asserts w was prepared by this backend). */
 struct cuda_wdesc cuda_wdesc_of(const struct tensor *w);
+
+/* cuda_ops.c: the context bucket the split plan of attention `a` is made from (the longest
+ * context rounded up). */
+int cuda_attn_ctx_bucket(const struct backend_attn *a);
 
 /* cuda_matmul.c */
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
