@@ -83,7 +83,8 @@ void cuda_op_kv_store(struct backend *be, const struct backend_kv_view *kv, int 
 }
 
 /* Context bucket: split plans change every CUDA_ATTN_CTX_BUCKET positions, not every step
- * (the kernels stop at each row's own context, read from its position). */
+ * (a graph of a decode step stays valid that long; the kernels stop at each row's own
+ * context, read from its position). */
 #define CUDA_ATTN_CTX_BUCKET 256
 
 int cuda_attn_ctx_bucket(const struct backend_attn *a)
@@ -91,6 +92,11 @@ int cuda_attn_ctx_bucket(const struct backend_attn *a)
     int max_ctx = 0;
     for (int s = 0; s < a->n_seqs; s++) max_ctx = CAIRN_MAX(max_ctx, a->ctx_len_host[s]);
     return (max_ctx + CUDA_ATTN_CTX_BUCKET - 1) / CUDA_ATTN_CTX_BUCKET * CUDA_ATTN_CTX_BUCKET;
+}
+
+int cuda_attn_split_path(struct cuda_impl *c, const struct backend_attn *a)
+{
+    return a->n_tokens > 0 && a->kv->head_dim <= CUDA_ATTN_HEAD_DIM_MAX && !cuda_attn_tiled(a, c->attn_mode);
 }
 
 void cuda_op_attention(struct backend *be, const struct backend_attn *a)

@@ -711,7 +711,8 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
         .seq_off = dso, .block_tables = dbt, .bt_stride = bt_stride, .seq_off_host = seq_off,
         .ctx_len_host = ctx_len, .kv = &kv, .layer = layer, .scale = scale,
     };
-    /* three times: the decode kernel's counters are back to 0 after each call */
+    /* three times (with graphs on: eager, captured, replayed); the decode kernel's counters are
+     * back to 0 after each call */
     for (int rep = 0; rep < 3; rep++) {
         if (rep) {
             float *nan = malloc(qn * 4);
@@ -817,6 +818,99 @@ static void test_attn_decode(void)
         rows8[i] = 1;
     }
     test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 8, ctx8, rows8);
+}
+
+/* ---- CUDA graphs ----
+ * A decode-like run of ops (rmsnorm, matmul_multi over two weights, silu_mul, matmul, add)
+ * stepped five times with new input values each time: the first run is eager, the second
+ * captured, the others replay the graph; every step's output must match the host reference
+ * of its own inputs. Then a weight is freed and made again (the graphs are dropped): the same
+ * run is right again. With CAIRN_CUDA_GRAPHS=0 the counts stay 0 and the results the same. */
+static void graph_ref(const struct tensor *wg, const struct tensor *wu, const struct tensor *wd, const float *x,
+                      const float *nw, int dim, int inter, double *want, double *scale)
+{
+    double ss = 0;
+    float *h = malloc(sizeof(float) * (size_t)dim), *a = malloc(sizeof(float) * (size_t)inter);
+    double *g = malloc(sizeof(double) * (size_t)inter), *u = malloc(sizeof(double) * (size_t)inter);
+    double *sg = malloc(sizeof(double) * (size_t)inter);
+    for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+    double inv = 1.0 / sqrt(ss / dim + 1e-5);
+    for (int i = 0; i < dim; i++) h[i] = (float)(x[i] * inv * nw[i]);
+    ref_matmul(wg, h, 1, g, sg);
+    ref_matmul(wu, h, 1, u, sg);
+    for (int i = 0; i < inter; i++) a[i] = (float)(g[i] / (1.0 + exp(-g[i])) * u[i]);
+    ref_matmul(wd, a, 1, want, scale);
+    for (int i = 0; i < dim; i++) {
+        want[i] += x[i];
+        scale[i] += fabs(x[i]) + 1e-3;
+    }
+    free(h);
+    free(a);
+    free(g);
+    free(u);
+    free(sg);
+}
+
+static void test_graphs(void)
+{
+    const int dim = 256, inter = 640;
+    struct test_weight wg, wu, wd;
+    weight_make(&wg, DTYPE_BF16, inter, dim, 0, 0);
+    weight_make(&wu, DTYPE_Q, inter, dim, 4, 64);
+    weight_make(&wd, DTYPE_BF16, dim, inter, 0, 0);
+    float *nw = rnd_vec((size_t)dim, 1.0f);
+    float *dnw = dev_from(nw, sizeof(float) * (size_t)dim);
+    float *dx = dev_alloc(sizeof(float) * (size_t)dim), *dh = dev_alloc(sizeof(float) * (size_t)dim);
+    float *dg = dev_alloc(sizeof(float) * (size_t)inter), *du = dev_alloc(sizeof(float) * (size_t)inter);
+    float *dout = dev_alloc(sizeof(float) * (size_t)dim);
+    float got[256];
+    double want[256], scale[256];
+    uint64_t l0, c0, e0, l1, c1, e1;
+    cuda_graphs_counts(be, &l0, &c0, &e0);
+    for (int it = 0; it < 7; it++) {
+        if (it == 5) { /* a weight freed and made again: cached graphs must not be used */
+            weight_free(&wd);
+            weight_make(&wd, DTYPE_BF16, dim, inter, 0, 0);
+        }
+        float *x = rnd_vec((size_t)dim, 2.0f);
+        struct cairn_err err;
+        CHECK(be->ops->buf_upload(be, dx, x, sizeof(float) * (size_t)dim, &err) == CAIRN_OK);
+        const struct tensor *gu[2] = {&wg.t, &wu.t};
+        float *gu_out[2] = {dg, du};
+        step_begin();
+        be->ops->rmsnorm(be, dh, dx, dnw, 1, dim, 1e-5f, 0.0f);
+        be->ops->matmul_multi(be, gu, gu_out, 2, dh, 1);
+        be->ops->silu_mul(be, dg, dg, du, inter);
+        be->ops->matmul(be, &wd.t, dg, dout, 1);
+        be->ops->add(be, dout, dx, dim);
+        step_end();
+        dev_to(got, dout, sizeof(got));
+        graph_ref(&wg.t, &wu.t, &wd.t, x, nw, dim, inter, want, scale);
+        char what[64];
+        snprintf(what, sizeof(what), "graph step %d", it);
+        check_close(what, got, want, scale, (size_t)dim, 1e-5);
+        free(x);
+    }
+    cuda_graphs_counts(be, &l1, &c1, &e1);
+    const char *env = getenv("CAIRN_CUDA_GRAPHS");
+    if (env && strcmp(env, "0") == 0) {
+        CHECK(l1 == 0 && c1 == 0 && e1 == 0);
+    } else {
+        /* steps 0 and 5 eager, 1 and 6 captured, 2-4 launched */
+        CHECK_EQ_INT((long long)(e1 - e0), 2);
+        CHECK_EQ_INT((long long)(c1 - c0), 2);
+        CHECK_EQ_INT((long long)(l1 - l0), 3);
+    }
+    dev_free(dnw, sizeof(float) * (size_t)dim);
+    dev_free(dx, sizeof(float) * (size_t)dim);
+    dev_free(dh, sizeof(float) * (size_t)dim);
+    dev_free(dg, sizeof(float) * (size_t)inter);
+    dev_free(du, sizeof(float) * (size_t)inter);
+    dev_free(dout, sizeof(float) * (size_t)dim);
+    free(nw);
+    weight_free(&wg);
+    weight_free(&wu);
+    weight_free(&wd);
 }
 
 /* ---- MoE ---- */
@@ -1229,6 +1323,7 @@ int main(int argc, char **argv)
     test_elementwise();
     test_attention();
     test_attn_decode();
+    test_graphs();
     test_moe();
     test_gdn_case(1);
     test_gdn_case(7);
