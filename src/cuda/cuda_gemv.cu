@@ -13,8 +13,10 @@
  *   (Little's law: ~2.5 MB in flight over the GPU at ~4 TB/s). The activation values of a chunk
  *   are read once (from L1: x is n * cols * 4 bytes, read by every warp) and used for all R
  *   rows. Quantized chunks are dequantized in registers: s * sum(code * x) + b * sum(x), with
- *   each group's scale and bias read once per chunk, and each code made an exact float with
- *   two integer ops and an add (2^23 + c from its bits, minus 2^23).
+ *   each group's scale and bias read once per chunk, and each code made an exact float (shift,
+ *   mask, or 2^23, minus 2^23). That is ~7 instructions per q4 code with the fma and the x
+ *   sums (PTX of the n = 1 kernel), so q4/q8 are issue-bound, not HBM-bound (H200: q4 at 21-35 %
+ *   of the copy bandwidth, q8 38-74 %): a cheaper code-to-float path is the next step.
  *   Bytes per call: the weights once (rows * row_bytes) + x + y; bound by HBM bandwidth.
  *   Accumulation in f32, one accumulator per (row, activation row) and lane, summed across the
  *   warp with shuffles at the end of the item.
@@ -82,9 +84,8 @@ template <int K> static __device__ __forceinline__ void cuda_gemv_widen(uint4 c,
     }
 }
 
-/* Code j (0..PER_WORD-1) of a word as an exact float: for 4-bit codes the magic-number
- * conversion (0x4B000000 | c is 2^23 + c) is two integer ops and an add instead of a
- * conversion instruction. */
+/* Code j (0..PER_WORD-1) of a word as an exact float: the magic-number conversion
+ * (0x4B000000 | c is 2^23 + c, minus 2^23) instead of a conversion instruction. */
 template <int BITS> static __device__ __forceinline__ float cuda_gemv_code(uint32_t word, int j)
 {
     uint32_t c = (word >> (BITS * j)) & ((1u << BITS) - 1);
