@@ -15,11 +15,16 @@
  *                              kernel for steps of >= 8 rows per sequence, split-K otherwise;
  *                              split or tiled force one (tiled still needs head_dim <= 128)
  *   CAIRN_CUDA_SYNC=1          wait for the GPU after every kernel launch, so that a fault is
- *                              reported with the launch that caused it (debugging; slow) */
+ *                              reported with the launch that caused it (debugging; slow; no
+ *                              graphs then)
+ *   CAIRN_CUDA_GRAPHS=0        launch every op as it is called; by default the ops of decode
+ *                              steps are recorded and runs seen before replayed as one CUDA
+ *                              graph (cuda_graph.c) */
 #ifndef CAIRN_CUDA_CUDA_H
 #define CAIRN_CUDA_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/status.h"
 #include "tensor/backend.h"
@@ -37,5 +42,11 @@ int cuda_device_count(void);
  * second, as STREAM's copy counts them), best of several copies of `bytes`, for the decode
  * roofline of `cairn bench --device cuda`. Allocates 2 x bytes of device memory for the run. */
 int cuda_probe_copy_bandwidth(int device, size_t bytes, double *gbs, struct cairn_err *err);
+
+/* Flushes of recorded runs of backend `be` (a cuda backend) so far: launched as a cached graph,
+ * captured into a new one, run eagerly (first sight); all 0 with CAIRN_CUDA_GRAPHS=0. For
+ * tests and debugging. */
+void cuda_graphs_counts(struct backend *be, uint64_t *n_launch, uint64_t *n_capture,
+                        uint64_t *n_eager);
 
 #endif

@@ -18,6 +18,11 @@
  * far from the tensor-core bound. Steps with many rows per sequence (prefill chunks) take the
  * tiled kernel below instead, which reads each KV tile once per CUDA_ATTN_TQ rows (with BF16
  * KV and head_dim 64/128, the tensor-core kernel of cuda_attn_prefill.cu instead).
+ * Decode steps with BF16 KV and the usual shapes (head_dim 64/128, 1/2/4/8 query heads per KV
+ * head) take the decode kernel below: one block per (row, KV head, split) for all the heads of
+ * the group, K and V of a pass loaded at once, and the combine done by the split that finishes
+ * last, in the same launch. The three kernels fold a chunk of scores into the running softmax
+ * with one function (cuda_attn_fold).
  * CPU reference: ref_attention_head in cpu/ref_ops.c. */
 #include <math.h>
 
@@ -54,6 +59,17 @@ static __device__ __forceinline__ float cuda_attn_kv_load(const struct backend_k
 {
     return kv.dtype == DTYPE_F32 ? ((const float *)base)[idx]
                                  : cuda_bf16_f32(((const uint16_t *)base)[idx]);
+}
+
+/* The online-softmax step every attention kernel takes per chunk of scores: the new running
+ * max from the chunk's max, and the factor the old sum and accumulators are scaled by (0 on the
+ * first chunk, where m_run is -inf). The caller then adds the chunk's sum of e^(s - m_new). */
+static __device__ __forceinline__ float cuda_attn_fold(float &m_run, float m_chunk)
+{
+    float m_new = fmaxf(m_run, m_chunk);
+    float corr = expf(m_run - m_new);
+    m_run = m_new;
+    return corr;
 }
 
 /* Sequence of row r: the last s with seq_off[s] <= r. */
@@ -123,16 +139,14 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_kernel(str
             sc[i] = dot;
             m_loc = fmaxf(m_loc, dot);
         }
-        float m_new = fmaxf(m_run, cuda_block_max(m_loc, red)); /* syncs: sc is complete */
+        float corr = cuda_attn_fold(m_run, cuda_block_max(m_loc, red)); /* syncs: sc is complete */
         float l_loc = 0;
         for (int i = tid; i < cn; i += CUDA_ATTN_THREADS) {
-            float e = expf(sc[i] - m_new);
+            float e = expf(sc[i] - m_run);
             sc[i] = e;
             l_loc += e;
         }
-        float corr = expf(m_run - m_new); /* 0 on the first chunk (m_run = -inf) */
         l_run = l_run * corr + cuda_block_sum(l_loc, red); /* syncs: sc holds the weights */
-        m_run = m_new;
 #pragma unroll
         for (int j = 0; j < CUDA_ATTN_DIMS_PER_THREAD; j++) {
             int d = tid + j * CUDA_ATTN_THREADS;
@@ -191,6 +205,242 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_combine_ke
             v += expf(p[hd] - M) * p[d];
         }
         o[d] = v / L;
+    }
+}
+
+/* ---- decode: one block per (row, KV head, split), all G query heads of the KV head ----
+ * For few rows per sequence (decode, small batches) with BF16 KV, head_dim 64 or 128 and a
+ * group of 1, 2, 4 or 8 query heads per KV head: each KV row is read once for the G heads that
+ * share it. hd / 8 lanes hold one position (a 16-byte chunk of its K and V row each), so a warp
+ * covers 32 / (hd / 8) positions per load and a pass of CUDA_DEC_U loads per lane covers
+ * CUDA_DEC_PASS positions: K and V of the whole pass are loaded before any is used (all in
+ * flight at once), scores are reduced over the hd / 8 lanes by shuffles, the pass's max and sum
+ * per head over the block (cuda_attn_fold), and p.v accumulated in registers. The last split
+ * block of a (row, KV head) to finish combines the partials (a counter per (row, KV head) in
+ * `counters`, zero between calls), so decode attention is one launch. */
+#define CUDA_DEC_THREADS 128
+#define CUDA_DEC_WARPS (CUDA_DEC_THREADS / CUDA_WARP)
+#define CUDA_DEC_U 4 /* positions per lane per pass */
+
+template <int HD> struct cuda_dec_geom {
+    static constexpr int lpp = HD / 8;                           /* lanes per position */
+    static constexpr int ppw = CUDA_WARP / lpp;                  /* positions per warp load */
+    static constexpr int pass = CUDA_DEC_WARPS * ppw * CUDA_DEC_U; /* positions per pass */
+};
+
+template <int HD, int G>
+static __global__ void __launch_bounds__(CUDA_DEC_THREADS)
+cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
+{
+    typedef cuda_dec_geom<HD> geo;
+    __shared__ float red[2][CUDA_DEC_WARPS][G];
+    __shared__ float accs[CUDA_DEC_WARPS][G][HD];
+    __shared__ int last;
+    const struct backend_kv_view &kv = a.kv;
+    int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    int warp = tid / CUDA_WARP, lane = tid % CUDA_WARP, sub = lane % geo::lpp, pw = lane / geo::lpp;
+    int ctx = a.pos[r] + 1;
+    int n_valid = min((ctx + a.split_len - 1) / a.split_len, a.n_splits);
+    if (sp >= n_valid) return; /* the combine counts only the splits that hold positions */
+    int p_begin = sp * a.split_len, p_end = min(ctx, p_begin + a.split_len);
+    int s = cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
+    const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
+    const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
+    const uint8_t *vbase = (const uint8_t *)kv.v + (size_t)a.layer * kv.layer_block_bytes;
+    float qv[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float4 *q4 = (const float4 *)(a.q + ((int64_t)r * a.n_heads + kvh * G + g) * HD + sub * 8);
+        float4 lo = q4[0], hi = q4[1];
+        qv[g][0] = lo.x, qv[g][1] = lo.y, qv[g][2] = lo.z, qv[g][3] = lo.w;
+        qv[g][4] = hi.x, qv[g][5] = hi.y, qv[g][6] = hi.z, qv[g][7] = hi.w;
+    }
+    float m_run[G], l_run[G], acc[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m_run[g] = -INFINITY;
+        l_run[g] = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[g][e] = 0;
+    }
+    int flip = 0;
+    for (int c0 = p_begin; c0 < p_end; c0 += geo::pass) {
+        uint4 kc[CUDA_DEC_U], vc[CUDA_DEC_U];
+        bool ok[CUDA_DEC_U];
+#pragma unroll
+        for (int u = 0; u < CUDA_DEC_U; u++) {
+            int p = c0 + (u * CUDA_DEC_WARPS + warp) * geo::ppw + pw;
+            ok[u] = p < p_end;
+            int pp = ok[u] ? p : p_begin;
+            size_t off = (size_t)bt[pp / kv.block_size] * kv.block_bytes +
+                         ((size_t)(pp % kv.block_size) * kv.n_kv_heads + kvh) * HD * 2 + (size_t)sub * 16;
+            kc[u] = __ldg((const uint4 *)(kbase + off));
+            vc[u] = __ldg((const uint4 *)(vbase + off));
+        }
+        float sc[CUDA_DEC_U][G], mx[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) mx[g] = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < CUDA_DEC_U; u++) {
+            const uint32_t w[4] = {kc[u].x, kc[u].y, kc[u].z, kc[u].w};
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float d = 0;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    d = fmaf(qv[g][2 * j], __uint_as_float(w[j] << 16), d);
+                    d = fmaf(qv[g][2 * j + 1], __uint_as_float(w[j] & 0xffff0000u), d);
+                }
+#pragma unroll
+                for (int o = geo::lpp / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                sc[u][g] = ok[u] ? d * a.scale : -INFINITY;
+                mx[g] = fmaxf(mx[g], sc[u][g]);
+            }
+        }
+        /* the pass's max per head over the block (red[flip] is not read by the previous pass
+         * any more: that pass's sums used red[!flip] after a barrier) */
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float m = cuda_warp_max(mx[g]);
+            if (lane == 0) red[flip][warp][g] = m;
+        }
+        __syncthreads();
+        float corr[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float m = red[flip][0][g];
+#pragma unroll
+            for (int w = 1; w < CUDA_DEC_WARPS; w++) m = fmaxf(m, red[flip][w][g]);
+            corr[g] = cuda_attn_fold(m_run[g], m);
+        }
+        float ls[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            ls[g] = 0;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] *= corr[g];
+        }
+#pragma unroll
+        for (int u = 0; u < CUDA_DEC_U; u++) {
+            const uint32_t w[4] = {vc[u].x, vc[u].y, vc[u].z, vc[u].w};
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float pr = expf(sc[u][g] - m_run[g]); /* 0 for positions past the split */
+                if (sub == 0) ls[g] += pr;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    acc[g][2 * j] = fmaf(pr, __uint_as_float(w[j] << 16), acc[g][2 * j]);
+                    acc[g][2 * j + 1] = fmaf(pr, __uint_as_float(w[j] & 0xffff0000u), acc[g][2 * j + 1]);
+                }
+            }
+        }
+        flip ^= 1;
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float l = cuda_warp_sum(ls[g]);
+            if (lane == 0) red[flip][warp][g] = l;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float l = 0;
+#pragma unroll
+            for (int w = 0; w < CUDA_DEC_WARPS; w++) l += red[flip][w][g];
+            l_run[g] = l_run[g] * corr[g] + l;
+        }
+        flip ^= 1;
+    }
+    /* acc over the positions of the block: lanes of one dim chunk, then warps */
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float v = acc[g][e];
+#pragma unroll
+            for (int o = geo::lpp; o < CUDA_WARP; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (pw == 0) accs[warp][g][sub * 8 + e] = v;
+        }
+    __syncthreads();
+    bool single = n_valid == 1;
+    for (int i = tid; i < G * HD; i += CUDA_DEC_THREADS) {
+        int g = i / HD, d = i % HD;
+        float v = 0;
+#pragma unroll
+        for (int w = 0; w < CUDA_DEC_WARPS; w++) v += accs[w][g][d];
+        int64_t rh = (int64_t)r * a.n_heads + kvh * G + g;
+        if (single) {
+            a.out[rh * HD + d] = v / l_run[g];
+        } else {
+            float *pp = a.part + (rh * a.n_splits + sp) * (HD + 2);
+            pp[d] = v;
+            if (d == 0) {
+                pp[HD] = m_run[g];
+                pp[HD + 1] = l_run[g];
+            }
+        }
+    }
+    if (single) return;
+    /* the last split block of (r, kvh) combines: partials made visible before the count */
+    __threadfence();
+    __syncthreads();
+    int *cnt = counters + (int64_t)r * kv.n_kv_heads + kvh;
+    if (tid == 0) last = atomicAdd(cnt, 1) == n_valid - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int i = tid; i < G * HD; i += CUDA_DEC_THREADS) {
+        int g = i / HD, d = i % HD;
+        const float *pp = a.part + ((int64_t)r * a.n_heads + kvh * G + g) * a.n_splits * (HD + 2);
+        float M = -INFINITY;
+        for (int k = 0; k < n_valid; k++) M = fmaxf(M, __ldcg(pp + (int64_t)k * (HD + 2) + HD));
+        float L = 0, v = 0;
+        for (int k = 0; k < n_valid; k++) {
+            const float *q = pp + (int64_t)k * (HD + 2);
+            float e = expf(__ldcg(q + HD) - M);
+            L += e * __ldcg(q + HD + 1);
+            v += e * __ldcg(q + d);
+        }
+        a.out[((int64_t)r * a.n_heads + kvh * G + g) * HD + d] = v / L;
+    }
+    if (tid == 0) *cnt = 0; /* ready for the next call */
+}
+
+/* Whether a split-K step can take the decode kernel. */
+static bool cuda_attn_use_decode(const struct backend_attn *at, int k_vec, size_t n_counters)
+{
+    const struct backend_kv_view *kv = at->kv;
+    int g = at->n_heads / kv->n_kv_heads;
+    return kv->dtype == DTYPE_BF16 && k_vec && (kv->head_dim == 64 || kv->head_dim == 128) &&
+           (g == 1 || g == 2 || g == 4 || g == 8) &&
+           (size_t)at->n_tokens * kv->n_kv_heads <= n_counters;
+}
+
+/* Splits for the decode kernel: enough blocks for ~2 per SM, at least one pass per split. */
+static void cuda_attn_decode_plan(int n_tokens, int n_kv, int hd, int max_ctx, int n_sms,
+                                  int *n_splits, int *split_len)
+{
+    int pass = hd == 64 ? cuda_dec_geom<64>::pass : cuda_dec_geom<128>::pass;
+    int64_t items = (int64_t)n_tokens * n_kv;
+    int64_t want = (2 * (int64_t)n_sms + items - 1) / items;
+    int max_passes = (max_ctx + pass - 1) / pass;
+    int ns = (int)(want < 1 ? 1 : want > max_passes ? max_passes : want);
+    if (ns < 1) ns = 1;
+    int passes = (max_passes + ns - 1) / ns;
+    *split_len = (passes < 1 ? 1 : passes) * pass;
+    *n_splits = (max_ctx + *split_len - 1) / *split_len;
+    if (*n_splits < 1) *n_splits = 1;
+}
+
+template <int HD>
+static void cuda_attn_decode_launch(cudaStream_t s, const struct cuda_attn_args &a, int n_tokens,
+                                    int n_kv, int *counters)
+{
+    dim3 grid((unsigned)n_tokens, (unsigned)n_kv, (unsigned)a.n_splits);
+    switch (a.group) {
+    case 1: cuda_attn_decode_kernel<HD, 1><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
+    case 2: cuda_attn_decode_kernel<HD, 2><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
+    case 4: cuda_attn_decode_kernel<HD, 4><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
+    default: cuda_attn_decode_kernel<HD, 8><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
     }
 }
 
@@ -271,11 +521,11 @@ cuda_attn_tiled_kernel(struct cuda_attn_args a, const int32_t *tiles)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float m_new = fmaxf(m_run, mx); /* finite: position 0 is in every row's first tile */
-        float corr = expf(m_run - m_new), sum = 0;
+        /* m_run finite after: position 0 is in every row's first tile */
+        float corr = cuda_attn_fold(m_run, mx), sum = 0;
 #pragma unroll
         for (int c = 0; c < CUDA_ATTN_TK / 8; c++) {
-            float e = expf(sc[c] - m_new);
+            float e = expf(sc[c] - m_run);
             ps[row * (CUDA_ATTN_TK + 1) + sub + 8 * c] = e;
             sum += e;
         }
@@ -283,7 +533,6 @@ cuda_attn_tiled_kernel(struct cuda_attn_args a, const int32_t *tiles)
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         l_run = l_run * corr + sum;
-        m_run = m_new;
         __syncwarp(); /* ps of this row was written by lanes of this warp */
 #pragma unroll
         for (int k = 0; k < CUDA_ATTN_TILE_DPT; k++) {
@@ -328,16 +577,34 @@ static void cuda_attn_plan(int n_tokens, int n_heads, int max_ctx, int n_sms, in
     if (*n_splits < 1) *n_splits = 1;
 }
 
-extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode)
+extern "C" int cuda_attn_tiled(const struct backend_attn *a, int mode)
+{
+    return cuda_attn_use_tiled(a, mode);
+}
+
+/* K rows 16-byte aligned (head_dim * dtype size % 16 == 0 and aligned bases): vector loads. */
+static int cuda_attn_k_vec(const struct backend_kv_view *kv)
+{
+    size_t row_bytes = (size_t)kv->head_dim * (kv->dtype == DTYPE_F32 ? 4 : 2);
+    return row_bytes % 16 == 0 && (uintptr_t)kv->k % 16 == 0 && (uintptr_t)kv->v % 16 == 0 &&
+           kv->layer_block_bytes % 16 == 0;
+}
+
+extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode,
+                                      size_t n_counters)
 {
     if (cuda_attn_use_tiled(a, mode)) return 2 * (size_t)(a->n_tokens + a->n_seqs); /* tile list */
     int ns, len;
-    cuda_attn_plan(a->n_tokens, a->n_heads, max_ctx, n_sms, &ns, &len);
+    if (cuda_attn_use_decode(a, cuda_attn_k_vec(a->kv), n_counters))
+        cuda_attn_decode_plan(a->n_tokens, a->kv->n_kv_heads, a->kv->head_dim, max_ctx, n_sms, &ns, &len);
+    else
+        cuda_attn_plan(a->n_tokens, a->n_heads, max_ctx, n_sms, &ns, &len);
     return ns == 1 ? 0 : (size_t)a->n_tokens * a->n_heads * ns * (size_t)(a->kv->head_dim + 2);
 }
 
 extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, int max_ctx,
-                                int n_sms, int mode, float *ws, int32_t *tiles_host)
+                                int n_sms, int mode, float *ws, int32_t *tiles_host, int *counters,
+                                size_t n_counters)
 {
     if (at->n_tokens <= 0) return (int)cudaGetLastError();
     if (at->kv->head_dim > CUDA_ATTN_MAX_HEAD_DIM || at->n_heads > 65535)
@@ -356,8 +623,7 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
     a.scale = at->scale;
     a.kv = *at->kv;
     a.layer = at->layer;
-    size_t row_bytes = (size_t)at->kv->head_dim * (at->kv->dtype == DTYPE_F32 ? 4 : 2);
-    a.k_vec = row_bytes % 16 == 0 && (uintptr_t)at->kv->k % 16 == 0 && at->kv->layer_block_bytes % 16 == 0;
+    a.k_vec = cuda_attn_k_vec(at->kv);
     if (cuda_attn_use_tiled(at, mode)) {
         /* BF16 KV, head_dim 64/128: the tensor-core kernel (cuda_attn_prefill.cu), unless
          * CAIRN_CUDA_ATTN=tiled asks for this one. */
@@ -381,6 +647,14 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
         dim3 grid((unsigned)n_tiles, (unsigned)at->n_heads);
         cuda_attn_tiled_kernel<<<grid, CUDA_ATTN_TILE_THREADS, cuda_attn_tile_smem(at->kv->head_dim), s>>>(
             a, (const int32_t *)ws);
+        return (int)cudaGetLastError();
+    }
+    if (cuda_attn_use_decode(at, a.k_vec, n_counters)) {
+        int n_kv = at->kv->n_kv_heads;
+        cuda_attn_decode_plan(at->n_tokens, n_kv, at->kv->head_dim, max_ctx, n_sms, &a.n_splits, &a.split_len);
+        if (a.n_splits > 65535 || n_kv > 65535) return (int)cudaErrorInvalidValue;
+        if (at->kv->head_dim == 64) cuda_attn_decode_launch<64>(s, a, at->n_tokens, n_kv, counters);
+        else cuda_attn_decode_launch<128>(s, a, at->n_tokens, n_kv, counters);
         return (int)cudaGetLastError();
     }
     cuda_attn_plan(at->n_tokens, at->n_heads, max_ctx, n_sms, &a.n_splits, &a.split_len);

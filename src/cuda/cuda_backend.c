@@ -122,6 +122,12 @@ void *cuda_ws_get(struct cuda_impl *c, enum cuda_ws_slot slot, size_t bytes)
     struct cuda_ws *w = &c->ws[slot];
     if (w->bytes >= bytes) return w->ptr;
     struct cairn_err err;
+    if (c->g_capturing) { /* cannot happen (cuda_graph.c runs a run eagerly before capturing it) */
+        cairn_err_set(&err, CAIRN_ERR_INTERNAL, "cuda: workspace %d would grow inside a graph capture", (int)slot);
+        cuda_latch(c, &err);
+        return NULL;
+    }
+    cuda_graphs_invalidate(c); /* graphs name the old workspace */
     /* The old workspace may still be read by queued work. */
     if (cuda_check(c, NULL, cudaStreamSynchronize(c->stream)) != CAIRN_OK) return NULL;
     cuda_dev_free(c, w->ptr, w->bytes, CAIRN_MEM_SCRATCH);
@@ -174,6 +180,7 @@ static void cuda_buf_free(struct backend *be, void *dptr, size_t bytes, enum cai
 {
     struct cuda_impl *c = cuda_impl_of(be);
     if (!dptr) return;
+    cuda_graphs_invalidate(c);
     (void)cudaSetDevice(c->device);
     cuda_dev_free(c, dptr, bytes, tag);
 }
@@ -183,6 +190,7 @@ static int cuda_copy(struct backend *be, void *dst, const void *src, size_t byte
 {
     struct cuda_impl *c = cuda_impl_of(be);
     if (!bytes) return CAIRN_OK;
+    cuda_graphs_before_copy(be); /* a copy inside a step comes after the ops recorded so far */
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaMemcpyAsync(dst, src, bytes, kind, c->stream));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamSynchronize(c->stream));
@@ -332,6 +340,7 @@ static void cuda_weight_release(struct backend *be, struct tensor *w)
     struct cuda_impl *c = cuda_impl_of(be);
     int64_t rows, cols;
     if (!w->be_data) return;
+    cuda_graphs_invalidate(c);
     cuda_w_dims(w, &rows, &cols);
     (void)cudaSetDevice(c->device);
     cuda_dev_free(c, w->be_data, (size_t)rows * cuda_w_row_bytes(w, cols), CAIRN_MEM_WEIGHTS);
@@ -372,6 +381,7 @@ static int cuda_take_latched(struct cuda_impl *c, struct cairn_err *err)
 static int cuda_sync(struct backend *be, struct cairn_err *err)
 {
     struct cuda_impl *c = cuda_impl_of(be);
+    cuda_graphs_before_copy(be);
     (void)cuda_check(c, NULL, cudaStreamSynchronize(c->stream));
     return cuda_take_latched(c, err);
 }
@@ -383,12 +393,14 @@ static int cuda_step_begin(struct backend *be, struct cairn_err *err)
     c->err_status = CAIRN_OK;
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st != CAIRN_OK) pthread_mutex_unlock(&c->step_lock);
+    else cuda_graphs_step_begin(c);
     return st;
 }
 
 static int cuda_step_end(struct backend *be, struct cairn_err *err)
 {
     struct cuda_impl *c = cuda_impl_of(be);
+    cuda_graphs_step_end(be);
     int st = cuda_sync(be, err);
     pthread_mutex_unlock(&c->step_lock);
     return st;
@@ -405,8 +417,10 @@ static void cuda_destroy(struct backend *be)
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
         for (int i = 0; i < CUDA_WS_N; i++) cuda_dev_free(c, c->ws[i].ptr, c->ws[i].bytes, CAIRN_MEM_SCRATCH);
         cuda_dev_free(c, c->lt_ws, CUDA_LT_WS_BYTES, CAIRN_MEM_SCRATCH);
+        cuda_dev_free(c, c->attn_counters, CUDA_ATTN_COUNTERS * sizeof(int), CAIRN_MEM_SCRATCH);
         if (c->lt) (void)cuda_lt.destroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
+        cuda_graphs_free(c);
         pthread_mutex_destroy(&c->step_lock);
         free(c->moe_ids_host);
         free(c->moe_list_host);
@@ -449,6 +463,16 @@ static const struct backend_ops cuda_backend_ops = {
     .gdn = cuda_op_gdn,
     .copy_rows = cuda_op_copy_rows,
 };
+
+/* The same table with the recording entries of cuda_graph.c (CAIRN_CUDA_GRAPHS unset or 1). */
+static struct backend_ops cuda_backend_graph_ops;
+static pthread_once_t cuda_graph_ops_once = PTHREAD_ONCE_INIT;
+
+static void cuda_graph_ops_fill(void)
+{
+    cuda_backend_graph_ops = cuda_backend_ops;
+    cuda_graphs_fill_ops(&cuda_backend_graph_ops);
+}
 
 int cuda_device_count(void)
 {
@@ -533,9 +557,20 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     }
     st = cuda_check(NULL, err, cudaSetDevice(device));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    if (st == CAIRN_OK && !c->sync_each_op) {
+        st = cuda_graphs_init(c);
+        if (st != CAIRN_OK) cairn_err_set(err, st, "cuda: out of host memory");
+        else if (c->graphs) {
+            pthread_once(&cuda_graph_ops_once, cuda_graph_ops_fill);
+            be->ops = &cuda_backend_graph_ops;
+        }
+    }
     if (st == CAIRN_OK) st = cuda_lt_load(err);
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cuda_lt.create(&c->lt));
     if (st == CAIRN_OK) st = cuda_dev_alloc(c, CUDA_LT_WS_BYTES, CAIRN_MEM_SCRATCH, 0, &c->lt_ws, err);
+    if (st == CAIRN_OK)
+        st = cuda_dev_alloc(c, CUDA_ATTN_COUNTERS * sizeof(int), CAIRN_MEM_SCRATCH, 1,
+                            (void **)&c->attn_counters, err);
     if (st == CAIRN_OK) {
         st = cuda_dev_alloc(c, CUDA_WS_ACT_INIT, CAIRN_MEM_SCRATCH, 0, &c->ws[CUDA_WS_ACT].ptr, err);
         if (st == CAIRN_OK) c->ws[CUDA_WS_ACT].bytes = CUDA_WS_ACT_INIT;

@@ -5,7 +5,8 @@
  * are memory-bound and small next to the matmuls: each reads its inputs and writes its output
  * once (RMSNorm: x read once into the reduction and once for the scaled write, from L1/L2), so
  * the bound they aim at is HBM bandwidth, with plain coalesced 4-byte accesses and grid-stride
- * loops of CUDA_ELEM_THREADS threads. CPU references: cpu/ref_ops.c and model/moe.c. */
+ * loops of CUDA_ELEM_THREADS threads (RMSNorm: float4 rows held in registers, see below).
+ * CPU references: cpu/ref_ops.c and model/moe.c. */
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
@@ -35,7 +36,19 @@ extern "C" int cuda_k_embed(cudaStream_t s, const struct cuda_wdesc *w, const in
     return (int)cudaGetLastError();
 }
 
-/* ---- rmsnorm: one block per row; y may alias x (each thread rewrites what it read) ---- */
+/* ---- rmsnorm: y may alias x (each thread rewrites what it read) ----
+ * Rows of up to CUDA_RMS_WARP_DIM floats (q/k norms over head_dim): one warp per row, 8 rows
+ * per block. Wider rows (the hidden state): one block per row, sized so that each thread holds
+ * at most CUDA_RMS_VEC float4 of the row in registers (x read once, one block reduction).
+ * Both need dim % 4 == 0 and 16-byte aligned rows; else one block per row, element-wise. */
+#define CUDA_RMS_VEC 4
+#define CUDA_RMS_WARP_DIM (CUDA_WARP * 4 * CUDA_RMS_VEC)
+#define CUDA_RMS_MAX_THREADS 1024
+
+static __device__ __forceinline__ float cuda_rms_inv(float ss, int dim, float eps)
+{
+    return (float)(1.0 / sqrt((double)ss / dim + (double)eps));
+}
 
 static __global__ void cuda_rmsnorm_kernel(float *y, const float *x, const float *w, int dim,
                                            float eps, float w_offset)
@@ -46,15 +59,79 @@ static __global__ void cuda_rmsnorm_kernel(float *y, const float *x, const float
     float ss = 0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
     ss = cuda_block_sum(ss, red);
-    float inv = (float)(1.0 / sqrt((double)ss / dim + (double)eps));
+    float inv = cuda_rms_inv(ss, dim, eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         yr[i] = xr[i] * inv * (w ? w[i] + w_offset : 1.0f);
+}
+
+/* One row in float4s: thread `first` holds elements first + k * stride (k < CUDA_RMS_VEC) in
+ * registers; the sum of squares is reduced over the warp (warp_only) or the block (red). */
+static __device__ __forceinline__ void cuda_rms_vec_row(float4 *y4, const float4 *x4, const float4 *w4,
+                                                        int n4, int first, int stride, int dim,
+                                                        float eps, float w_offset, bool warp_only,
+                                                        float *red)
+{
+    float4 v[CUDA_RMS_VEC];
+    float ss = 0;
+#pragma unroll
+    for (int k = 0; k < CUDA_RMS_VEC; k++) {
+        int i = first + k * stride;
+        v[k] = i < n4 ? x4[i] : make_float4(0, 0, 0, 0);
+        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    }
+    ss = warp_only ? cuda_warp_sum(ss) : cuda_block_sum(ss, red);
+    float inv = cuda_rms_inv(ss, dim, eps);
+#pragma unroll
+    for (int k = 0; k < CUDA_RMS_VEC; k++) {
+        int i = first + k * stride;
+        if (i >= n4) break;
+        float4 o = make_float4(v[k].x * inv, v[k].y * inv, v[k].z * inv, v[k].w * inv);
+        if (w4) {
+            float4 g = w4[i];
+            o.x *= g.x + w_offset;
+            o.y *= g.y + w_offset;
+            o.z *= g.z + w_offset;
+            o.w *= g.w + w_offset;
+        }
+        y4[i] = o;
+    }
+}
+
+static __global__ void __launch_bounds__(CUDA_RMS_MAX_THREADS)
+cuda_rmsnorm_row_kernel(float *y, const float *x, const float *w, int dim, float eps, float w_offset)
+{
+    __shared__ float red[32];
+    int n4 = dim / 4;
+    cuda_rms_vec_row((float4 *)(y + (int64_t)blockIdx.x * dim), (const float4 *)(x + (int64_t)blockIdx.x * dim),
+                     (const float4 *)w, n4, threadIdx.x, blockDim.x, dim, eps, w_offset, false, red);
+}
+
+static __global__ void __launch_bounds__(CUDA_ELEM_THREADS)
+cuda_rmsnorm_warp_kernel(float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+                         float w_offset)
+{
+    int64_t r = (int64_t)blockIdx.x * (CUDA_ELEM_THREADS / CUDA_WARP) + threadIdx.x / CUDA_WARP;
+    if (r >= n_rows) return; /* whole warps leave: the shuffles below see full warps */
+    cuda_rms_vec_row((float4 *)(y + r * dim), (const float4 *)(x + r * dim), (const float4 *)w, dim / 4,
+                     threadIdx.x % CUDA_WARP, CUDA_WARP, dim, eps, w_offset, true, NULL);
 }
 
 extern "C" int cuda_k_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int n_rows,
                               int dim, float eps, float w_offset)
 {
-    if (n_rows > 0) cuda_rmsnorm_kernel<<<n_rows, CUDA_ROW_THREADS, 0, s>>>(y, x, w, dim, eps, w_offset);
+    if (n_rows <= 0) return (int)cudaGetLastError();
+    bool vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (!w || (uintptr_t)w % 16 == 0);
+    int n4 = dim / 4;
+    if (vec && dim <= CUDA_RMS_WARP_DIM) {
+        cuda_rmsnorm_warp_kernel<<<cuda_blocks_for(n_rows, CUDA_ELEM_THREADS / CUDA_WARP), CUDA_ELEM_THREADS, 0, s>>>(
+            y, x, w, n_rows, dim, eps, w_offset);
+    } else if (vec && n4 <= CUDA_RMS_MAX_THREADS * CUDA_RMS_VEC) {
+        int threads = (n4 + CUDA_RMS_VEC - 1) / CUDA_RMS_VEC;
+        threads = (threads + CUDA_WARP - 1) / CUDA_WARP * CUDA_WARP;
+        cuda_rmsnorm_row_kernel<<<n_rows, threads, 0, s>>>(y, x, w, dim, eps, w_offset);
+    } else {
+        cuda_rmsnorm_kernel<<<n_rows, CUDA_ROW_THREADS, 0, s>>>(y, x, w, dim, eps, w_offset);
+    }
     return (int)cudaGetLastError();
 }
 

@@ -1,15 +1,25 @@
 /* Matmul kernels other than cuBLASLt: the decode GEMV, activation conversion for the GEMM
  * inputs, and the dequantization of MLX weights to bf16 for the GEMM.
  *
- * GEMV: y[n, rows] = x[n, cols] . W[rows, cols]^T for n in 1..CUDA_GEMV_MAX_N.
- *   One warp per weight row (CUDA_GEMV_THREADS / 32 rows per block, grid-stride over rows);
- *   each lane streams 16-byte chunks of the row (8 bf16/f16, 4 f32, 32 q4 or 16 q8 codes, so a
- *   quantized chunk always lies in one group: group sizes are multiples of 32) and multiplies
- *   them with the n activation rows, which stay in L1/L2 (x is n * cols * 4 bytes, read by every
- *   warp). Quantized chunks are dequantized in registers: s * sum(code * x) + b * sum(x).
- *   Bytes per call: the weight once (rows * row_bytes) + x + y; it is bound by HBM bandwidth
- *   (the aim: the device's copy bandwidth for the weight stream). Accumulation in f32, one
- *   accumulator per activation row and lane, summed across the warp at the end.
+ * GEMV: y_i[n, rows_i] = x[n, cols] . W_i[rows_i, cols]^T for n in 1..CUDA_GEMV_MAX_N and up to
+ * CUDA_GEMV_MAX_W weights of one layout that read the same x (q/k/v, gate/up: one launch).
+ *   Work item: R consecutive rows of one weight (R = 4 for n = 1 and dense n = 2, else 2;
+ *   dense n = 1 over few long rows: 1 row with twice the loads in flight), taken by one warp;
+ *   the warps of a persistent grid (the blocks that fit on the SMs at once) walk the items
+ *   grid-stride. Each lane streams 16-byte chunks of the R rows (8 bf16/f16, 4 f32, 32 q4 or 16 q8 codes, so a
+ *   quantized chunk always lies in one group: group sizes are multiples of 32) with
+ *   non-caching loads, CUDA_GEMV_U chunks of each row issued before any is used: R * U
+ *   independent 16-byte loads in flight per lane (16 for n <= 2), which is what keeps HBM busy
+ *   (Little's law: ~2.5 MB in flight over the GPU at ~4 TB/s). The activation values of a chunk
+ *   are read once (from L1: x is n * cols * 4 bytes, read by every warp) and used for all R
+ *   rows. Quantized chunks are dequantized in registers: s * sum(code * x) + b * sum(x), with
+ *   each group's scale and bias read once per chunk, and each code made an exact float (shift,
+ *   mask, or 2^23, minus 2^23). That is ~7 instructions per q4 code with the fma and the x
+ *   sums (PTX of the n = 1 kernel), so q4/q8 are issue-bound, not HBM-bound (H200: q4 at 21-35 %
+ *   of the copy bandwidth, q8 38-74 %): a cheaper code-to-float path is the next step.
+ *   Bytes per call: the weights once (rows * row_bytes) + x + y; bound by HBM bandwidth.
+ *   Accumulation in f32, one accumulator per (row, activation row) and lane, summed across the
+ *   warp with shuffles at the end of the item.
  *   Rows whose chunks would not be 16-byte aligned (cols not a multiple of the chunk, an
  *   activation pointer not 16-byte aligned, or q2/q3/q5/q6) take the scalar kernel, which reads
  *   element by element with cuda_w_elem: correct for every layout, not fast.
@@ -19,8 +29,13 @@
  * CPU reference: ref_matmul in cpu/ref_ops.c (double accumulation). */
 #include "cuda/cuda_common.cuh"
 
-#define CUDA_GEMV_THREADS 256 /* 8 warps: 8 weight rows per block */
-#define CUDA_GEMV_ROWS_PER_BLOCK (CUDA_GEMV_THREADS / CUDA_WARP)
+#define CUDA_GEMV_THREADS 256 /* 8 warps per block */
+#define CUDA_GEMV_WARPS (CUDA_GEMV_THREADS / CUDA_WARP)
+#define CUDA_GEMV_U 4              /* chunks of each row a lane loads before using them */
+#define CUDA_GEMV_FILL_BLOCKS 4    /* dense n = 1: 4-row items per SM below which a warp */
+#define CUDA_GEMV_FEW_MIN_COLS 4096 /* takes one row, for rows of at least this many values */
+#define CUDA_GEMV_BLOCKS_PER_SM 4  /* persistent grid: at most this many blocks per SM (fewer
+                                    * when the registers do not allow them) */
 #define CUDA_CONV_THREADS 256
 
 enum cuda_gemv_kind { GEMV_F32 = 0, GEMV_F16, GEMV_BF16, GEMV_Q4, GEMV_Q8 };
@@ -33,15 +48,35 @@ template <> struct cuda_gemv_chunk<GEMV_BF16> { static constexpr int elems = 8; 
 template <> struct cuda_gemv_chunk<GEMV_Q4> { static constexpr int elems = 32; };
 template <> struct cuda_gemv_chunk<GEMV_Q8> { static constexpr int elems = 16; };
 
-/* Widens the 8 16-bit values of a chunk. */
-template <int K> static __device__ __forceinline__ void cuda_gemv_widen8(uint4 c, float *w)
+/* The weights of one launch: same type, cols and (for Q) bits and group size. */
+struct cuda_gemv_set {
+    struct cuda_wdesc w[CUDA_GEMV_MAX_W];
+    float *y[CUDA_GEMV_MAX_W];
+    int64_t item_end[CUDA_GEMV_MAX_W]; /* cumulative items (R-row groups) up to weight i */
+    int count;
+};
+
+/* A 16-byte weight load that bypasses L1 (the stream is read once; L1 keeps x). */
+static __device__ __forceinline__ uint4 cuda_gemv_ld(const uint4 *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* Weight values of a dense chunk, widened to f32. */
+template <int K> static __device__ __forceinline__ void cuda_gemv_widen(uint4 c, float *w)
 {
     const uint32_t u[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        if (K == GEMV_BF16) {
-            w[2 * j] = cuda_bf16_f32((uint16_t)(u[j] & 0xffffu));
-            w[2 * j + 1] = cuda_bf16_f32((uint16_t)(u[j] >> 16));
+        if (K == GEMV_F32) {
+            w[j] = __uint_as_float(u[j]);
+        } else if (K == GEMV_BF16) {
+            w[2 * j] = __uint_as_float(u[j] << 16);
+            w[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
         } else {
             w[2 * j] = cuda_f16_f32((uint16_t)(u[j] & 0xffffu));
             w[2 * j + 1] = cuda_f16_f32((uint16_t)(u[j] >> 16));
@@ -49,99 +84,144 @@ template <int K> static __device__ __forceinline__ void cuda_gemv_widen8(uint4 c
     }
 }
 
-/* acc[t] += chunk . x[t][i .. i + elems) for t < n (NT: compile-time bound on n). */
-template <int K, int NT>
-static __device__ __forceinline__ void cuda_gemv_chunk_dot(uint4 c, const uint8_t *row, int64_t i,
-                                                           const struct cuda_wdesc &w,
+/* Code j (0..PER_WORD-1) of a word as an exact float: the magic-number conversion
+ * (0x4B000000 | c is 2^23 + c, minus 2^23) instead of a conversion instruction. */
+template <int BITS> static __device__ __forceinline__ float cuda_gemv_code(uint32_t word, int j)
+{
+    uint32_t c = (word >> (BITS * j)) & ((1u << BITS) - 1);
+    return __uint_as_float(0x4B000000u | c) - 8388608.0f;
+}
+
+/* acc[j][t] += chunk_j . x[t][i .. i + E) for the R rows j and t < n (NT: bound on n). */
+template <int K, int NT, int R>
+static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, const uint8_t *const *row,
+                                                           int64_t i, const struct cuda_wdesc &w,
                                                            const float *__restrict__ x, int n,
-                                                           float *acc)
+                                                           float (*acc)[NT])
 {
     constexpr int E = cuda_gemv_chunk<K>::elems;
     if (K == GEMV_F32 || K == GEMV_F16 || K == GEMV_BF16) {
-        float wv[E];
-        if (K == GEMV_F32) {
-            wv[0] = __uint_as_float(c.x);
-            wv[1] = __uint_as_float(c.y);
-            wv[2] = __uint_as_float(c.z);
-            wv[3] = __uint_as_float(c.w);
-        } else {
-            cuda_gemv_widen8<K>(c, wv);
-        }
+        float wv[R][E];
+#pragma unroll
+        for (int j = 0; j < R; j++) cuda_gemv_widen<K>(c[j], wv[j]);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
             const float4 *xp = (const float4 *)(x + (int64_t)t * w.cols + i);
-            float s = 0;
+            float xv[E];
 #pragma unroll
-            for (int j = 0; j < E / 4; j++) {
-                float4 xv = xp[j];
-                s += wv[4 * j] * xv.x + wv[4 * j + 1] * xv.y + wv[4 * j + 2] * xv.z + wv[4 * j + 3] * xv.w;
+            for (int q = 0; q < E / 4; q++) {
+                float4 v = __ldg(xp + q);
+                xv[4 * q] = v.x;
+                xv[4 * q + 1] = v.y;
+                xv[4 * q + 2] = v.z;
+                xv[4 * q + 3] = v.w;
             }
-            acc[t] += s;
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                float s = 0;
+#pragma unroll
+                for (int e = 0; e < E; e++) s = fmaf(wv[j][e], xv[e], s);
+                acc[j][t] += s;
+            }
         }
     } else {
         constexpr int BITS = K == GEMV_Q4 ? 4 : 8, PER_WORD = 32 / BITS;
-        const uint16_t *sc = (const uint16_t *)(row + cuda_q_scales_off(w.cols, BITS));
-        const uint16_t *bi = (const uint16_t *)(row + cuda_q_biases_off(w.cols, BITS, w.group_size));
         int64_t g = i / w.group_size;
-        float scale = cuda_bf16_f32(sc[g]), bias = cuda_bf16_f32(bi[g]);
-        const uint32_t u[4] = {c.x, c.y, c.z, c.w};
+        float scale[R], bias[R];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const uint16_t *sc = (const uint16_t *)(row[j] + cuda_q_scales_off(w.cols, BITS));
+            const uint16_t *bi = (const uint16_t *)(row[j] + cuda_q_biases_off(w.cols, BITS, w.group_size));
+            scale[j] = cuda_bf16_f32(__ldg(sc + g));
+            bias[j] = cuda_bf16_f32(__ldg(bi + g));
+        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
             const float4 *xp = (const float4 *)(x + (int64_t)t * w.cols + i);
-            float cx = 0, xs = 0; /* sum code * x, sum x */
+            float cx[R], xs = 0; /* sum code * x per row, sum x */
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
+            for (int j = 0; j < R; j++) cx[j] = 0;
 #pragma unroll
-                for (int j = 0; j < PER_WORD / 4; j++) {
-                    float4 xv = xp[q * (PER_WORD / 4) + j];
-                    uint32_t word = u[q] >> (BITS * 4 * j);
-                    const uint32_t mask = (1u << BITS) - 1;
-                    cx += (float)(word & mask) * xv.x + (float)((word >> BITS) & mask) * xv.y +
-                          (float)((word >> (2 * BITS)) & mask) * xv.z +
-                          (float)((word >> (3 * BITS)) & mask) * xv.w;
-                    xs += (xv.x + xv.y) + (xv.z + xv.w);
+            for (int q = 0; q < 4; q++) { /* word q of the chunk: PER_WORD codes */
+#pragma unroll
+                for (int h = 0; h < PER_WORD / 4; h++) {
+                    float4 v = __ldg(xp + q * (PER_WORD / 4) + h);
+                    xs += (v.x + v.y) + (v.z + v.w);
+#pragma unroll
+                    for (int j = 0; j < R; j++) {
+                        uint32_t word = q == 0 ? c[j].x : q == 1 ? c[j].y : q == 2 ? c[j].z : c[j].w;
+                        cx[j] = fmaf(cuda_gemv_code<BITS>(word, 4 * h), v.x, cx[j]);
+                        cx[j] = fmaf(cuda_gemv_code<BITS>(word, 4 * h + 1), v.y, cx[j]);
+                        cx[j] = fmaf(cuda_gemv_code<BITS>(word, 4 * h + 2), v.z, cx[j]);
+                        cx[j] = fmaf(cuda_gemv_code<BITS>(word, 4 * h + 3), v.w, cx[j]);
+                    }
                 }
             }
-            acc[t] += scale * cx + bias * xs;
+#pragma unroll
+            for (int j = 0; j < R; j++) acc[j][t] += scale[j] * cx[j] + bias[j] * xs;
         }
     }
 }
 
-template <int K, int NT>
+template <int K, int NT, int R, int U>
 static __global__ void __launch_bounds__(CUDA_GEMV_THREADS)
-cuda_gemv_kernel(struct cuda_wdesc w, const float *__restrict__ x, float *__restrict__ y, int n)
+cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 {
     constexpr int E = cuda_gemv_chunk<K>::elems;
     int lane = threadIdx.x % CUDA_WARP;
-    int64_t n_chunks = w.cols / E;
-    for (int64_t r = (int64_t)blockIdx.x * CUDA_GEMV_ROWS_PER_BLOCK + threadIdx.x / CUDA_WARP;
-         r < w.rows; r += (int64_t)gridDim.x * CUDA_GEMV_ROWS_PER_BLOCK) {
-        const uint8_t *row = (const uint8_t *)w.data + (size_t)r * w.row_bytes;
-        const uint4 *chunks = (const uint4 *)row;
-        float acc[NT];
+    const int64_t n_items = set.item_end[set.count - 1];
+    const int64_t n_chunks = set.w[0].cols / E;
+    for (int64_t it = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
+         it += (int64_t)gridDim.x * CUDA_GEMV_WARPS) {
+        int wi = 0;
+        while (it >= set.item_end[wi]) wi++;
+        const struct cuda_wdesc &w = set.w[wi];
+        int64_t r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * R;
+        const uint8_t *row[R];
 #pragma unroll
-        for (int t = 0; t < NT; t++) acc[t] = 0;
-#pragma unroll 4
-        for (int64_t ci = lane; ci < n_chunks; ci += CUDA_WARP)
-            cuda_gemv_chunk_dot<K, NT>(__ldg(chunks + ci), row, ci * E, w, x, n, acc);
+        for (int j = 0; j < R; j++) /* rows past the end re-read the last row, never written */
+            row[j] = (const uint8_t *)w.data + (size_t)min(r0 + j, w.rows - 1) * w.row_bytes;
+        float acc[R][NT];
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float v = cuda_warp_sum(acc[t]);
-            if (lane == 0 && t < n) y[(int64_t)t * w.rows + r] = v;
+        for (int j = 0; j < R; j++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[j][t] = 0;
+        for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)CUDA_WARP * U) {
+            uint4 cv[U][R];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int64_t ci = c0 + (int64_t)u * CUDA_WARP;
+#pragma unroll
+                for (int j = 0; j < R; j++)
+                    cv[u][j] = ci < n_chunks ? cuda_gemv_ld((const uint4 *)row[j] + ci) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int64_t ci = c0 + (int64_t)u * CUDA_WARP;
+                if (ci < n_chunks) cuda_gemv_chunk_dot<K, NT, R>(cv[u], row, ci * E, w, x, n, acc);
+            }
         }
+        float *y = set.y[wi];
+#pragma unroll
+        for (int j = 0; j < R; j++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = cuda_warp_sum(acc[j][t]);
+                if (lane == 0 && t < n && r0 + j < w.rows) y[(int64_t)t * w.rows + r0 + j] = v;
+            }
     }
 }
 
-/* Any layout, element by element. */
+/* Any layout, element by element, one warp per row. */
 template <int NT>
 static __global__ void __launch_bounds__(CUDA_GEMV_THREADS)
 cuda_gemv_scalar_kernel(struct cuda_wdesc w, const float *__restrict__ x, float *__restrict__ y, int n)
 {
     int lane = threadIdx.x % CUDA_WARP;
-    for (int64_t r = (int64_t)blockIdx.x * CUDA_GEMV_ROWS_PER_BLOCK + threadIdx.x / CUDA_WARP;
-         r < w.rows; r += (int64_t)gridDim.x * CUDA_GEMV_ROWS_PER_BLOCK) {
+    for (int64_t r = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / CUDA_WARP;
+         r < w.rows; r += (int64_t)gridDim.x * CUDA_GEMV_WARPS) {
         const uint8_t *row = (const uint8_t *)w.data + (size_t)r * w.row_bytes;
         float acc[NT];
 #pragma unroll
@@ -160,49 +240,123 @@ cuda_gemv_scalar_kernel(struct cuda_wdesc w, const float *__restrict__ x, float 
     }
 }
 
-
-template <int K>
-static void cuda_gemv_launch(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y,
-                             int n, unsigned blocks)
+/* The vector kernel's kind for a weight (-1: scalar kernel only). */
+static int cuda_gemv_kind_of(const struct cuda_wdesc *w, int *elems)
 {
-    if (n <= 1) cuda_gemv_kernel<K, 1><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-    else if (n <= 2) cuda_gemv_kernel<K, 2><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-    else if (n <= 4) cuda_gemv_kernel<K, 4><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-    else cuda_gemv_kernel<K, 8><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
+    switch (w->type) {
+    case CUDA_W_F32: *elems = 4; return GEMV_F32;
+    case CUDA_W_F16: *elems = 8; return GEMV_F16;
+    case CUDA_W_BF16: *elems = 8; return GEMV_BF16;
+    case CUDA_W_Q:
+        if (w->bits == 4) return *elems = 32, GEMV_Q4;
+        if (w->bits == 8) return *elems = 16, GEMV_Q8;
+        return -1;
+    }
+    return -1;
 }
 
-extern "C" int cuda_k_gemv(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n)
+template <int K, int NT, int R, int U>
+static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
-    if (n <= 0 || w->rows <= 0) return (int)cudaGetLastError();
-    if (n > CUDA_GEMV_MAX_N) return (int)cudaErrorInvalidValue;
-    unsigned blocks = cuda_blocks_for(w->rows, CUDA_GEMV_ROWS_PER_BLOCK);
-    int kind = -1, elems = 0;
-    switch (w->type) {
-    case CUDA_W_F32: kind = GEMV_F32; elems = 4; break;
-    case CUDA_W_F16: kind = GEMV_F16; elems = 8; break;
-    case CUDA_W_BF16: kind = GEMV_BF16; elems = 8; break;
-    case CUDA_W_Q:
-        if (w->bits == 4) kind = GEMV_Q4, elems = 32;
-        else if (w->bits == 8) kind = GEMV_Q8, elems = 16;
-        break;
+    int64_t items = 0;
+    for (int i = 0; i < set->count; i++) {
+        items += (set->w[i].rows + R - 1) / R;
+        set->item_end[i] = items;
     }
-    bool vec = kind >= 0 && w->cols % elems == 0 && w->row_bytes % 16 == 0 &&
-               (uintptr_t)w->data % 16 == 0 && (uintptr_t)x % 16 == 0;
-    if (!vec) {
-        if (n <= 1) cuda_gemv_scalar_kernel<1><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-        else if (n <= 2) cuda_gemv_scalar_kernel<2><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-        else if (n <= 4) cuda_gemv_scalar_kernel<4><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-        else cuda_gemv_scalar_kernel<8><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
+    /* Blocks resident per SM at this kernel's register count, asked once per kernel. */
+    static int per_sm = 0;
+    int ps = __atomic_load_n(&per_sm, __ATOMIC_RELAXED);
+    if (!ps) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ps, cuda_gemv_kernel<K, NT, R, U>,
+                                                          CUDA_GEMV_THREADS, 0) != cudaSuccess)
+            (void)cudaGetLastError();
+        ps = ps < 1 ? 1 : ps > CUDA_GEMV_BLOCKS_PER_SM ? CUDA_GEMV_BLOCKS_PER_SM : ps;
+        __atomic_store_n(&per_sm, ps, __ATOMIC_RELAXED);
+    }
+    int64_t blocks = (items + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
+    int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * ps;
+    blocks = blocks < 1 ? 1 : blocks > cap ? cap : blocks;
+    cuda_gemv_kernel<K, NT, R, U><<<(unsigned)blocks, CUDA_GEMV_THREADS, 0, s>>>(*set, x, n);
+}
+
+template <int K>
+static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
+{
+    constexpr bool Q = K == GEMV_Q4 || K == GEMV_Q8;
+    constexpr int R2 = Q ? 2 : 4; /* n = 2: the q kernels spill at R = 4 */
+    int64_t rows = 0;
+    for (int i = 0; i < set->count; i++) rows += set->w[i].rows;
+    /* Few long rows (the 1B's down_proj, 2048 x 8192): a row per warp with twice the loads, so
+     * that the grid still fills the SMs several times (H200: 10.0 us instead of 13.2 there;
+     * no gain on 2048 x 2048 or 4096-row shapes, and a loss for q kernels, which stay at R = 4). */
+    bool few = !Q && rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
+               set->w[0].cols >= CUDA_GEMV_FEW_MIN_COLS;
+    if (n <= 1 && few) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 2) cuda_gemv_go<K, 2, R2, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else cuda_gemv_go<K, 8, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
+}
+
+static void cuda_gemv_scalar(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n)
+{
+    unsigned blocks = cuda_blocks_for(w->rows, CUDA_GEMV_WARPS);
+    if (n <= 1) cuda_gemv_scalar_kernel<1><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
+    else if (n <= 2) cuda_gemv_scalar_kernel<2><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
+    else if (n <= 4) cuda_gemv_scalar_kernel<4><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
+    else cuda_gemv_scalar_kernel<8><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
+}
+
+/* Whether weights a and b can share one vector launch. */
+static bool cuda_gemv_same_layout(const struct cuda_wdesc *a, const struct cuda_wdesc *b)
+{
+    return a->type == b->type && a->cols == b->cols &&
+           (a->type != CUDA_W_Q || (a->bits == b->bits && a->group_size == b->group_size));
+}
+
+extern "C" int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, float *const *y,
+                                 int count, const float *x, int n, int n_sms)
+{
+    if (n <= 0 || count <= 0) return (int)cudaGetLastError();
+    if (n > CUDA_GEMV_MAX_N || count > CUDA_GEMV_MAX_W) return (int)cudaErrorInvalidValue;
+    struct cuda_gemv_set set;
+    int elems = 0, kind = cuda_gemv_kind_of(&w[0], &elems);
+    bool vec = kind >= 0 && w[0].cols % elems == 0 && (uintptr_t)x % 16 == 0;
+    for (int i = 0; i < count && vec; i++)
+        vec = cuda_gemv_same_layout(&w[0], &w[i]) && w[i].row_bytes % 16 == 0 &&
+              (uintptr_t)w[i].data % 16 == 0;
+    if (!vec) { /* one scalar launch per weight; a mixed set is split by the caller */
+        for (int i = 0; i < count; i++)
+            if (w[i].rows > 0) cuda_gemv_scalar(s, &w[i], x, y[i], n);
         return (int)cudaGetLastError();
     }
+    set.count = 0;
+    for (int i = 0; i < count; i++) {
+        if (w[i].rows <= 0) continue;
+        set.w[set.count] = w[i];
+        set.y[set.count] = y[i];
+        set.count++;
+    }
+    if (!set.count) return (int)cudaGetLastError();
     switch (kind) {
-    case GEMV_F32: cuda_gemv_launch<GEMV_F32>(s, w, x, y, n, blocks); break;
-    case GEMV_F16: cuda_gemv_launch<GEMV_F16>(s, w, x, y, n, blocks); break;
-    case GEMV_BF16: cuda_gemv_launch<GEMV_BF16>(s, w, x, y, n, blocks); break;
-    case GEMV_Q4: cuda_gemv_launch<GEMV_Q4>(s, w, x, y, n, blocks); break;
-    default: cuda_gemv_launch<GEMV_Q8>(s, w, x, y, n, blocks); break;
+    case GEMV_F32: cuda_gemv_launch<GEMV_F32>(s, &set, x, n, n_sms); break;
+    case GEMV_F16: cuda_gemv_launch<GEMV_F16>(s, &set, x, n, n_sms); break;
+    case GEMV_BF16: cuda_gemv_launch<GEMV_BF16>(s, &set, x, n, n_sms); break;
+    case GEMV_Q4: cuda_gemv_launch<GEMV_Q4>(s, &set, x, n, n_sms); break;
+    default: cuda_gemv_launch<GEMV_Q8>(s, &set, x, n, n_sms); break;
     }
     return (int)cudaGetLastError();
+}
+
+extern "C" int cuda_k_gemv(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n,
+                           int n_sms)
+{
+    return cuda_k_gemv_multi(s, w, &y, 1, x, n, n_sms);
+}
+
+extern "C" int cuda_k_gemv_fusable(const struct cuda_wdesc *a, const struct cuda_wdesc *b)
+{
+    return cuda_gemv_same_layout(a, b);
 }
 
 /* ---- conversions for the GEMM inputs ---- */

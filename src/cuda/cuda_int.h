@@ -14,6 +14,8 @@
  * - Memory: cuda_dev_alloc / cuda_dev_free are the one way device memory is taken. They keep
  *   the device budget (bytes held by cairn, and the CAIRN_CUDA_MEM_LIMIT cap) and count the
  *   bytes under a base/mem.h tag as well, so /api/status sees device memory where it went.
+ * - Graphs: with CAIRN_CUDA_GRAPHS on (the default), the op table's entries record the ops of
+ *   a step and replay runs seen before as CUDA graphs (cuda_graph.c).
  * - Threading: c->step_lock is held from step_begin to step_end; ops and the workspaces are
  *   used only under it. Buffer and weight calls take no lock (the stream is thread-safe; they
  *   synchronize it). The budget counter is atomic. Every entry point that can run on a new host
@@ -60,6 +62,7 @@ struct cuda_impl {
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
     int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
     size_t attn_tiles_cap;      /* ints it holds */
+    int *attn_counters;         /* device: CUDA_ATTN_COUNTERS ints, zero between attention calls */
     uint64_t mem_limit;         /* CAIRN_CUDA_MEM_LIMIT, 0: none */
     uint64_t mem_used;          /* atomic: device bytes cairn holds */
     pthread_mutex_t step_lock;  /* held from step_begin to step_end */
@@ -68,7 +71,13 @@ struct cuda_impl {
     int32_t *moe_ids_host;      /* moe_experts: host copy of ids, grown on demand */
     int32_t *moe_list_host;     /* moe_experts: sorted entries, offsets, cursors (cuda_ops.c) */
     size_t moe_host_cap;        /* ints each of the two host arrays holds */
+    struct cuda_graphs *graphs; /* decode graphs (cuda_graph.c); NULL: CAIRN_CUDA_GRAPHS=0 */
+    uint64_t g_gen;             /* atomic: bumped when device memory a graph may name is freed */
+    int g_capturing;            /* a graph capture is in progress on the stream */
 };
+
+/* Recorded runs of ops kept as graphs (cuda_graph.c). */
+#define CUDA_GRAPH_CACHE 16
 
 #define CUDA_LT_WS_BYTES ((size_t)32 << 20)
 
@@ -133,6 +142,23 @@ void *cuda_ws_get(struct cuda_impl *c, enum cuda_ws_slot slot, size_t bytes);
 
 /* The kernels' view of a prepared weight (asserts w was prepared by this backend). */
 struct cuda_wdesc cuda_wdesc_of(const struct tensor *w);
+
+/* cuda_graph.c: see its DESIGN. init reads CAIRN_CUDA_GRAPHS; fill_ops puts the recording
+ * entries into an op table; step_begin/step_end bracket a step; before_copy flushes the run
+ * recorded so far (a copy or sync on the step's thread needs its results); invalidate drops
+ * every cached graph at the next flush (any thread). */
+int cuda_graphs_init(struct cuda_impl *c);
+void cuda_graphs_free(struct cuda_impl *c);
+void cuda_graphs_fill_ops(struct backend_ops *ops);
+void cuda_graphs_step_begin(struct cuda_impl *c);
+void cuda_graphs_step_end(struct backend *be);
+void cuda_graphs_before_copy(struct backend *be);
+void cuda_graphs_invalidate(struct cuda_impl *c);
+
+/* cuda_ops.c: whether attention `a` takes a split-K kernel (what graphs can hold), and the
+ * context bucket its split plan is made from (the longest context rounded up). */
+int cuda_attn_split_path(struct cuda_impl *c, const struct backend_attn *a);
+int cuda_attn_ctx_bucket(const struct backend_attn *a);
 
 /* cuda_matmul.c */
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n);

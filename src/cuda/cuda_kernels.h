@@ -60,9 +60,18 @@ static inline CUDA_HD size_t cuda_q_row_bytes(int64_t cols, int bits, int group_
 }
 
 /* ---- cuda_gemv.cu: matmul pieces ---- */
-/* y[n, rows] = x[n, cols] . W^T for n in 1..CUDA_GEMV_MAX_N (weights streamed once). */
+/* y[n, rows] = x[n, cols] . W^T for n in 1..CUDA_GEMV_MAX_N (weights streamed once); n_sms:
+ * the GPU's multiprocessors (the persistent grid's size). */
 #define CUDA_GEMV_MAX_N 8
-int cuda_k_gemv(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n);
+#define CUDA_GEMV_MAX_W 4
+int cuda_k_gemv(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n,
+                int n_sms);
+/* y[i][n, rows_i] = x . w[i]^T for count <= CUDA_GEMV_MAX_W weights of one layout
+ * (cuda_k_gemv_fusable pairwise), in one launch. */
+int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, float *const *y, int count,
+                      const float *x, int n, int n_sms);
+/* Whether two weights can share a cuda_k_gemv_multi launch (type, cols, bits, group size). */
+int cuda_k_gemv_fusable(const struct cuda_wdesc *a, const struct cuda_wdesc *b);
 /* dst[i] = (bf16 or f16) src[i], round to nearest even. */
 int cuda_k_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
 int cuda_k_f32_to_f16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
@@ -103,11 +112,18 @@ int cuda_k_moe_scatter(cudaStream_t s, float *out, const float *y, const float *
 enum cuda_attn_mode { CUDA_ATTN_AUTO = 0, CUDA_ATTN_SPLIT, CUDA_ATTN_TILED };
 #define CUDA_ATTN_TILED_MIN_ROWS 8
 /* Floats of device workspace cuda_k_attention needs for this step (max_ctx: its longest
- * sequence; n_sms: the GPU's multiprocessors); 0: none. */
-size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode);
-/* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list). */
+ * sequence; n_sms: the GPU's multiprocessors; n_counters: as cuda_k_attention's); 0: none. */
+size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode,
+                           size_t n_counters);
+/* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list).
+ * counters: n_counters device ints, zero, left zero (the decode kernel's split counts, one per
+ * (row, KV head); steps with more take the generic split-K kernels). */
 int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int n_sms, int mode,
-                     float *ws, int32_t *tiles_host);
+                     float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
+/* Whether cuda_k_attention takes the tiled prefill kernel for this step (else split-K). */
+int cuda_attn_tiled(const struct backend_attn *a, int mode);
+/* Device ints the backend keeps zeroed for cuda_k_attention's counters. */
+#define CUDA_ATTN_COUNTERS 65536
 /* Largest head_dim cuda_k_attention takes. */
 #define CUDA_ATTN_HEAD_DIM_MAX 256
 

@@ -2,7 +2,8 @@
  *
  * n <= gemv_max_rows (default CUDA_GEMV_MAX_N = 8, decode and small batches): the GEMV kernel
  * (cuda_gemv.cu) streams W once with x in f32 and every weight type dequantized exactly in
- * registers, so decode has f32-level accuracy (the CPU reference's).
+ * registers, so decode has f32-level accuracy (the CPU reference's); matmul_multi runs the
+ * weights of one layout in one launch.
  * Larger n (prefill, big batches): cuBLASLt with f32 accumulation and f32 output:
  *   BF16 W: x converted to bf16 (round to nearest even), BF16 x BF16 -> F32 GEMM;
  *   F16 W:  x converted to f16, F16 x F16 -> F32;
@@ -206,7 +207,7 @@ static void cuda_mm_gemv_rows(struct cuda_impl *c, const struct cuda_wdesc *d, c
     for (int t0 = 0; t0 < n && c->err_status == CAIRN_OK; t0 += CUDA_GEMV_MAX_N) {
         int nt = CAIRN_MIN(CUDA_GEMV_MAX_N, n - t0);
         (void)cuda_check_launch(c, cuda_k_gemv(c->stream, d, x + (int64_t)t0 * d->cols,
-                                                           y + (int64_t)t0 * d->rows, nt));
+                                               y + (int64_t)t0 * d->rows, nt, c->n_sms));
     }
 }
 
@@ -266,14 +267,31 @@ void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, 
     cuda_mm_gemm(c, &d, x, xb, y, n);
 }
 
+/* GEMV-sized steps: runs of weights of one layout (q/k/v, gate/up) share one launch, so the
+ * small k/v projections fill the GPU together with q, and the step has fewer launches. */
 void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, float *const *y,
                           int count, const float *x, int n)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     if (c->err_status != CAIRN_OK || n <= 0 || count <= 0) return;
-    /* One conversion of x serves every weight that wants the same 16-bit type. */
+    if (n <= c->gemv_max_rows && count <= CUDA_GEMV_MAX_W) {
+        /* GEMV-sized: runs of fusable weights share one launch. */
+        struct cuda_wdesc d[CUDA_GEMV_MAX_W];
+        for (int i = 0; i < count; i++) {
+            CAIRN_ASSERT(w[i]->n_dims == 2);
+            d[i] = cuda_wdesc_of(w[i]);
+        }
+        for (int i0 = 0; i0 < count && c->err_status == CAIRN_OK;) {
+            int i1 = i0 + 1;
+            while (i1 < count && cuda_k_gemv_fusable(&d[i0], &d[i1])) i1++;
+            (void)cuda_check_launch(c, cuda_k_gemv_multi(c->stream, d + i0, y + i0, i1 - i0, x, n, c->n_sms));
+            i0 = i1;
+        }
+        return;
+    }
+    /* GEMM-sized: one conversion of x serves every weight that wants the same 16-bit type. */
     struct cuda_wdesc d[4];
-    int same = n > c->gemv_max_rows && count <= 4;
+    int same = count <= 4;
     for (int i = 0; i < count && same; i++) {
         CAIRN_ASSERT(w[i]->n_dims == 2);
         d[i] = cuda_wdesc_of(w[i]);

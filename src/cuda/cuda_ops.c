@@ -82,6 +82,23 @@ void cuda_op_kv_store(struct backend *be, const struct backend_kv_view *kv, int 
     CUDA_OP(be, cuda_k_kv_store(CUDA_S(be), kv, layer, slots, n_tokens, k, v));
 }
 
+/* Context bucket: split plans change every CUDA_ATTN_CTX_BUCKET positions, not every step
+ * (a graph of a decode step stays valid that long; the kernels stop at each row's own
+ * context, read from its position). */
+#define CUDA_ATTN_CTX_BUCKET 256
+
+int cuda_attn_ctx_bucket(const struct backend_attn *a)
+{
+    int max_ctx = 0;
+    for (int s = 0; s < a->n_seqs; s++) max_ctx = CAIRN_MAX(max_ctx, a->ctx_len_host[s]);
+    return (max_ctx + CUDA_ATTN_CTX_BUCKET - 1) / CUDA_ATTN_CTX_BUCKET * CUDA_ATTN_CTX_BUCKET;
+}
+
+int cuda_attn_split_path(struct cuda_impl *c, const struct backend_attn *a)
+{
+    return a->n_tokens > 0 && a->kv->head_dim <= CUDA_ATTN_HEAD_DIM_MAX && !cuda_attn_tiled(a, c->attn_mode);
+}
+
 void cuda_op_attention(struct backend *be, const struct backend_attn *a)
 {
     struct cuda_impl *c = cuda_impl_of(be);
@@ -97,7 +114,8 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
     }
     int max_ctx = 0;
     for (int s = 0; s < a->n_seqs; s++) max_ctx = CAIRN_MAX(max_ctx, a->ctx_len_host[s]);
-    size_t floats = cuda_attn_ws_floats(a, max_ctx, c->n_sms, c->attn_mode);
+    if (!cuda_attn_tiled(a, c->attn_mode)) max_ctx = cuda_attn_ctx_bucket(a);
+    size_t floats = cuda_attn_ws_floats(a, max_ctx, c->n_sms, c->attn_mode, CUDA_ATTN_COUNTERS);
     float *ws = NULL;
     if (floats) {
         ws = cuda_ws_get(c, CUDA_WS_ATTN, floats * sizeof(float));
@@ -116,7 +134,8 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
         c->attn_tiles_cap = tiles;
     }
     (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, c->attn_mode, ws,
-                                                c->attn_tiles_host));
+                                                c->attn_tiles_host, c->attn_counters,
+                                                CUDA_ATTN_COUNTERS));
 }
 
 void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/mem.h"
 #include "cpu/cpu.h"
@@ -303,6 +304,56 @@ static void test_matmul_multi(void)
     free(x);
 }
 
+/* matmul_multi through one GEMV launch: q/k/v-like weights of one layout with row counts that
+ * are not multiples of the rows a warp takes, and q4 gate/up-like pairs; n = 1, 2, 5, 8. */
+static void test_gemv_fused_case(enum dtype dt, int bits, int gs, int count, const int64_t *rows, int64_t cols, int n)
+{
+    struct test_weight w[4];
+    const struct tensor *wt[4];
+    float *dy[4];
+    for (int i = 0; i < count; i++) {
+        weight_make(&w[i], dt, rows[i], cols, bits, gs);
+        wt[i] = &w[i].t;
+        dy[i] = dev_alloc(sizeof(float) * (size_t)(n * rows[i]));
+    }
+    float *x = rnd_vec((size_t)(n * cols), 1.0f);
+    float *dx = dev_from(x, sizeof(float) * (size_t)(n * cols));
+    step_begin();
+    be->ops->matmul_multi(be, wt, dy, count, dx, n);
+    step_end();
+    for (int i = 0; i < count; i++) {
+        size_t m = (size_t)(n * rows[i]);
+        double *want = malloc(m * sizeof(double)), *scale = malloc(m * sizeof(double));
+        float *got = malloc(m * sizeof(float));
+        ref_matmul(wt[i], x, n, want, scale);
+        dev_to(got, dy[i], m * sizeof(float));
+        char what[96];
+        snprintf(what, sizeof(what), "matmul_multi fused %s q%d g%d #%d %lldx%lld n=%d", dtype_name(dt), bits, gs, i,
+                 (long long)rows[i], (long long)cols, n);
+        check_close(what, got, want, scale, m, 1e-5);
+        free(want);
+        free(scale);
+        free(got);
+        dev_free(dy[i], m * sizeof(float));
+        weight_free(&w[i]);
+    }
+    dev_free(dx, sizeof(float) * (size_t)(n * cols));
+    free(x);
+}
+
+static void test_gemv_fused(void)
+{
+    static const int ns[] = {1, 2, 5, 8};
+    const int64_t qkv[3] = {70, 13, 13}, gu[2] = {45, 45}, many[4] = {1, 2, 3, 300};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(ns); i++) {
+        test_gemv_fused_case(DTYPE_BF16, 0, 0, 3, qkv, 520, ns[i]);
+        test_gemv_fused_case(DTYPE_F16, 0, 0, 4, many, 136, ns[i]);
+        test_gemv_fused_case(DTYPE_Q, 4, 64, 2, gu, 1088, ns[i]);
+        test_gemv_fused_case(DTYPE_Q, 8, 32, 3, qkv, 2080, ns[i]);
+        test_gemv_fused_case(DTYPE_F32, 0, 0, 2, gu, 4100, ns[i]);
+    }
+}
+
 /* ---- embed ---- */
 
 static void test_embed_case(enum dtype dt, int64_t vocab, int64_t dim, int bits, int gs)
@@ -353,9 +404,8 @@ static void test_embed(void)
 
 static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-static void test_rmsnorm(void)
+static void test_rmsnorm_case(int rows, int dim)
 {
-    const int rows = 5, dim = 77;
     size_t n = (size_t)rows * dim;
     float *x = rnd_vec(n, 3.0f), *w = rnd_vec((size_t)dim, 1.0f), *got = malloc(n * 4);
     double *want = malloc(n * sizeof(double));
@@ -374,7 +424,9 @@ static void test_rmsnorm(void)
         be->ops->rmsnorm(be, dy, dx, wv, rows, dim, 1e-6f, off);
         step_end();
         dev_to(got, dy, n * 4);
-        check_close("rmsnorm", got, want, NULL, n, 1e-5);
+        char what[64];
+        snprintf(what, sizeof(what), "rmsnorm %dx%d variant %d", rows, dim, variant);
+        check_close(what, got, want, NULL, n, 1e-5);
     }
     /* in place */
     step_begin();
@@ -395,6 +447,16 @@ static void test_rmsnorm(void)
     free(w);
     free(got);
     free(want);
+}
+
+/* The element-wise kernel (odd dims, or too wide for registers), the warp-per-row kernel
+ * (head_dim rows) and the block-per-row kernel (hidden rows, widths that are not a multiple of
+ * its thread count). */
+static void test_rmsnorm(void)
+{
+    static const int cases[][2] = {{5, 77}, {33, 64}, {3, 128}, {9, 512}, {1, 2048}, {2, 4096},
+                                   {3, 1028}, {1, 16384}, {1, 16388}, {2, 516}};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(cases); i++) test_rmsnorm_case(cases[i][0], cases[i][1]);
 }
 
 static void test_rope(void)
@@ -665,9 +727,20 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
         .seq_off = dso, .block_tables = dbt, .bt_stride = bt_stride, .seq_off_host = seq_off,
         .ctx_len_host = ctx_len, .kv = &kv, .layer = layer, .scale = scale,
     };
-    step_begin();
-    be->ops->attention(be, &a);
-    step_end();
+    /* three times (with graphs on: eager, captured, replayed); the decode kernel's counters are
+     * back to 0 after each call */
+    for (int rep = 0; rep < 3; rep++) {
+        if (rep) {
+            float *nan = malloc(qn * 4);
+            for (size_t i = 0; i < qn; i++) nan[i] = NAN;
+            struct cairn_err err;
+            CHECK(be->ops->buf_upload(be, dout, nan, qn * 4, &err) == CAIRN_OK);
+            free(nan);
+        }
+        step_begin();
+        be->ops->attention(be, &a);
+        step_end();
+    }
     dev_to(got, dout, qn * 4);
     char what[160];
     const char *mode = getenv("CAIRN_CUDA_ATTN");
@@ -774,6 +847,121 @@ static void test_attn_prefill(void)
         }
     }
     reopen_with_attn(NULL);
+}
+
+/* The decode kernel (BF16 KV, head_dim 64/128, 1/2/4/8 query heads per KV head): contexts of
+ * one position, of one partial pass, of several passes per split and of many splits; a batch
+ * where some rows need one split and others many; a short chunk (3 rows) through split-K. */
+static void test_attn_decode(void)
+{
+    const int ctx3[3] = {1, 600, 77}, rows3[3] = {1, 1, 1};
+    test_attn_case(DTYPE_BF16, 64, 8, 2, 16, 3, ctx3, rows3);
+    const int ctx2[2] = {4000, 33}, rows2[2] = {1, 1};
+    test_attn_case(DTYPE_BF16, 128, 8, 4, 16, 2, ctx2, rows2);
+    const int ctx1[1] = {130}, rows1[1] = {1};
+    test_attn_case(DTYPE_BF16, 64, 4, 4, 5, 1, ctx1, rows1);
+    test_attn_case(DTYPE_BF16, 128, 16, 2, 16, 1, ctx1, rows1);
+    const int ctxc[2] = {200, 9}, rowsc[2] = {3, 2};
+    test_attn_case(DTYPE_BF16, 64, 8, 2, 16, 2, ctxc, rowsc);
+    int ctx8[8], rows8[8];
+    for (int i = 0; i < 8; i++) {
+        ctx8[i] = 50 + 211 * i;
+        rows8[i] = 1;
+    }
+    test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 8, ctx8, rows8);
+}
+
+/* ---- CUDA graphs ----
+ * A decode-like run of ops (rmsnorm, matmul_multi over two weights, silu_mul, matmul, add)
+ * stepped five times with new input values each time: the first run is eager, the second
+ * captured, the others replay the graph; every step's output must match the host reference
+ * of its own inputs. Then a weight is freed and made again (the graphs are dropped): the same
+ * run is right again. With CAIRN_CUDA_GRAPHS=0 the counts stay 0 and the results the same. */
+static void graph_ref(const struct tensor *wg, const struct tensor *wu, const struct tensor *wd, const float *x,
+                      const float *nw, int dim, int inter, double *want, double *scale)
+{
+    double ss = 0;
+    float *h = malloc(sizeof(float) * (size_t)dim), *a = malloc(sizeof(float) * (size_t)inter);
+    double *g = malloc(sizeof(double) * (size_t)inter), *u = malloc(sizeof(double) * (size_t)inter);
+    double *sg = malloc(sizeof(double) * (size_t)inter);
+    for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+    double inv = 1.0 / sqrt(ss / dim + 1e-5);
+    for (int i = 0; i < dim; i++) h[i] = (float)(x[i] * inv * nw[i]);
+    ref_matmul(wg, h, 1, g, sg);
+    ref_matmul(wu, h, 1, u, sg);
+    for (int i = 0; i < inter; i++) a[i] = (float)(g[i] / (1.0 + exp(-g[i])) * u[i]);
+    ref_matmul(wd, a, 1, want, scale);
+    for (int i = 0; i < dim; i++) {
+        want[i] += x[i];
+        scale[i] += fabs(x[i]) + 1e-3;
+    }
+    free(h);
+    free(a);
+    free(g);
+    free(u);
+    free(sg);
+}
+
+static void test_graphs(void)
+{
+    const int dim = 256, inter = 640;
+    struct test_weight wg, wu, wd;
+    weight_make(&wg, DTYPE_BF16, inter, dim, 0, 0);
+    weight_make(&wu, DTYPE_Q, inter, dim, 4, 64);
+    weight_make(&wd, DTYPE_BF16, dim, inter, 0, 0);
+    float *nw = rnd_vec((size_t)dim, 1.0f);
+    float *dnw = dev_from(nw, sizeof(float) * (size_t)dim);
+    float *dx = dev_alloc(sizeof(float) * (size_t)dim), *dh = dev_alloc(sizeof(float) * (size_t)dim);
+    float *dg = dev_alloc(sizeof(float) * (size_t)inter), *du = dev_alloc(sizeof(float) * (size_t)inter);
+    float *dout = dev_alloc(sizeof(float) * (size_t)dim);
+    float got[256];
+    double want[256], scale[256];
+    uint64_t l0, c0, e0, l1, c1, e1;
+    cuda_graphs_counts(be, &l0, &c0, &e0);
+    for (int it = 0; it < 7; it++) {
+        if (it == 5) { /* a weight freed and made again: cached graphs must not be used */
+            weight_free(&wd);
+            weight_make(&wd, DTYPE_BF16, dim, inter, 0, 0);
+        }
+        float *x = rnd_vec((size_t)dim, 2.0f);
+        struct cairn_err err;
+        CHECK(be->ops->buf_upload(be, dx, x, sizeof(float) * (size_t)dim, &err) == CAIRN_OK);
+        const struct tensor *gu[2] = {&wg.t, &wu.t};
+        float *gu_out[2] = {dg, du};
+        step_begin();
+        be->ops->rmsnorm(be, dh, dx, dnw, 1, dim, 1e-5f, 0.0f);
+        be->ops->matmul_multi(be, gu, gu_out, 2, dh, 1);
+        be->ops->silu_mul(be, dg, dg, du, inter);
+        be->ops->matmul(be, &wd.t, dg, dout, 1);
+        be->ops->add(be, dout, dx, dim);
+        step_end();
+        dev_to(got, dout, sizeof(got));
+        graph_ref(&wg.t, &wu.t, &wd.t, x, nw, dim, inter, want, scale);
+        char what[64];
+        snprintf(what, sizeof(what), "graph step %d", it);
+        check_close(what, got, want, scale, (size_t)dim, 1e-5);
+        free(x);
+    }
+    cuda_graphs_counts(be, &l1, &c1, &e1);
+    const char *env = getenv("CAIRN_CUDA_GRAPHS");
+    if (env && strcmp(env, "0") == 0) {
+        CHECK(l1 == 0 && c1 == 0 && e1 == 0);
+    } else {
+        /* steps 0 and 5 eager, 1 and 6 captured, 2-4 launched */
+        CHECK_EQ_INT((long long)(e1 - e0), 2);
+        CHECK_EQ_INT((long long)(c1 - c0), 2);
+        CHECK_EQ_INT((long long)(l1 - l0), 3);
+    }
+    dev_free(dnw, sizeof(float) * (size_t)dim);
+    dev_free(dx, sizeof(float) * (size_t)dim);
+    dev_free(dh, sizeof(float) * (size_t)dim);
+    dev_free(dg, sizeof(float) * (size_t)inter);
+    dev_free(du, sizeof(float) * (size_t)inter);
+    dev_free(dout, sizeof(float) * (size_t)dim);
+    free(nw);
+    weight_free(&wg);
+    weight_free(&wu);
+    weight_free(&wd);
 }
 
 /* ---- MoE ---- */
@@ -1073,9 +1261,96 @@ static void test_errors_and_memory(void)
     CHECK(gbs > 100); /* any GPU this build runs on (sm_90+) copies at > 1 TB/s */
 }
 
-int main(void)
+/* ---- GEMV microbenchmark (test_cuda_ops --bench-gemv; not part of the test) ----
+ * The decode matmul shapes of the 8B (llama-3.1-8b.json) and 1B, per weight type: weight bytes
+ * streamed per second against the device's copy bandwidth (read + write per second, as
+ * cuda_probe_copy_bandwidth counts it; a GEMV only reads, so its bound is that figure). Each
+ * shape runs BENCH_REPS back-to-back matmuls in one step (wall time over the step / reps). */
+#define BENCH_REPS 50
+
+static double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A weight with cheap pseudo-random bytes (values do not matter for timing). */
+static void bench_weight(struct test_weight *w, enum dtype dt, int64_t rows, int64_t cols, int bits, int gs)
+{
+    memset(w, 0, sizeof(*w));
+    w->t.dtype = dt;
+    w->t.n_dims = 2;
+    w->t.shape[0] = rows;
+    w->t.shape[1] = cols;
+    size_t bytes = dt == DTYPE_Q ? (size_t)(rows * cols * bits / 8) : (size_t)(rows * cols) * dtype_size(dt);
+    uint32_t *p = malloc(bytes);
+    for (size_t i = 0; i < bytes / 4; i++) p[i] = (uint32_t)(i * 2654435761u) & 0x3f7f3f7fu; /* finite bf16 pairs */
+    w->data = p;
+    if (dt == DTYPE_Q) {
+        size_t groups = (size_t)(rows * cols / gs);
+        w->scales = malloc(groups * 2);
+        w->biases = malloc(groups * 2);
+        for (size_t i = 0; i < groups; i++) w->scales[i] = w->biases[i] = f32_to_bf16(0.01f);
+        w->t.bits = bits;
+        w->t.group_size = gs;
+        w->t.scales = w->scales;
+        w->t.biases = w->biases;
+    }
+    w->t.data = w->data;
+    size_t extra = 0;
+    struct cairn_err err;
+    CHECK_MSG(be->ops->weight_prepare(be, &w->t, 0, &extra, &err) == CAIRN_OK, "weight_prepare: %s", err.msg);
+}
+
+static void bench_gemv_case(enum dtype dt, int bits, int gs, int64_t rows, int64_t cols, int n, double copy_gbs)
+{
+    struct test_weight w;
+    bench_weight(&w, dt, rows, cols, bits, gs);
+    float *x = rnd_vec((size_t)(n * cols), 1.0f);
+    float *dx = dev_from(x, sizeof(float) * (size_t)(n * cols));
+    float *dy = dev_alloc(sizeof(float) * (size_t)(n * rows));
+    step_begin(); /* warm-up */
+    be->ops->matmul(be, &w.t, dx, dy, n);
+    step_end();
+    double t0 = bench_now();
+    step_begin();
+    for (int i = 0; i < BENCH_REPS; i++) be->ops->matmul(be, &w.t, dx, dy, n);
+    step_end();
+    double us = (bench_now() - t0) / BENCH_REPS * 1e6;
+    size_t wbytes = dt == DTYPE_Q ? (size_t)rows * (size_t)(cols * bits / 8 + cols / gs * 4)
+                                  : (size_t)(rows * cols) * dtype_size(dt);
+    double gbs = (double)wbytes / (us * 1e-6) / 1e9;
+    printf("gemv %-5s q%d g%-3d %6lld x %-6lld n=%d: %8.1f us %7.0f GB/s %5.1f %% of copy\n", dtype_name(dt),
+           bits, gs, (long long)rows, (long long)cols, n, us, gbs, 100.0 * gbs / copy_gbs);
+    dev_free(dx, sizeof(float) * (size_t)(n * cols));
+    dev_free(dy, sizeof(float) * (size_t)(n * rows));
+    free(x);
+    weight_free(&w);
+}
+
+static void bench_gemv(void)
 {
     struct cairn_err err;
+    double copy_gbs = 0;
+    CHECK(cuda_probe_copy_bandwidth(0, (size_t)1 << 30, &copy_gbs, &err) == CAIRN_OK);
+    printf("device-to-device copy: %.0f GB/s\n", copy_gbs);
+    static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096},
+                                        {2048, 2048}, {8192, 2048}, {2048, 8192}, {512, 2048}};
+    static const int ns[] = {1, 8};
+    for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++)
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(shapes); i++) {
+            bench_gemv_case(DTYPE_BF16, 0, 0, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
+            if (i >= 4) continue; /* the 1B shapes: BF16 only */
+            bench_gemv_case(DTYPE_Q, 8, 64, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
+            bench_gemv_case(DTYPE_Q, 4, 64, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
+        }
+}
+
+int main(int argc, char **argv)
+{
+    struct cairn_err err;
+    int bench = argc > 1 && strcmp(argv[1], "--bench-gemv") == 0;
     if (getenv("CAIRN_CUDA_GEMV_MAX_ROWS")) unsetenv("CAIRN_CUDA_GEMV_MAX_ROWS");
     int st = cuda_backend_open(0, &be, &err);
     if (st == CAIRN_ERR_UNSUPPORTED) {
@@ -1085,14 +1360,22 @@ int main(void)
     CHECK_MSG(st == CAIRN_OK, "cuda_backend_open: %s", err.msg);
     if (st != CAIRN_OK) return test_summary("test_cuda_ops");
     CHECK(be->kind == BACKEND_CUDA && !be->host_visible && strcmp(be->name, "cuda:0") == 0);
+    if (bench) {
+        bench_gemv();
+        be->ops->destroy(be);
+        return test_summary("test_cuda_ops --bench-gemv");
+    }
     test_matmul();
     test_matmul_multi();
+    test_gemv_fused();
     test_embed();
     test_rmsnorm();
     test_rope();
     test_elementwise();
     test_attention();
     test_attn_prefill();
+    test_attn_decode();
+    test_graphs();
     test_moe();
     test_gdn_case(1);
     test_gdn_case(7);
