@@ -115,8 +115,14 @@ if [ -f "$TOKDIR/tokenizer.json" ]; then
                 else
                     bad "sdk_check against serve --device cuda: see $LOG/sdk.log"
                 fi
+            elif python3 -c 'import openai' 2>/dev/null; then
+                if python3 tests/integration/sdk/sdk_check.py "$R" rk qwen3-tiny > "$LOG/sdk.log" 2>&1; then
+                    note "serve: openai python SDK ok ($(tail -1 "$LOG/sdk.log"))"
+                else
+                    bad "sdk_check.py against serve --device cuda: see $LOG/sdk.log"
+                fi
             else
-                note "serve: SDK check SKIPPED (no node or no npm packages in $NM)"
+                note "serve: SDK check SKIPPED (no node with the npm packages in $NM, no python openai)"
             fi
         else
             bad "serve --device cuda did not start: see $LOG/serve.log"
