@@ -17,6 +17,7 @@ OUT=${OUT:-$(mktemp -d)}
 MODELS=${MODELS:-/tmp/cairn-bench}
 # Binaries may be carried gzip'ed (the working tree plus the carry must stay under 64 MiB).
 for z in "$BIN_DIR"/*.gz; do [ -f "$z" ] && gunzip -f "$z"; done
+chmod +x "$BIN_DIR/cairn" "$BIN_DIR/test_cuda_ops" 2>/dev/null
 export LD_LIBRARY_PATH="$PWD/$BIN_DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0
 BIN=$BIN_DIR/cairn
