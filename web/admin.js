@@ -227,7 +227,8 @@ function windowMean(countKey, totalKey) {
   if (s.length < 2) return null;
   const a = s[Math.max(0, s.length - 11)].lat, b = s[s.length - 1].lat;
   const n = (b[countKey] || 0) - (a[countKey] || 0);
-  return n > 0 ? ((b[totalKey] - a[totalKey]) / n) * 1000 : null;
+  if (n > 0) return ((b[totalKey] - a[totalKey]) / n) * 1000;
+  return b[countKey] ? (b[totalKey] / b[countKey]) * 1000 : null; // nothing recent: since start
 }
 function renderStatus() {
   const s = state.samples, last = s[s.length - 1];
@@ -248,7 +249,9 @@ function drawStatusCharts() {
   const s = state.samples;
   lineChart($("chart-tps"), [s.map((x) => x.prefill), s.map((x) => x.decode)], {});
   lineChart($("chart-req"), [s.map((x) => x.running), s.map((x) => x.waiting)], { integer: true });
-  lineChart($("chart-mem"), [s.map((x) => x.host), s.map((x) => x.device)], { max: 1, percent: true });
+  const dev = state.memory && state.memory.device;
+  $("legend-device").hidden = !dev;
+  lineChart($("chart-mem"), dev ? [s.map((x) => x.host), s.map((x) => x.device)] : [s.map((x) => x.host)], { max: 1, percent: true });
   lineChart($("chart-hit"), [s.map((x) => x.hit), s.map((x) => x.tierHit)], { max: 1, percent: true });
 }
 function budgetBlock(title, b) {
@@ -320,7 +323,7 @@ function lineChart(cv, series, o) {
   const L = 40, R = 8, T = 8, B = 16;
   let max = o.max || 0;
   if (!o.max) for (const s of series) for (const v of s) max = Math.max(max, v);
-  if (!o.max) max = max <= 0 ? 1 : o.integer ? Math.max(1, Math.ceil(max)) : max * 1.1;
+  if (!o.max) max = o.integer ? Math.max(2, 2 * Math.ceil(max / 2)) : max <= 0 ? 1 : max * 1.1;
   g.strokeStyle = css("--line"); g.fillStyle = css("--muted"); g.lineWidth = 1;
   for (let i = 0; i <= 2; i++) {
     const y = T + ((H - T - B) * i) / 2;
@@ -341,11 +344,11 @@ function lineChart(cv, series, o) {
     g.stroke();
   });
 }
-function barChart(cv, groups) { // groups: [{label, a, b}]
+function barChart(cv, groups, color) { // groups: [{label, sub, v}]
   const { g, w, h: H } = prepCanvas(cv);
   const L = 40, R = 8, T = 8, B = 30;
   let max = 0;
-  for (const x of groups) max = Math.max(max, x.a || 0, x.b || 0);
+  for (const x of groups) max = Math.max(max, x.v || 0);
   max = max <= 0 ? 1 : max * 1.1;
   g.strokeStyle = css("--line"); g.fillStyle = css("--muted"); g.lineWidth = 1;
   for (let i = 0; i <= 2; i++) {
@@ -354,15 +357,12 @@ function barChart(cv, groups) { // groups: [{label, a, b}]
     g.fillText(axisLabel(max * (1 - i / 2), {}), 2, y + 4);
   }
   if (!groups.length) { g.fillText("No results yet.", L + 8, T + 20); return; }
-  const gw = (w - L - R) / groups.length, bw = Math.max(2, Math.min(28, gw / 2.5));
-  const colors = [css("--c1"), css("--c2")];
+  const gw = (w - L - R) / groups.length, bw = Math.max(2, Math.min(36, gw / 1.6));
   groups.forEach((x, i) => {
     const cx = L + gw * i + gw / 2;
-    [x.a, x.b].forEach((v, k) => {
-      const bh = ((H - T - B) * (v || 0)) / max;
-      g.fillStyle = colors[k];
-      g.fillRect(cx - bw + k * bw, H - B - bh, bw - 1, bh);
-    });
+    const bh = ((H - T - B) * (x.v || 0)) / max;
+    g.fillStyle = color;
+    g.fillRect(cx - bw / 2, H - B - bh, bw, bh);
     g.fillStyle = css("--muted");
     const label = x.label.length > 14 ? x.label.slice(0, 13) + "…" : x.label;
     if (gw > 34 || i % Math.ceil(34 / gw) === 0) g.fillText(label, cx - g.measureText(label).width / 2, H - B + 12);
@@ -384,7 +384,8 @@ function memTotal(m) {
 }
 function renderModels() {
   const t = $("models-table");
-  t.replaceChildren(h("tr", {}, ["model", "state", "memory", "pinned", "ttl", "alias", "last used", "requests", ""].map((x) => h("th", {}, x))));
+  const opt = { pinned: 1, ttl: 1, alias: 1, "last used": 1, requests: 1 }; // hidden on a phone
+  t.replaceChildren(h("tr", {}, ["model", "state", "memory", "pinned", "ttl", "alias", "last used", "requests", ""].map((x) => h("th", { class: opt[x] ? "opt" : null }, x))));
   for (const m of state.models) {
     const st = h("span", { class: "state " + m.state }, m.state);
     const cell = h("td", { "data-state": m.state }, st);
@@ -397,15 +398,15 @@ function renderModels() {
     const busy = (m.running_requests || 0) + (m.queued_requests || 0);
     const act = (label, action, cls) => h("button", { type: "button", class: "small " + (cls || "ghost"), "data-action": action,
       onclick: () => modelAction(m.id, action) }, label);
-    const actions = h("td", { class: "actions" },
+    const actions = h("td", { class: "actions-cell" }, h("div", { class: "actions" },
       m.state === "unloaded" ? act("Load", "load") : null,
       m.state === "loaded" ? act("Unload", "unload") : null,
       m.pinned ? act("Unpin", "unpin") : act("Pin", "pin"),
-      h("button", { type: "button", class: "small ghost", onclick: () => openSettings(m.id) }, "Settings"));
+      h("button", { type: "button", class: "small ghost", onclick: () => openSettings(m.id) }, "Settings")));
     t.append(h("tr", { "data-model": m.id }, h("td", {}, m.id), cell,
       h("td", {}, memTotal(m) ? fmtBytes(memTotal(m)) : m.memory_estimate ? "~" + fmtBytes(m.memory_estimate.total + ((m.device_memory_estimate && m.device_memory_estimate.total) || 0)) : "-"),
-      h("td", {}, m.pinned ? "yes" : "no"), h("td", {}, m.ttl ? m.ttl + " s" : "-"), h("td", {}, m.alias || "-"),
-      h("td", {}, ago(m.last_used)), h("td", {}, String(busy)), actions));
+      h("td", { class: "opt" }, m.pinned ? "yes" : "no"), h("td", { class: "opt" }, m.ttl ? m.ttl + " s" : "-"), h("td", { class: "opt" }, m.alias || "-"),
+      h("td", { class: "opt" }, ago(m.last_used)), h("td", { class: "opt" }, String(busy)), actions));
   }
 }
 async function modelAction(id, action) {
@@ -463,8 +464,8 @@ async function openSettings(id) {
       input = h("input", { id: "set-" + s.k, type: s.type === "text" ? "text" : "number", step: s.step || "1", placeholder: ph });
       input.value = v === undefined || v === null ? "" : String(v);
     }
-    f.append(h("label", { class: "field" + (s.reload ? " reload" : "") + (s.wide ? " wide" : ""), title: s.reload ? "takes effect on the next load" : "applies at once" },
-      s.label || s.k, input));
+    f.append(h("label", { class: "field" + (s.wide ? " wide" : ""), title: s.reload ? "takes effect on the next load" : "applies at once" },
+      h("span", { class: s.reload ? "reload" : null }, s.label || s.k), input));
   }
   f.append(h("div", { class: "buttons wide" }, h("button", { type: "submit", class: "primary", id: "settings-save" }, "Save"),
     h("button", { type: "button", class: "ghost", onclick: () => { $("settings-card").hidden = true; state.settingsModel = null; } }, "Close")));
@@ -586,14 +587,19 @@ function renderBench() {
         x.error ? h("td", { colspan: 4, class: "error" }, x.error) : h("td", {}, fmtNum(x.ttft_ms, 1)),
         x.error ? null : h("td", {}, fmtNum(x.prefill_tok_s, 0)), x.error ? null : h("td", {}, fmtNum(x.decode_tok_s, 1)),
         x.error ? null : h("td", {}, fmtNum(x.itl_ms, 2))));
-      if (!x.error) groups.push({ label: `#${i + 1} ${x.prompt_tokens}${x.kind === "prefix" ? "p" : ""}`, sub: x.kind, a: x.prefill_tok_s, b: x.decode_tok_s });
+      if (!x.error) groups.push({ label: `#${i + 1} ${x.prompt_tokens}`, sub: x.kind, prefill: x.prefill_tok_s, decode: x.decode_tok_s });
     }
   });
   if (!hist.length) t.append(h("tr", {}, h("td", { colspan: 10, class: "muted" }, "No runs yet.")));
   state.benchGroups = groups.slice(-24);
   drawBenchChart();
 }
-function drawBenchChart() { if (state.page === "bench") barChart($("chart-bench"), state.benchGroups || []); }
+function drawBenchChart() {
+  if (state.page !== "bench") return;
+  const g = state.benchGroups || [];
+  barChart($("chart-bench-prefill"), g.map((x) => ({ label: x.label, sub: x.sub, v: x.prefill })), css("--c1"));
+  barChart($("chart-bench-decode"), g.map((x) => ({ label: x.label, sub: x.sub, v: x.decode })), css("--c2"));
+}
 $("bench-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   const lengths = $("bench-lengths").value.split(/[\s,]+/).filter(Boolean).map(Number);
