@@ -168,6 +168,7 @@ bench_ended() { [ "$(api "$R/admin/api/bench" | field o.state)" = error ]; }
 wait_for "bench of an unknown model ends" 10 bench_ended
 check_has "bench error names the model" "$(api "$R/admin/api/bench" | field o.error)" "nope"
 check_eq "rescan GET: 405" "$(code "$R/admin/api/models/rescan")" 405
+check_eq "rescan without keys: 401" "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$R/admin/api/models/rescan")" 401
 cp -r "$M/c" "$M/d"
 check_eq "rescan finds a new folder" "$(api -X POST "$R/admin/api/models/rescan" | field 'o.added+","+o.removed+","+o.models.some(m=>m.id==="d")')" "1,0,true"
 check_eq "the new model serves" "$(gen d)" 200

@@ -25,5 +25,5 @@ shots=${CAIRN_BUILD:-$tmp}/web_admin
 mkdir -p "$shots"
 rc=0
 CAIRN_HOME="$tmp/home" node "$here/web_admin.mjs" --bin "$bin" --src "$src" --chromium "$chromium" \
-    --models "$tmp/models" --settings "$tmp/settings.json" --shots "$shots" || rc=$?
+    --models "$tmp/models" --settings "$tmp/settings.json" --ssd "$tmp/ssd" --shots "$shots" || rc=$?
 exit $rc
