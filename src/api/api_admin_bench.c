@@ -109,6 +109,17 @@ int api_admin_bench_parse(json_t *body, struct api_bench_params *out, char *fiel
 
 /* ---- the run (bench thread) ---- */
 
+/* Copies a message, cut to cap - 1 bytes on purpose (error texts of rows are shown, not parsed),
+ * before a whole UTF-8 character (the JSON of the run must stay valid). */
+static void api_bench_copy(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    if (src[n])
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
 static void api_bench_on_event(void *user, const struct engine_event *ev)
 {
     struct api_bench *b = user;
@@ -122,7 +133,7 @@ static void api_bench_on_event(void *user, const struct engine_event *ev)
     } else {
         b->req_done = 1;
         if (ev->finish == ENGINE_FINISH_ERROR)
-            snprintf(b->req_error, sizeof(b->req_error), "%s", ev->error ? ev->error : "the request failed");
+            api_bench_copy(b->req_error, sizeof(b->req_error), ev->error ? ev->error : "the request failed");
         pthread_cond_broadcast(&b->cv);
     }
     b->usage = ev->usage;
@@ -183,7 +194,7 @@ static void api_bench_request(struct api_bench *b, int idx, const int32_t *promp
     double t0 = cairn_now();
     int rc = a->be.submit(a->be.ctx, idx, &q, &id, &err);
     if (rc) {
-        snprintf(row->error, sizeof(row->error), "%s", err.msg[0] ? err.msg : cairn_status_str(rc));
+        api_bench_copy(row->error, sizeof(row->error), err.msg[0] ? err.msg : cairn_status_str(rc));
         return;
     }
     pthread_mutex_lock(&b->mu);
@@ -207,7 +218,7 @@ static void api_bench_request(struct api_bench *b, int idx, const int32_t *promp
     }
     row->cached_tokens = b->usage.cached_tokens;
     row->output_tokens = b->req_tokens;
-    if (b->req_error[0]) snprintf(row->error, sizeof(row->error), "%s", b->req_error);
+    if (b->req_error[0]) api_bench_copy(row->error, sizeof(row->error), b->req_error);
     else if (cancelled) snprintf(row->error, sizeof(row->error), "cancelled");
     if (b->req_tokens > 0) {
         double ttft = b->t_first - t0;
@@ -225,7 +236,7 @@ static void api_bench_request(struct api_bench *b, int idx, const int32_t *promp
 static void api_bench_finish(struct api_bench *b, const char *error)
 {
     pthread_mutex_lock(&b->mu);
-    if (error) snprintf(b->error, sizeof(b->error), "%s", error);
+    if (error) api_bench_copy(b->error, sizeof(b->error), error);
     b->running = 0;
     b->t_end = (double)time(NULL);
     pthread_mutex_unlock(&b->mu);
@@ -269,7 +280,7 @@ static void *api_bench_main(void *arg)
                 for (int r = 0; r < n_row; r++) {
                     row[r].kind = r ? "prefix" : "cold";
                     row[r].prompt_tokens = n;
-                    snprintf(row[r].error, sizeof(row[r].error), "%s", err.msg);
+                    api_bench_copy(row[r].error, sizeof(row[r].error), err.msg);
                 }
             } else {
                 api_bench_request(b, idx, cold, n, "cold", &row[0]);

@@ -53,7 +53,11 @@ static void log_ring_put(enum cairn_log_level level, const struct timespec *ts, 
     e->seq = ++log_ring_seq;
     e->level = level;
     e->t = (double)ts->tv_sec + (double)ts->tv_nsec * 1e-9;
-    snprintf(e->text, sizeof(e->text), "%s", line);
+    size_t n = strnlen(line, sizeof(e->text) - 1); /* a longer line is cut in the ring only, */
+    if (line[n])
+        while (n > 0 && ((unsigned char)line[n] & 0xC0) == 0x80) n--; /* before a whole character */
+    memcpy(e->text, line, n);
+    e->text[n] = 0;
     pthread_mutex_unlock(&log_ring_mu);
 }
 

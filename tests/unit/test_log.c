@@ -1,7 +1,7 @@
 /* base/log.c's ring of recent lines: the lines come back in order with their sequence numbers,
  * level and text; `after` gives only newer ones; a level filter drops the lower ones; past
- * CAIRN_LOG_RING lines the oldest go; a long line is cut, never overflows; several threads
- * writing at once lose nothing (every sequence number appears once). */
+ * CAIRN_LOG_RING lines the oldest go; a long line is cut before a whole UTF-8 character, never
+ * overflows; several threads writing at once lose nothing (every sequence number appears once). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,12 +60,22 @@ int main(void)
     n = cairn_log_recent(4, CAIRN_LOG_DEBUG, out, CAIRN_LOG_RING, &last);
     CHECK_EQ_INT(n, 1);
     CHECK_EQ_INT(strlen(out[0].text), CAIRN_LOG_LINE_MAX - 1);
+    /* cut before a whole UTF-8 character, never inside one (the admin API sends it as JSON) */
+    char wide[1200] = "";
+    for (int i = 0; i < 300; i++) strcat(wide, "\xc3\xa9"); /* é, 2 bytes each */
+    LOG_INFO("test", "%s", wide);
+    n = cairn_log_recent(last, CAIRN_LOG_DEBUG, out, CAIRN_LOG_RING, &last);
+    CHECK_EQ_INT(n, 1);
+    size_t len = strlen(out[0].text), pre = (size_t)(strstr(out[0].text, "\xc3") - out[0].text);
+    /* the time/level/room prefix, then as many whole 2-byte characters as fit in 511 bytes */
+    CHECK_EQ_INT(len, pre + (CAIRN_LOG_LINE_MAX - 1 - pre) / 2 * 2);
+    CHECK(((unsigned char)out[0].text[len - 1]) == 0xa9); /* ends on a whole é */
     /* 4 threads x 200 lines: the ring holds the newest CAIRN_LOG_RING, each seq once, in order */
     pthread_t th[4];
     for (long t = 0; t < 4; t++) pthread_create(&th[t], NULL, log_many, (void *)t);
     for (int t = 0; t < 4; t++) pthread_join(th[t], NULL);
     n = cairn_log_recent(0, CAIRN_LOG_DEBUG, out, CAIRN_LOG_RING, &last);
-    CHECK_EQ_INT(last, 5 + 800);
+    CHECK_EQ_INT(last, 6 + 800);
     CHECK_EQ_INT(n, CAIRN_LOG_RING);
     int in_order = 1;
     for (int i = 0; i < n; i++) in_order &= out[i].seq == last - (uint64_t)CAIRN_LOG_RING + 1 + (uint64_t)i;
