@@ -25,29 +25,29 @@
 #define API_BENCH_MAX_ROWS (2 * API_BENCH_MAX_LENGTHS)
 
 struct api_bench_row {
-    const char *kind;             /* "cold" or "prefix" */
+    const char *kind; /* "cold" or "prefix" */
     int prompt_tokens, cached_tokens, output_tokens;
     double ttft_ms, prefill_tok_s, decode_tok_s, itl_ms;
-    char error[240];              /* this request failed: why */
+    char error[240]; /* this request failed: why */
 };
 
 struct api_bench {
     struct api *api;
-    pthread_mutex_t mu;           /* guards everything below */
-    pthread_cond_t cv;            /* the request's events */
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv;  /* the request's events */
     pthread_t thread;
-    int thread_started;           /* joinable (joined by the next run or api_admin_bench_free) */
+    int thread_started; /* joinable (joined by the next run or api_admin_bench_free) */
     int running, stop;
     uint64_t n_runs;
     struct api_bench_params params;
     struct api_bench_row rows[API_BENCH_MAX_ROWS];
     int n_rows, n_planned;
-    char error[400];              /* the run failed as a whole (model not found ...) */
-    double t_start, t_end;        /* unix time */
+    char error[400];       /* the run failed as a whole (model not found ...) */
+    double t_start, t_end; /* unix time */
     /* the request in flight */
     int req_done, req_tokens;
     double t_first, t_last;
-    double gap_sum;               /* sum of gaps between tokens (s) */
+    double gap_sum; /* sum of gaps between tokens (s) */
     struct engine_usage usage;
     char req_error[240];
 };
@@ -57,20 +57,27 @@ int api_admin_bench_parse(json_t *body, struct api_bench_params *out, char *fiel
 {
     memset(out, 0, sizeof(*out));
     field[0] = 0;
-    if (!json_is_object(body)) return cairn_err_set(err, CAIRN_ERR_INVALID, "the body must be a JSON object");
+    if (!json_is_object(body))
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "the body must be a JSON object");
     const char *k;
     json_t *v;
-    json_object_foreach(body, k, v) {
-        if (strcmp(k, "model") && strcmp(k, "prompt_tokens") && strcmp(k, "output_tokens") && strcmp(k, "prefix_hit")) {
+    json_object_foreach(body, k, v)
+    {
+        if (strcmp(k, "model") && strcmp(k, "prompt_tokens") && strcmp(k, "output_tokens") &&
+            strcmp(k, "prefix_hit")) {
             snprintf(field, cap, "%.200s", k);
-            return cairn_err_set(err, CAIRN_ERR_INVALID, "%s: unknown field (expected model, prompt_tokens, "
-                                 "output_tokens, prefix_hit)", field);
+            return cairn_err_set(err, CAIRN_ERR_INVALID,
+                                 "%s: unknown field (expected model, prompt_tokens, "
+                                 "output_tokens, prefix_hit)",
+                                 field);
         }
     }
     v = json_object_get(body, "model");
-    if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) >= sizeof(out->model)) {
+    if (!json_is_string(v) || !json_string_length(v) ||
+        json_string_length(v) >= sizeof(out->model)) {
         snprintf(field, cap, "model");
-        return cairn_err_set(err, CAIRN_ERR_INVALID, "model must be a model id (a non-empty string)");
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "model must be a model id (a non-empty string)");
     }
     snprintf(out->model, sizeof(out->model), "%s", json_string_value(v));
     v = json_object_get(body, "prompt_tokens");
@@ -78,7 +85,8 @@ int api_admin_bench_parse(json_t *body, struct api_bench_params *out, char *fiel
     size_t n = one ? 1 : json_array_size(v);
     if ((!one && !json_is_array(v)) || n == 0 || n > API_BENCH_MAX_LENGTHS) {
         snprintf(field, cap, "prompt_tokens");
-        return cairn_err_set(err, CAIRN_ERR_INVALID, "prompt_tokens must be a length or an array of 1 to %d lengths",
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "prompt_tokens must be a length or an array of 1 to %d lengths",
                              API_BENCH_MAX_LENGTHS);
     }
     for (size_t i = 0; i < n; i++) {
@@ -86,7 +94,8 @@ int api_admin_bench_parse(json_t *body, struct api_bench_params *out, char *fiel
         json_int_t l = json_is_integer(x) ? json_integer_value(x) : -1;
         if (l < 2 || l > API_BENCH_MAX_TOKENS) {
             snprintf(field, cap, "prompt_tokens");
-            return cairn_err_set(err, CAIRN_ERR_INVALID, "prompt_tokens: each length must be an integer from 2 to %d",
+            return cairn_err_set(err, CAIRN_ERR_INVALID,
+                                 "prompt_tokens: each length must be an integer from 2 to %d",
                                  API_BENCH_MAX_TOKENS);
         }
         out->prompt_tokens[out->n_lengths++] = (int)l;
@@ -95,7 +104,8 @@ int api_admin_bench_parse(json_t *body, struct api_bench_params *out, char *fiel
     json_int_t o = v ? (json_is_integer(v) ? json_integer_value(v) : -1) : 32;
     if (o < 1 || o > API_BENCH_MAX_TOKENS) {
         snprintf(field, cap, "output_tokens");
-        return cairn_err_set(err, CAIRN_ERR_INVALID, "output_tokens must be an integer from 1 to %d", API_BENCH_MAX_TOKENS);
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "output_tokens must be an integer from 1 to %d", API_BENCH_MAX_TOKENS);
     }
     out->output_tokens = (int)o;
     v = json_object_get(body, "prefix_hit");
@@ -115,7 +125,8 @@ static void api_bench_copy(char *dst, size_t cap, const char *src)
 {
     size_t n = strnlen(src, cap - 1);
     if (src[n])
-        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+            n--;
     memcpy(dst, src, n);
     dst[n] = 0;
 }
@@ -126,14 +137,17 @@ static void api_bench_on_event(void *user, const struct engine_event *ev)
     double now = cairn_now();
     pthread_mutex_lock(&b->mu);
     if (ev->kind == ENGINE_EVENT_TOKEN) {
-        if (b->req_tokens == 0) b->t_first = now;
-        else b->gap_sum += now - b->t_last;
+        if (b->req_tokens == 0)
+            b->t_first = now;
+        else
+            b->gap_sum += now - b->t_last;
         b->t_last = now;
         b->req_tokens++;
     } else {
         b->req_done = 1;
         if (ev->finish == ENGINE_FINISH_ERROR)
-            api_bench_copy(b->req_error, sizeof(b->req_error), ev->error ? ev->error : "the request failed");
+            api_bench_copy(b->req_error, sizeof(b->req_error),
+                           ev->error ? ev->error : "the request failed");
         pthread_cond_broadcast(&b->cv);
     }
     b->usage = ev->usage;
@@ -141,7 +155,8 @@ static void api_bench_on_event(void *user, const struct engine_event *ev)
 }
 
 /* Token ids of random words, at least n of them (the first n are used). NULL on failure. */
-static int32_t *api_bench_prompt(struct api *a, int idx, int n, unsigned *seed, struct cairn_err *err)
+static int32_t *api_bench_prompt(struct api *a, int idx, int n, unsigned *seed,
+                                 struct cairn_err *err)
 {
     for (int words = n + 8; words <= 16 * n + 64; words *= 2) {
         size_t cap = (size_t)words * 12 + 1;
@@ -149,7 +164,8 @@ static int32_t *api_bench_prompt(struct api *a, int idx, int n, unsigned *seed, 
         if (!text) break;
         size_t len = 0;
         for (int i = 0; i < words; i++)
-            len += (size_t)snprintf(text + len, cap - len, "%sw%u", i ? " " : "", (unsigned)(rand_r(seed) % 100000u));
+            len += (size_t)snprintf(text + len, cap - len, "%sw%u", i ? " " : "",
+                                    (unsigned)(rand_r(seed) % 100000u));
         int32_t *ids = NULL;
         int n_ids = 0;
         int rc = a->be.tokenize(a->be.ctx, idx, text, len, 0, &ids, &n_ids, err);
@@ -166,8 +182,8 @@ static int32_t *api_bench_prompt(struct api *a, int idx, int n, unsigned *seed, 
 }
 
 /* Runs one request and fills row (under nothing; takes b->mu). */
-static void api_bench_request(struct api_bench *b, int idx, const int32_t *prompt, int n_prompt, const char *kind,
-                              struct api_bench_row *row)
+static void api_bench_request(struct api_bench *b, int idx, const int32_t *prompt, int n_prompt,
+                              const char *kind, struct api_bench_row *row)
 {
     struct api *a = b->api;
     memset(row, 0, sizeof(*row));
@@ -218,8 +234,10 @@ static void api_bench_request(struct api_bench *b, int idx, const int32_t *promp
     }
     row->cached_tokens = b->usage.cached_tokens;
     row->output_tokens = b->req_tokens;
-    if (b->req_error[0]) api_bench_copy(row->error, sizeof(row->error), b->req_error);
-    else if (cancelled) snprintf(row->error, sizeof(row->error), "cancelled");
+    if (b->req_error[0])
+        api_bench_copy(row->error, sizeof(row->error), b->req_error);
+    else if (cancelled)
+        snprintf(row->error, sizeof(row->error), "cancelled");
     if (b->req_tokens > 0) {
         double ttft = b->t_first - t0;
         row->ttft_ms = ttft * 1000.0;
@@ -270,12 +288,14 @@ static void *api_bench_main(void *arg)
             for (int r = 0; r < n_row; r++) {
                 row[r].kind = r ? "prefix" : "cold";
                 row[r].prompt_tokens = n;
-                snprintf(row[r].error, sizeof(row[r].error), "%d prompt + %d output tokens pass the model's context of %d",
-                         n, b->params.output_tokens, ctx);
+                snprintf(row[r].error, sizeof(row[r].error),
+                         "%d prompt + %d output tokens pass the model's context of %d", n,
+                         b->params.output_tokens, ctx);
             }
         } else {
             int32_t *cold = api_bench_prompt(a, idx, n, &seed, &err);
-            int32_t *fresh = cold && b->params.prefix_hit ? api_bench_prompt(a, idx, n, &seed, &err) : NULL;
+            int32_t *fresh =
+                cold && b->params.prefix_hit ? api_bench_prompt(a, idx, n, &seed, &err) : NULL;
             if (!cold || (b->params.prefix_hit && !fresh)) {
                 for (int r = 0; r < n_row; r++) {
                     row[r].kind = r ? "prefix" : "cold";
@@ -297,7 +317,8 @@ static void *api_bench_main(void *arg)
             free(fresh);
         }
         pthread_mutex_lock(&b->mu);
-        for (int r = 0; r < n_row && b->n_rows < API_BENCH_MAX_ROWS; r++) b->rows[b->n_rows++] = row[r];
+        for (int r = 0; r < n_row && b->n_rows < API_BENCH_MAX_ROWS; r++)
+            b->rows[b->n_rows++] = row[r];
         pthread_mutex_unlock(&b->mu);
     }
     if (a->be.put_model) a->be.put_model(a->be.ctx, idx);
@@ -314,18 +335,25 @@ static json_t *api_bench_json(struct api_bench *b)
     pthread_mutex_lock(&b->mu);
     for (int i = 0; i < b->n_rows; i++) {
         const struct api_bench_row *r = &b->rows[i];
-        json_t *o = json_pack("{s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f}", "kind", r->kind, "prompt_tokens", r->prompt_tokens,
-                              "cached_tokens", r->cached_tokens, "output_tokens", r->output_tokens, "ttft_ms", r->ttft_ms,
-                              "prefill_tok_s", r->prefill_tok_s, "decode_tok_s", r->decode_tok_s, "itl_ms", r->itl_ms);
+        json_t *o =
+            json_pack("{s:s,s:i,s:i,s:i,s:f,s:f,s:f,s:f}", "kind", r->kind, "prompt_tokens",
+                      r->prompt_tokens, "cached_tokens", r->cached_tokens, "output_tokens",
+                      r->output_tokens, "ttft_ms", r->ttft_ms, "prefill_tok_s", r->prefill_tok_s,
+                      "decode_tok_s", r->decode_tok_s, "itl_ms", r->itl_ms);
         if (o && r->error[0]) json_object_set_new(o, "error", json_string(r->error));
         if (o) json_array_append_new(rows, o);
     }
     json_t *lens = json_array();
-    for (int i = 0; i < b->params.n_lengths; i++) json_array_append_new(lens, json_integer(b->params.prompt_tokens[i]));
-    const char *state = b->running ? "running" : b->n_runs == 0 ? "idle" : b->error[0] ? "error" : "done";
-    json_t *o = json_pack("{s:s,s:I,s:s,s:o,s:i,s:b,s:i,s:o}", "state", state, "run", (json_int_t)b->n_runs, "model",
-                          b->params.model, "prompt_tokens", lens, "output_tokens", b->params.output_tokens,
-                          "prefix_hit", b->params.prefix_hit, "requests_planned", b->n_planned, "results", rows);
+    for (int i = 0; i < b->params.n_lengths; i++)
+        json_array_append_new(lens, json_integer(b->params.prompt_tokens[i]));
+    const char *state = b->running       ? "running"
+                        : b->n_runs == 0 ? "idle"
+                        : b->error[0]    ? "error"
+                                         : "done";
+    json_t *o = json_pack("{s:s,s:I,s:s,s:o,s:i,s:b,s:i,s:o}", "state", state, "run",
+                          (json_int_t)b->n_runs, "model", b->params.model, "prompt_tokens", lens,
+                          "output_tokens", b->params.output_tokens, "prefix_hit",
+                          b->params.prefix_hit, "requests_planned", b->n_planned, "results", rows);
     if (o && b->n_runs) {
         json_object_set_new(o, "started", json_real(b->t_start));
         if (!b->running) json_object_set_new(o, "finished", json_real(b->t_end));
@@ -352,10 +380,12 @@ static struct api_bench *api_bench_get(struct api *a)
     return b;
 }
 
-char *api_admin_bench_call(struct api *a, const char *method, const char *body, size_t len, int *status)
+char *api_admin_bench_call(struct api *a, const char *method, const char *body, size_t len,
+                           int *status)
 {
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (!is_get && strcmp(method, "POST")) return api_admin_err(status, 405, NULL, "method not allowed: use GET or POST", NULL);
+    if (!is_get && strcmp(method, "POST"))
+        return api_admin_err(status, 405, NULL, "method not allowed: use GET or POST", NULL);
     if (!a->be.submit || !a->be.tokenize || !a->be.get_model)
         return api_admin_err(status, 501, NULL, "this backend cannot run a benchmark", NULL);
     struct api_bench *b = api_bench_get(a);
@@ -373,13 +403,16 @@ char *api_admin_bench_call(struct api *a, const char *method, const char *body, 
     struct cairn_err err = {0};
     int rc = api_admin_bench_parse(j, &prm, field, sizeof(field), &err);
     json_decref(j);
-    if (rc) return api_admin_err(status, 400, "invalid_request_error", err.msg, field[0] ? field : NULL);
-    if (API_SHUTTING(a)) return api_admin_err(status, 503, "shutting_down", "the server is shutting down", NULL);
+    if (rc)
+        return api_admin_err(status, 400, "invalid_request_error", err.msg,
+                             field[0] ? field : NULL);
+    if (API_SHUTTING(a))
+        return api_admin_err(status, 503, "shutting_down", "the server is shutting down", NULL);
     pthread_mutex_lock(&b->mu);
     if (b->running) {
         pthread_mutex_unlock(&b->mu);
-        return api_admin_err(status, 409, "benchmark_running", "a benchmark is running: wait for it (GET /admin/api/bench)",
-                             NULL);
+        return api_admin_err(status, 409, "benchmark_running",
+                             "a benchmark is running: wait for it (GET /admin/api/bench)", NULL);
     }
     int join = b->thread_started;
     b->thread_started = 0;

@@ -38,6 +38,10 @@ static int pool_has_config(const char *dir)
     return cairn_file_exists(path);
 }
 
+/* A folder skipped at start is a warning; on every rescan after that (each few seconds while the
+ * dashboard lists models) the same folder would say it again: debug. */
+#define POOL_SKIP_LEVEL(p) ((p)->t_rescan > 0 ? CAIRN_LOG_DEBUG : CAIRN_LOG_WARN)
+
 /* Adds the model folder dir as id: 1 added (or back from gone), 0 not a model or taken. */
 static int pool_add(struct pool *p, const char *id, const char *dir)
 {
@@ -46,7 +50,7 @@ static int pool_add(struct pool *p, const char *id, const char *dir)
     if (!cairn_file_exists(path)) return 0;
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     if (!cairn_file_exists(path)) {
-        LOG_WARN("pool", "%s: no tokenizer.json, skipped", dir);
+        cairn_log(POOL_SKIP_LEVEL(p), "pool", "%s: no tokenizer.json, skipped", dir);
         return 0;
     }
     struct stat st;
@@ -59,11 +63,11 @@ static int pool_add(struct pool *p, const char *id, const char *dir)
                 g->gone = 0;
                 return 1;
             }
-            if (strcmp(g->dir, dir)) LOG_WARN("pool", "%s: model id '%s' already taken, skipped", dir, id);
+            if (strcmp(g->dir, dir)) cairn_log(POOL_SKIP_LEVEL(p), "pool", "%s: model id '%s' already taken, skipped", dir, id);
             return 0;
         }
     if (p->n_models == POOL_MAX_MODELS) {
-        LOG_WARN("pool", "%s: more than %d models, skipped", dir, POOL_MAX_MODELS);
+        cairn_log(POOL_SKIP_LEVEL(p), "pool", "%s: more than %d models, skipped", dir, POOL_MAX_MODELS);
         return 0;
     }
     struct pool_model *m = &p->models[p->n_models];

@@ -14,7 +14,8 @@ static struct cairn_log_entry out[CAIRN_LOG_RING];
 static void *log_many(void *arg)
 {
     int t = (int)(long)arg;
-    for (int i = 0; i < 200; i++) LOG_INFO("test", "thread %d line %d", t, i);
+    for (int i = 0; i < 200; i++)
+        LOG_INFO("test", "thread %d line %d", t, i);
     return NULL;
 }
 
@@ -62,7 +63,8 @@ int main(void)
     CHECK_EQ_INT(strlen(out[0].text), CAIRN_LOG_LINE_MAX - 1);
     /* cut before a whole UTF-8 character, never inside one (the admin API sends it as JSON) */
     char wide[1200] = "";
-    for (int i = 0; i < 300; i++) strcat(wide, "\xc3\xa9"); /* é, 2 bytes each */
+    for (int i = 0; i < 300; i++)
+        strcat(wide, "\xc3\xa9"); /* é, 2 bytes each */
     LOG_INFO("test", "%s", wide);
     n = cairn_log_recent(last, CAIRN_LOG_DEBUG, out, CAIRN_LOG_RING, &last);
     CHECK_EQ_INT(n, 1);
@@ -72,13 +74,16 @@ int main(void)
     CHECK(((unsigned char)out[0].text[len - 1]) == 0xa9); /* ends on a whole é */
     /* 4 threads x 200 lines: the ring holds the newest CAIRN_LOG_RING, each seq once, in order */
     pthread_t th[4];
-    for (long t = 0; t < 4; t++) pthread_create(&th[t], NULL, log_many, (void *)t);
-    for (int t = 0; t < 4; t++) pthread_join(th[t], NULL);
+    for (long t = 0; t < 4; t++)
+        pthread_create(&th[t], NULL, log_many, (void *)t);
+    for (int t = 0; t < 4; t++)
+        pthread_join(th[t], NULL);
     n = cairn_log_recent(0, CAIRN_LOG_DEBUG, out, CAIRN_LOG_RING, &last);
     CHECK_EQ_INT(last, 6 + 800);
     CHECK_EQ_INT(n, CAIRN_LOG_RING);
     int in_order = 1;
-    for (int i = 0; i < n; i++) in_order &= out[i].seq == last - (uint64_t)CAIRN_LOG_RING + 1 + (uint64_t)i;
+    for (int i = 0; i < n; i++)
+        in_order &= out[i].seq == last - (uint64_t)CAIRN_LOG_RING + 1 + (uint64_t)i;
     CHECK(in_order);
     /* an `after` older than the ring starts at its oldest line */
     CHECK_EQ_INT(cairn_log_recent(1, CAIRN_LOG_DEBUG, out, CAIRN_LOG_RING, NULL), CAIRN_LOG_RING);
