@@ -97,6 +97,10 @@ struct api_backend {
     json_t *(*admin_settings_get)(void *ctx);
     int (*admin_settings_put)(void *ctx, json_t *patch, json_t **out, char *field, size_t cap,
                               struct cairn_err *err);
+    /* Looks at the model folder again (new folders appear, removed unloaded ones go); force 0:
+     * only when the last look is a few seconds old. *out: {"added", "removed", "models"} (new
+     * reference). May be NULL. */
+    int (*admin_rescan)(void *ctx, int force, json_t **out, struct cairn_err *err);
 };
 
 /* The scripted fake backend. script: JSON file (see backend_fake.c for the format). */
@@ -125,6 +129,11 @@ struct api_real_opts {
     const struct kv_tiers_opts *tiers_opts;
     struct backend *device;       /* where models are loaded (tensor/backend.h); not owned */
     uint64_t max_process_memory;  /* host budget of the guard; 0 = engine_guard_default_limit */
+    uint64_t max_device_memory;   /* device budget (a GPU backend); 0 = max_device_memory_pct of
+                                   * the device's total, or engine_guard_default_device_limit */
+    double max_device_memory_pct;
+    int device_budget;            /* tests: a device budget even on the CPU (the seam; needs
+                                   * max_device_memory) */
     int max_loaded_models;        /* 0 = no limit */
     double ttl_s;                 /* --ttl (seconds, 0 = never): wins over the settings file */
     int has_ttl;

@@ -548,7 +548,16 @@ static void api_on_engine_event(void *user, const struct engine_event *ev)
         s->have_usage = 1;
     }
     if (ev->kind == ENGINE_EVENT_TOKEN) {
-        if (c->t_first_token == 0) c->t_first_token = cairn_now();
+        double now = cairn_now();
+        struct api_latency *lat = &c->api->lat; /* the dashboard's live TTFT and token gaps */
+        if (c->t_first_token == 0) {
+            c->t_first_token = now;
+            __atomic_fetch_add(&lat->ttft_us, (uint64_t)((now - c->t_start) * 1e6), __ATOMIC_RELAXED);
+            __atomic_fetch_add(&lat->n_ttft, 1, __ATOMIC_RELAXED);
+        } else if (c->last_out > 0 && now >= c->last_out) {
+            __atomic_fetch_add(&lat->itl_us, (uint64_t)((now - c->last_out) * 1e6), __ATOMIC_RELAXED);
+            __atomic_fetch_add(&lat->n_itl, 1, __ATOMIC_RELAXED);
+        }
         if (!c->failed && !s->done && !c->http_gone) api_sub_queue_token(s, ev);
         c->last_out = cairn_now(); /* output is coming: no keep-alive needed */
         api_call_notify(c);
@@ -1033,6 +1042,7 @@ void api_destroy(struct api *a)
     pthread_mutex_lock(&a->mu);
     while (a->n_preparing > 0) pthread_cond_wait(&a->cv, &a->mu);
     pthread_mutex_unlock(&a->mu);
+    api_admin_bench_free(a); /* its request goes through the backend: before it goes */
     /* The backend delivers DONE for whatever is left, which drops the calls' references. */
     if (a->be.destroy) a->be.destroy(a->be.ctx);
     pthread_mutex_destroy(&a->mu);

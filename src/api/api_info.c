@@ -179,6 +179,13 @@ char *api_info_status(struct api *a, int *status)
     json_object_set_new(o, "errors_total", json_integer((json_int_t)__atomic_load_n(&a->n_errors, __ATOMIC_RELAXED)));
     json_object_set_new(o, "memory_bytes", mem);
     if (a->be.memory_json) json_object_set_new(o, "memory_guard", a->be.memory_json(a->be.ctx));
+    /* sums since start: (total1 - total0) / (count1 - count0) between two reads is the mean */
+    json_object_set_new(o, "latency", json_pack("{s:I,s:f,s:I,s:f}", "ttft_count",
+                                                (json_int_t)__atomic_load_n(&a->lat.n_ttft, __ATOMIC_RELAXED), "ttft_s_total",
+                                                (double)__atomic_load_n(&a->lat.ttft_us, __ATOMIC_RELAXED) / 1e6,
+                                                "inter_token_count", (json_int_t)__atomic_load_n(&a->lat.n_itl, __ATOMIC_RELAXED),
+                                                "inter_token_s_total",
+                                                (double)__atomic_load_n(&a->lat.itl_us, __ATOMIC_RELAXED) / 1e6));
     json_object_set_new(o, "shutting_down", json_boolean(API_SHUTTING(a)));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);

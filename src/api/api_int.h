@@ -123,6 +123,16 @@ struct api_call {
     struct api_sub subs[];
 };
 
+/* Latency of generation calls since start, for the admin dashboard (which turns deltas between
+ * two polls into live means): time to first token per call, gaps between a call's tokens.
+ * Updated with relaxed atomics on the engine callback. */
+struct api_latency {
+    uint64_t n_ttft, ttft_us;  /* calls that got a first token; sum of their TTFTs */
+    uint64_t n_itl, itl_us;    /* token gaps; their sum */
+};
+
+struct api_bench;             /* api_admin_bench.c */
+
 struct api {
     struct api_config cfg;   /* model_opts points into opts_copy */
     struct api_model_opt *opts_copy;
@@ -140,6 +150,8 @@ struct api {
     uint64_t id_salt;
     uint64_t n_requests;     /* generation requests started */
     uint64_t n_errors;       /* answered with status >= 400 */
+    struct api_latency lat;
+    struct api_bench *bench; /* the admin benchmark (created on first use, under mu) */
 };
 
 /* Read without api->mu (set once, never cleared). */
@@ -176,5 +188,27 @@ char *api_info_cache_clear(struct api *a, const char *body, size_t len, int *sta
 /* api_admin.c: everything under /admin/api/ (sub: the path after it). Body malloc'd. */
 char *api_admin_call(struct api *a, const char *method, const char *sub, const char *body, size_t len,
                      int *status);
+
+/* api_admin_bench.c: the dashboard's benchmark, one run at a time on its own thread, through the
+ * backend like any request (POST /admin/api/bench starts it, GET reads it). */
+#define API_BENCH_MAX_LENGTHS 8
+#define API_BENCH_MAX_TOKENS 32768   /* prompt or output length of one request */
+struct api_bench_params {
+    char model[256];
+    int prompt_tokens[API_BENCH_MAX_LENGTHS];
+    int n_lengths;
+    int output_tokens;
+    int prefix_hit;                  /* also a run that shares half of its prompt with the last */
+};
+/* Validates a POST bench body ({"model", "prompt_tokens": [..] or N, "output_tokens",
+ * "prefix_hit"}); field names what was wrong (CAIRN_ERR_INVALID). */
+int api_admin_bench_parse(json_t *body, struct api_bench_params *out, char *field, size_t cap,
+                          struct cairn_err *err);
+char *api_admin_bench_call(struct api *a, const char *method, const char *body, size_t len, int *status);
+/* Stops a running benchmark (cancels its request) and frees it; from api_destroy. */
+void api_admin_bench_free(struct api *a);
+/* api_admin_call's helpers (api_admin.c). */
+char *api_admin_err(int *status, int st, const char *code, const char *msg, const char *param);
+char *api_admin_dump(int *status, int st, json_t *o);
 
 #endif

@@ -18,17 +18,22 @@
 static int real_list(void *ctx, struct api_model_desc *out, int max)
 {
     struct pool *p = ctx;
+    int n = 0;
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < p->n_models && i < max; i++) {
+    for (int i = 0; i < p->n_models; i++) {
         struct pool_model *m = &p->models[i];
-        memset(&out[i], 0, sizeof(out[i]));
-        snprintf(out[i].id, sizeof(out[i].id), "%s", m->id);
-        out[i].created = m->created;
-        out[i].loaded = m->state == POOL_LOADED;
-        out[i].context_length = m->state == POOL_LOADED ? m->context_length : 0;
+        if (m->gone) continue; /* its folder went away (pool_rescan) */
+        if (n < max) {
+            memset(&out[n], 0, sizeof(out[n]));
+            snprintf(out[n].id, sizeof(out[n].id), "%s", m->id);
+            out[n].created = m->created;
+            out[n].loaded = m->state == POOL_LOADED;
+            out[n].context_length = m->state == POOL_LOADED ? m->context_length : 0;
+        }
+        n++;
     }
     pthread_mutex_unlock(&p->mu);
-    return p->n_models;
+    return n;
 }
 
 static int real_get(void *ctx, const char *id, int *idx, struct cairn_err *err)
@@ -279,9 +284,22 @@ static json_t *real_memory_json(void *ctx)
 static json_t *real_admin_models(void *ctx)
 {
     struct pool *p = ctx;
+    pool_rescan(p, 0, 5.0, NULL, NULL); /* a listing looks at the folder at most every 5 s */
     json_t *arr = json_array();
-    for (int i = 0; i < p->n_models; i++) json_array_append_new(arr, pool_model_json(p, i));
+    int n = __atomic_load_n(&p->n_models, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (pool_visible(p, i)) json_array_append_new(arr, pool_model_json(p, i));
     return arr;
+}
+
+static int real_admin_rescan(void *ctx, int force, json_t **out, struct cairn_err *err)
+{
+    struct pool *p = ctx;
+    (void)err;
+    int added = 0, removed = 0;
+    pool_rescan(p, force, 5.0, &added, &removed);
+    *out = json_pack("{s:i,s:i,s:o}", "added", added, "removed", removed, "models", real_admin_models(ctx));
+    return CAIRN_OK;
 }
 
 static int real_admin_pin(struct pool *p, int idx, int pin, struct cairn_err *err)
@@ -358,5 +376,6 @@ int api_backend_real_create(const struct api_real_opts *opts, struct api_backend
     out->admin_model = real_admin_model;
     out->admin_settings_get = real_admin_settings_get;
     out->admin_settings_put = real_admin_settings_put;
+    out->admin_rescan = real_admin_rescan;
     return CAIRN_OK;
 }

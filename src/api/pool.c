@@ -16,6 +16,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "model/config.h"
+#include "tensor/backend.h"
 
 const char *pool_state_name(enum pool_state s)
 {
@@ -30,6 +31,18 @@ const char *pool_state_name(enum pool_state s)
 
 /* ---- discovery ---- */
 
+static int pool_has_config(const char *dir)
+{
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    return cairn_file_exists(path);
+}
+
+/* A folder skipped at start is a warning; on every rescan after that (each few seconds while the
+ * dashboard lists models) the same folder would say it again: debug. */
+#define POOL_SKIP_LEVEL(p) ((p)->t_rescan > 0 ? CAIRN_LOG_DEBUG : CAIRN_LOG_WARN)
+
+/* Adds the model folder dir as id: 1 added (or back from gone), 0 not a model or taken. */
 static int pool_add(struct pool *p, const char *id, const char *dir)
 {
     char path[1200];
@@ -37,44 +50,62 @@ static int pool_add(struct pool *p, const char *id, const char *dir)
     if (!cairn_file_exists(path)) return 0;
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     if (!cairn_file_exists(path)) {
-        LOG_WARN("pool", "%s: no tokenizer.json, skipped", dir);
+        cairn_log(POOL_SKIP_LEVEL(p), "pool", "%s: no tokenizer.json, skipped", dir);
         return 0;
     }
+    struct stat st;
     for (int i = 0; i < p->n_models; i++)
         if (!strcmp(p->models[i].id, id)) {
-            LOG_WARN("pool", "%s: model id '%s' already taken, skipped", dir, id);
+            struct pool_model *g = &p->models[i];
+            if (g->gone && g->state == POOL_UNLOADED) { /* came back (rescan) */
+                snprintf(g->dir, sizeof(g->dir), "%s", dir);
+                g->created = stat(dir, &st) == 0 ? (int64_t)st.st_mtime : 0;
+                g->gone = 0;
+                return 1;
+            }
+            if (strcmp(g->dir, dir)) cairn_log(POOL_SKIP_LEVEL(p), "pool", "%s: model id '%s' already taken, skipped", dir, id);
             return 0;
         }
-    if (p->n_models == p->cap_models) {
-        int cap = p->cap_models ? p->cap_models * 2 : 8;
-        struct pool_model *m = realloc(p->models, (size_t)cap * sizeof(*m));
-        if (!m) return CAIRN_ERR_NOMEM;
-        p->models = m;
-        p->cap_models = cap;
+    if (p->n_models == POOL_MAX_MODELS) {
+        cairn_log(POOL_SKIP_LEVEL(p), "pool", "%s: more than %d models, skipped", dir, POOL_MAX_MODELS);
+        return 0;
     }
-    struct pool_model *m = &p->models[p->n_models++];
+    struct pool_model *m = &p->models[p->n_models];
     memset(m, 0, sizeof(*m));
     snprintf(m->id, sizeof(m->id), "%s", id);
     snprintf(m->dir, sizeof(m->dir), "%s", dir);
-    struct stat st;
     m->created = stat(dir, &st) == 0 ? (int64_t)st.st_mtime : 0;
     char owner[300];
     snprintf(owner, sizeof(owner), "model %s", id);
     engine_guard_hold_init(&m->hold, owner, 0);
+    snprintf(owner, sizeof(owner), "model %s (device)", id);
+    engine_guard_hold_init(&m->dhold, owner, 0);
+    /* the slot is whole before a lock-free lister can see it */
+    __atomic_store_n(&p->n_models, p->n_models + 1, __ATOMIC_RELEASE);
     return 1;
 }
 
+int pool_visible(struct pool *p, int idx)
+{
+    return !__atomic_load_n(&p->models[idx].gone, __ATOMIC_RELAXED);
+}
+
+/* Adds every model folder under root; returns -1 if root can't be read, else the number added.
+ * Under pool->mu once the pool runs. */
 static int pool_scan(struct pool *p, const char *root)
 {
     DIR *d = opendir(root);
     if (!d) return -1;
+    int n_added = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
         if (de->d_name[0] == '.') continue;
         char path[1024];
         snprintf(path, sizeof(path), "%s/%s", root, de->d_name);
         if (!cairn_dir_exists(path)) continue;
-        if (pool_add(p, de->d_name, path) > 0) continue;
+        int r = pool_add(p, de->d_name, path);
+        if (r > 0) n_added++;
+        if (r > 0 || (r == 0 && pool_has_config(path))) continue;
         DIR *d2 = opendir(path); /* org/name */
         if (!d2) continue;
         struct dirent *e2;
@@ -83,12 +114,41 @@ static int pool_scan(struct pool *p, const char *root)
             char p2[1400], id[512];
             snprintf(p2, sizeof(p2), "%s/%s", path, e2->d_name);
             snprintf(id, sizeof(id), "%s/%s", de->d_name, e2->d_name);
-            if (cairn_dir_exists(p2)) pool_add(p, id, p2);
+            if (cairn_dir_exists(p2) && pool_add(p, id, p2) > 0) n_added++;
         }
         closedir(d2);
     }
     closedir(d);
-    return 0;
+    return n_added;
+}
+
+int pool_rescan(struct pool *p, int force, double min_interval_s, int *added, int *removed)
+{
+    int n_added = 0, n_removed = 0;
+    pthread_mutex_lock(&p->mu);
+    double now = cairn_now();
+    if (p->opts.model_dir && (force || now - p->t_rescan >= min_interval_s)) {
+        p->t_rescan = now;
+        /* a folder under --model-dir that lost its config.json: gone while it is unloaded
+         * (a loaded one keeps serving; the next rescan after its unload hides it) */
+        size_t root_len = strlen(p->opts.model_dir);
+        for (int i = 0; i < p->n_models; i++) {
+            struct pool_model *m = &p->models[i];
+            if (m->gone || m->state != POOL_UNLOADED || m->want_load || m->n_users) continue;
+            if (strncmp(m->dir, p->opts.model_dir, root_len) || pool_has_config(m->dir)) continue;
+            __atomic_store_n(&m->gone, 1, __ATOMIC_RELAXED);
+            n_removed++;
+            LOG_INFO("pool", "rescan: %s is gone (%s)", m->id, m->dir);
+        }
+        int r = pool_scan(p, p->opts.model_dir);
+        if (r < 0) LOG_WARN("pool", "rescan: cannot read --model-dir %s", p->opts.model_dir);
+        else n_added = r;
+        if (n_added) LOG_INFO("pool", "rescan: %d new models", n_added);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (added) *added = n_added;
+    if (removed) *removed = n_removed;
+    return CAIRN_OK;
 }
 
 /* ---- settings ---- */
@@ -115,8 +175,9 @@ int pool_find(struct pool *p, const char *id)
     int found = -1;
     pthread_mutex_lock(&p->mu);
     for (int i = 0; i < p->n_models && found < 0; i++)
-        if (!strcmp(p->models[i].id, id)) found = i;
+        if (!p->models[i].gone && !strcmp(p->models[i].id, id)) found = i;
     for (int i = 0; i < p->n_models && found < 0; i++) {
+        if (p->models[i].gone) continue;
         json_t *a = json_object_get(json_object_get(json_object_get(p->settings, "models"), p->models[i].id), "alias");
         if (json_is_string(a) && !strcmp(json_string_value(a), id)) found = i;
     }
@@ -299,6 +360,7 @@ void pool_unload_locked(struct pool *p, int idx, const char *why)
     LOG_INFO("pool", "unloading %s (%s)", m->id, why);
     pool_model_release(m);
     engine_guard_release(p->guard, &m->hold);
+    if (p->dguard) engine_guard_release(p->dguard, &m->dhold);
     pthread_mutex_lock(&p->mu);
     m->state = POOL_UNLOADED;
     m->t_state = cairn_now();
@@ -349,25 +411,65 @@ static int pool_use_tiers(struct pool *p, int idx)
     return p->opts.tiers_opts && !json_is_false(pool_setting(p, idx, "tiers"));
 }
 
+/* The sizes the guard needs from a config.json, before the model loads: the layers with KV and
+ * a hybrid's recurrent state per sequence (float conv + delta state of each Gated DeltaNet
+ * layer, as model/gdn.h lays it out). */
+static void pool_config_info(const struct model_config *c, struct model_info *mi)
+{
+    memset(mi, 0, sizeof(*mi));
+    mi->n_layers = c->n_layers;
+    mi->n_kv_heads = c->n_kv_heads;
+    mi->head_dim = c->head_dim;
+    mi->vocab_size = c->vocab_size;
+    uint64_t key_dim = (uint64_t)c->linear_num_key_heads * (uint64_t)c->linear_key_head_dim;
+    uint64_t value_dim = (uint64_t)c->linear_num_value_heads * (uint64_t)c->linear_value_head_dim;
+    uint64_t conv_cols = c->linear_conv_kernel_dim > 1 ? (uint64_t)c->linear_conv_kernel_dim - 1 : 0;
+    uint64_t per_layer = (2 * key_dim + value_dim) * conv_cols +
+                         (uint64_t)c->linear_num_value_heads * (uint64_t)c->linear_key_head_dim * (uint64_t)c->linear_value_head_dim;
+    for (int i = 0; i < c->n_layers; i++) {
+        enum model_layer_kind k = c->layer_kinds ? c->layer_kinds[i] : MODEL_LAYER_ATTN;
+        if (k == MODEL_LAYER_ATTN) mi->n_kv_layers++;
+        else if (k == MODEL_LAYER_LINEAR_ATTN) mi->state_bytes += (size_t)(per_layer * sizeof(float));
+    }
+}
+
 /* What a load of model idx will hold, before it runs. Under pool->mu. */
-void pool_load_estimate(struct pool *p, int idx, uint64_t need[CAIRN_MEM_N_TAGS])
+void pool_load_estimate(struct pool *p, int idx, uint64_t host[CAIRN_MEM_N_TAGS], uint64_t dev[CAIRN_MEM_N_TAGS])
 {
     struct pool_model *m = &p->models[idx];
     struct engine_opts o;
     pool_engine_opts(p, idx, &o);
-    memset(need, 0, sizeof(uint64_t) * CAIRN_MEM_N_TAGS);
-    need[CAIRN_MEM_MAPPED] = pool_weight_file_bytes(m->dir);
-    need[CAIRN_MEM_KV] = o.kv_bytes;
-    if (pool_use_tiers(p, idx)) need[CAIRN_MEM_HOT] = p->opts.tiers_opts->hot_max_bytes;
+    uint64_t all[CAIRN_MEM_N_TAGS] = {0};
+    memset(host, 0, sizeof(uint64_t) * CAIRN_MEM_N_TAGS);
+    if (dev) memset(dev, 0, sizeof(uint64_t) * CAIRN_MEM_N_TAGS);
+    uint64_t files = pool_weight_file_bytes(m->dir);
+    all[CAIRN_MEM_KV] = o.kv_bytes;
     struct model_config c;
     memset(&c, 0, sizeof(c));
     if (model_config_load(m->dir, &c, NULL) == CAIRN_OK) {
         /* logits of every running sequence + a forward workspace of max_batch_tokens rows */
         uint64_t rows = (uint64_t)o.max_batch_tokens;
         uint64_t width = 6ull * (uint64_t)c.hidden_size + 3ull * (uint64_t)c.intermediate_size;
-        need[CAIRN_MEM_SCRATCH] = 4ull * (uint64_t)o.max_running * (uint64_t)c.vocab_size + 4ull * rows * width;
+        all[CAIRN_MEM_SCRATCH] = 4ull * (uint64_t)o.max_running * (uint64_t)c.vocab_size + 4ull * rows * width;
+        struct model_info mi;
+        pool_config_info(&c, &mi);
+        uint64_t per_block = engine_guard_kv_bytes(&mi, o.block_size, o.kv_dtype, o.block_size);
+        uint64_t n_blocks = per_block ? o.kv_bytes / per_block : 0;
+        all[CAIRN_MEM_STATE] = engine_guard_snapshot_bytes(mi.state_bytes, o.snapshot_bytes, o.max_running, n_blocks);
         model_config_free(&c);
     }
+    if (p->dguard && dev) {
+        /* a device holds the uploaded weights, the KV pool, snapshots and workspaces; the host
+         * the mapped files (read while they upload) and the hot tier */
+        dev[CAIRN_MEM_WEIGHTS] = files;
+        dev[CAIRN_MEM_KV] = all[CAIRN_MEM_KV];
+        dev[CAIRN_MEM_STATE] = all[CAIRN_MEM_STATE];
+        dev[CAIRN_MEM_SCRATCH] = all[CAIRN_MEM_SCRATCH];
+    } else {
+        memcpy(host, all, sizeof(all));
+    }
+    host[CAIRN_MEM_MAPPED] = files;
+    if (pool_use_tiers(p, idx)) host[CAIRN_MEM_HOT] = p->opts.tiers_opts->hot_max_bytes;
 }
 
 /* Loads model idx on the pool thread (pool->mu not held). */
@@ -376,8 +478,10 @@ static int pool_do_load(struct pool *p, int idx, const struct engine_opts *eo, i
 {
     struct pool_model *m = &p->models[idx];
     struct engine_opts o = *eo;
+    __atomic_store_n(&m->progress.bytes_done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->progress.bytes_total, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&m->phase, "weights", __ATOMIC_RELAXED);
-    int rc = model_load(m->dir, p->opts.device, &m->m, err);
+    int rc = model_load_watch(m->dir, p->opts.device, &m->progress, &m->m, err);
     if (rc == 0) {
         __atomic_store_n(&m->phase, "tokenizer", __ATOMIC_RELAXED);
         rc = tok_load(m->dir, &m->tok, err);
@@ -425,18 +529,25 @@ static int pool_do_load(struct pool *p, int idx, const struct engine_opts *eo, i
     return rc;
 }
 
-/* Evicts the least recently used idle model other than `except`. Under pool->mu (dropped while
- * unloading). Returns 1 if one was unloaded. */
-static int pool_evict_lru(struct pool *p, int except, const char *why)
+/* Evicts the least recently used idle model other than `except`; device: only one that holds
+ * device memory. Under pool->mu (dropped while unloading). Returns 1 if one was unloaded. */
+static int pool_evict_lru_in(struct pool *p, int except, int device, const char *why)
 {
     int best = -1;
-    for (int i = 0; i < p->n_models; i++)
-        if (i != except && pool_idle(p, i) && (best < 0 || p->models[i].last_used < p->models[best].last_used))
-            best = i;
+    for (int i = 0; i < p->n_models; i++) {
+        if (i == except || !pool_idle(p, i)) continue;
+        if (device && !engine_guard_hold_total(&p->models[i].dhold)) continue;
+        if (best < 0 || p->models[i].last_used < p->models[best].last_used) best = i;
+    }
     if (best < 0) return 0;
     p->n_evictions++;
     pool_unload_locked(p, best, why);
     return 1;
+}
+
+static int pool_evict_lru(struct pool *p, int except, const char *why)
+{
+    return pool_evict_lru_in(p, except, 0, why);
 }
 
 /* Something may free memory by waiting: a busy model, or transient holds. Under pool->mu. */
@@ -482,8 +593,8 @@ static void pool_admit_and_load(struct pool *p, int idx)
     pthread_cond_broadcast(&p->cv);
     double wait = p->opts.memory_wait_s > 0 ? p->opts.memory_wait_s : 60;
     double deadline = cairn_now() + wait;
-    uint64_t need[CAIRN_MEM_N_TAGS];
-    pool_load_estimate(p, idx, need);
+    uint64_t need[CAIRN_MEM_N_TAGS], dneed[CAIRN_MEM_N_TAGS];
+    pool_load_estimate(p, idx, need, dneed);
     struct cairn_err err = {0};
     for (;;) {
         if (p->stopping) {
@@ -495,8 +606,13 @@ static void pool_admit_and_load(struct pool *p, int idx)
             if (pool_evict_lru(p, idx, "--max-loaded-models")) continue;
         } else {
             struct engine_guard_deny deny;
-            if (engine_guard_reserve(p->guard, &m->hold, need, &deny, &err) == CAIRN_OK) break;
-            if (pool_evict_lru(p, idx, "memory for another model")) continue;
+            if (engine_guard_reserve(p->guard, &m->hold, need, &deny, &err) == CAIRN_OK) {
+                if (!p->dguard || engine_guard_reserve(p->dguard, &m->dhold, dneed, &deny, &err) == CAIRN_OK) break;
+                engine_guard_release(p->guard, &m->hold); /* all or nothing over both budgets */
+                if (pool_evict_lru_in(p, idx, 1, "device memory for another model")) continue;
+            } else if (pool_evict_lru(p, idx, "memory for another model")) {
+                continue;
+            }
         }
         if (!pool_may_free(p, idx) || cairn_now() >= deadline) {
             char msg[600];
@@ -505,7 +621,8 @@ static void pool_admit_and_load(struct pool *p, int idx)
                          "idle (busy or pinned)", m->id, max);
             else
                 snprintf(msg, sizeof(msg), "cannot load '%.120s': %.300s; no idle model to unload (raise "
-                         "--max-process-memory, lower --kv-cache-size, or unpin models)", m->id, err.msg);
+                         "--max-%s-memory, lower --kv-cache-size, or unpin models)", m->id, err.msg,
+                         strstr(err.msg, "of device memory") ? "device" : "process");
             pool_load_fail(p, idx, max > 0 && pool_n_loaded(p) > max ? CAIRN_ERR_BUSY : CAIRN_ERR_NOMEM, msg);
             return;
         }
@@ -521,6 +638,8 @@ static void pool_admit_and_load(struct pool *p, int idx)
     double t0 = cairn_now();
     uint64_t w0 = cairn_mem_used(CAIRN_MEM_WEIGHTS), k0 = cairn_mem_used(CAIRN_MEM_KV);
     uint64_t s0 = cairn_mem_used(CAIRN_MEM_SCRATCH);
+    uint64_t d0[CAIRN_MEM_N_TAGS];
+    for (int t = 0; t < CAIRN_MEM_N_TAGS; t++) d0[t] = cairn_mem_used_in(CAIRN_MEM_DEVICE, (enum cairn_mem_tag)t);
     int rc = pool_do_load(p, idx, &o, use_tiers, &err);
     if (rc == CAIRN_OK) {
         /* the hold becomes what was measured (loads run one at a time on this thread) */
@@ -531,22 +650,29 @@ static void pool_admit_and_load(struct pool *p, int idx)
         uint64_t kv = cairn_mem_used(CAIRN_MEM_KV) - k0;
         uint64_t per_block = engine_guard_kv_bytes(mi, o.block_size, o.kv_dtype, o.block_size);
         uint64_t n_blocks = per_block ? kv / per_block : 0;
-        uint64_t snap = 0;
-        if (mi->state_bytes) { /* engine.c's snapshot budget */
-            uint64_t n = o.snapshot_bytes / mi->state_bytes;
-            if (n < 2ull * (uint64_t)o.max_running) n = 2ull * (uint64_t)o.max_running;
-            if (n > n_blocks) n = n_blocks;
-            snap = (n + 1) * mi->state_bytes; /* + the cache's scratch state */
-        }
+        uint64_t snap = engine_guard_snapshot_bytes(mi->state_bytes, o.snapshot_bytes, o.max_running, n_blocks);
         engine_guard_set(p->guard, &m->hold, CAIRN_MEM_WEIGHTS, owned);
         engine_guard_set(p->guard, &m->hold, CAIRN_MEM_MAPPED, mapped);
         engine_guard_set(p->guard, &m->hold, CAIRN_MEM_KV, kv);
         engine_guard_set(p->guard, &m->hold, CAIRN_MEM_SCRATCH, scratch);
-        engine_guard_set(p->guard, &m->hold, CAIRN_MEM_STATE, snap);
+        engine_guard_set(p->guard, &m->hold, CAIRN_MEM_STATE, p->dguard ? 0 : snap);
+        if (p->dguard) {
+            /* what the backend charged to the device domain during the load; a backend that
+             * charges nothing there (the test seam on the CPU) keeps the estimate */
+            uint64_t dm[CAIRN_MEM_N_TAGS], dsum = 0;
+            for (int t = 0; t < CAIRN_MEM_N_TAGS; t++) {
+                uint64_t now_t = cairn_mem_used_in(CAIRN_MEM_DEVICE, (enum cairn_mem_tag)t);
+                dm[t] = now_t > d0[t] ? now_t - d0[t] : 0;
+                dsum += dm[t];
+            }
+            for (int t = 0; t < CAIRN_MEM_N_TAGS && dsum; t++)
+                engine_guard_set(p->dguard, &m->dhold, (enum cairn_mem_tag)t, dm[t]);
+        }
         m->mapped_charged = mapped;
         cairn_mem_charge(CAIRN_MEM_HOST, CAIRN_MEM_MAPPED, (int64_t)mapped);
     } else {
         engine_guard_release(p->guard, &m->hold);
+        if (p->dguard) engine_guard_release(p->dguard, &m->dhold);
     }
     pthread_mutex_lock(&p->mu);
     if (rc) {
@@ -558,8 +684,9 @@ static void pool_admit_and_load(struct pool *p, int idx)
     m->load_s = cairn_now() - t0;
     m->t_state = m->last_used = cairn_now();
     m->n_loads++;
-    LOG_INFO("pool", "loaded %s in %.2f s (context %d, holds %.1f MiB)", m->id, m->load_s, m->context_length,
-             (double)engine_guard_hold_total(&m->hold) / 1048576.0);
+    LOG_INFO("pool", "loaded %s in %.2f s (context %d, holds %.1f MiB host, %.1f MiB device)", m->id, m->load_s,
+             m->context_length, (double)engine_guard_hold_total(&m->hold) / 1048576.0,
+             (double)engine_guard_hold_total(&m->dhold) / 1048576.0);
     pthread_cond_broadcast(&p->cv);
 }
 
@@ -617,6 +744,30 @@ int pool_evict_for_parked(struct pool *p)
 
 /* ---- create / destroy ---- */
 
+/* The device budget: a backend with its own memory (not host-visible), or the test seam
+ * (opts.device_budget). --max-device-memory, a percentage of the device's total, or the default
+ * engine_guard_default_device_limit. */
+static int pool_device_budget(struct pool *p, struct cairn_err *err)
+{
+    const struct api_real_opts *o = &p->opts;
+    struct backend *be = o->device;
+    int is_device = be && !be->host_visible;
+    if (!is_device && !o->device_budget) return CAIRN_OK;
+    struct backend_mem_stats ms;
+    memset(&ms, 0, sizeof(ms));
+    if (be && be->ops && be->ops->mem_stats) be->ops->mem_stats(be, &ms);
+    uint64_t limit = o->max_device_memory;
+    if (!limit && o->max_device_memory_pct > 0) limit = (uint64_t)((double)ms.device_total * o->max_device_memory_pct / 100.0);
+    if (!limit) limit = engine_guard_default_device_limit(ms.device_total);
+    if (!limit)
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "the device's memory size is unknown: give --max-device-memory SIZE");
+    int rc = engine_guard_create(CAIRN_MEM_DEVICE, limit, &p->dguard, err);
+    if (rc == CAIRN_OK)
+        LOG_INFO("pool", "device memory limit %.2f GiB (%s, %.2f GiB in all)", (double)limit / (1024.0 * 1024 * 1024),
+                 be ? be->name : "?", (double)ms.device_total / (1024.0 * 1024 * 1024));
+    return rc;
+}
+
 int pool_create(const struct api_real_opts *opts, struct pool **out, struct cairn_err *err)
 {
     *out = NULL;
@@ -628,9 +779,16 @@ int pool_create(const struct api_real_opts *opts, struct pool **out, struct cair
     pthread_cond_init(&p->cv, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     p->next_req_id = 1;
+    p->models = calloc(POOL_MAX_MODELS, sizeof(*p->models));
+    if (!p->models) {
+        free(p);
+        return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    }
     int rc = engine_guard_create(CAIRN_MEM_HOST, opts->max_process_memory, &p->guard, err);
     if (rc) goto fail;
-    if (opts->model_dir && pool_scan(p, opts->model_dir) != 0) {
+    rc = pool_device_budget(p, err);
+    if (rc) goto fail;
+    if (opts->model_dir && pool_scan(p, opts->model_dir) < 0) {
         rc = cairn_err_set(err, CAIRN_ERR_IO, "cannot read --model-dir %s", opts->model_dir);
         goto fail;
     }
@@ -668,6 +826,7 @@ int pool_create(const struct api_real_opts *opts, struct pool **out, struct cair
     p->thread_started = 1;
     LOG_INFO("pool", "%d models; memory limit %.2f GiB", p->n_models,
              (double)engine_guard_limit(p->guard) / (1024.0 * 1024 * 1024));
+    p->t_rescan = cairn_now();
     *out = p;
     return CAIRN_OK;
 fail:
@@ -688,10 +847,12 @@ void pool_destroy(struct pool *p)
     for (int i = 0; i < p->n_models; i++) {
         pool_model_release(&p->models[i]);
         if (p->guard) engine_guard_release(p->guard, &p->models[i].hold);
+        if (p->dguard) engine_guard_release(p->dguard, &p->models[i].dhold);
     }
     free(p->models);
     json_decref(p->settings);
     engine_guard_free(p->guard);
+    engine_guard_free(p->dguard);
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->gvocab_mu);
     pthread_cond_destroy(&p->cv);

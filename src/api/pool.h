@@ -4,14 +4,18 @@
  *
  * DESIGN
  * - Models are found at start (--model-dir subfolders with config.json and tokenizer.json, or
- *   one level of org folders; --model folders). Each has a state: unloaded -> loading ->
+ *   one level of org folders; --model folders) and by pool_rescan (new folders appear, removed
+ *   unloaded ones are marked `gone`: hidden, never loaded; a slot is never freed or moved, so an
+ *   index stays valid for the pool's life). Each has a state: unloaded -> loading ->
  *   loaded -> unloading -> unloaded. Loads and unloads run on the pool's own thread, one at a
  *   time, never on an API or HTTP thread: pool_get waits (on its caller's thread) for the load
  *   of its model only, so concurrent first requests wait for one load and requests to loaded
  *   models never wait for it.
  * - Admission: a load reserves its weights (file bytes), KV pool, recurrent-state snapshots, hot
  *   tier and workspaces from the guard first; the hold is corrected to what was measured after
- *   the load. When it does not fit (or --max-loaded-models is reached) the least recently used
+ *   the load. On a device backend (a GPU) there are two budgets: the host guard holds the mapped
+ *   weight files and the hot tier, the device guard (--max-device-memory) the uploaded weights,
+ *   KV pool, snapshots and workspaces; a load must fit both, and evicts for the one it misses. When it does not fit (or --max-loaded-models is reached) the least recently used
  *   idle model is unloaded first; a model with running, queued or parked requests, or a user
  *   between pool_get and pool_put, is never unloaded, nor a pinned one. If nothing can be
  *   unloaded but busy models or requests may free memory, the load waits (up to memory_wait_s);
@@ -44,11 +48,14 @@
 
 enum pool_state { POOL_UNLOADED = 0, POOL_LOADING, POOL_LOADED, POOL_UNLOADING };
 
+#define POOL_MAX_MODELS 256      /* slots (rescans reuse the slot of a model id) */
+
 struct pool_model {
     char id[256];
     char dir[1024];
     int64_t created;             /* folder mtime */
     /* under pool->mu */
+    int gone;                    /* its folder went away while unloaded (rescan): hidden */
     enum pool_state state;
     const char *phase;           /* while loading: "waiting for memory", "weights", ... */
     double t_state;              /* when the state last changed */
@@ -63,6 +70,8 @@ struct pool_model {
     double last_used;
     uint64_t n_loads;
     struct engine_guard_hold hold;
+    struct engine_guard_hold dhold; /* on pool->dguard (device backends) */
+    struct model_load_progress progress; /* bytes of weights prepared by the load (atomics) */
     /* set by the pool thread while loading; constant while loaded */
     struct model *m;
     struct engine *e;
@@ -82,13 +91,15 @@ struct pool_req;
 
 struct pool {
     struct api_real_opts opts;
-    struct engine_guard *guard;
+    struct engine_guard *guard;  /* host memory */
+    struct engine_guard *dguard; /* device memory: NULL on the CPU */
     pthread_mutex_t mu;
     pthread_mutex_t gvocab_mu;   /* guards every model's lazy gvocab build (rare: once a load) */
     pthread_cond_t cv;           /* model state changes (pool_get waits on it) */
     pthread_cond_t cv_work;      /* work for the pool thread */
-    struct pool_model *models;
-    int n_models, cap_models;
+    struct pool_model *models;   /* [POOL_MAX_MODELS], never moved */
+    int n_models;                /* slots in use (grows only; read without the lock by lists) */
+    double t_rescan;             /* last pool_rescan (under mu) */
     struct pool_req *reqs;       /* every admitted request (parked ones too) */
     int n_parked;
     uint64_t next_req_id;
@@ -105,6 +116,13 @@ struct pool {
 int pool_create(const struct api_real_opts *opts, struct pool **out, struct cairn_err *err);
 /* Cancels everything (each request gets DONE), unloads every model, frees. */
 void pool_destroy(struct pool *p);
+
+/* Looks at --model-dir again: adds new model folders, marks removed unloaded ones gone (and
+ * back when they return). force 0: only if the last rescan is min_interval_s old. *added and
+ * *removed (may be NULL) count what changed. Takes pool->mu. */
+int pool_rescan(struct pool *p, int force, double min_interval_s, int *added, int *removed);
+/* A model that lists (not gone). Under pool->mu or racy-but-harmless for a listing. */
+int pool_visible(struct pool *p, int idx);
 
 /* Index of a model by id or alias, -1 if none (takes pool->mu). */
 int pool_find(struct pool *p, const char *id);

@@ -13,9 +13,12 @@ int pool_evict_for_parked(struct pool *p);
 int pool_parked_step(struct pool *p);
 /* Ends every parked request (DONE, cancelled); pool->mu not held. */
 void pool_reqs_cancel_all(struct pool *p);
-/* What a load of model idx reserves before it runs (weights as file bytes, KV pool, hot tier,
- * workspaces; a hybrid's snapshots are added once measured). Under pool->mu. */
-void pool_load_estimate(struct pool *p, int idx, uint64_t need[CAIRN_MEM_N_TAGS]);
+/* What a load of model idx reserves before it runs: weights as file bytes, KV pool, a hybrid's
+ * recurrent-state snapshots (engine_guard_snapshot_bytes), hot tier, workspaces. host gets what
+ * the host guard holds, dev (zeroed; may be NULL when the pool has no device budget) what the
+ * device guard holds. Under pool->mu. */
+void pool_load_estimate(struct pool *p, int idx, uint64_t host[CAIRN_MEM_N_TAGS],
+                        uint64_t dev[CAIRN_MEM_N_TAGS]);
 /* Plugs the model's tokenizer in as the engine's detokenizer. */
 void pool_detok_opts(struct pool_model *m, struct engine_opts *o);
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "api/pool_int.h"
@@ -405,13 +406,21 @@ json_t *pool_model_json(struct pool *p, int idx)
     json_object_set_new(o, "state", json_string(pool_state_name(m->state)));
     if (m->state == POOL_LOADING) {
         const char *ph = __atomic_load_n(&m->phase, __ATOMIC_RELAXED);
-        json_object_set_new(o, "progress", json_pack("{s:s,s:f}", "phase", ph ? ph : "queued", "elapsed_s", now - m->t_state));
+        uint64_t done = __atomic_load_n(&m->progress.bytes_done, __ATOMIC_RELAXED);
+        uint64_t total = __atomic_load_n(&m->progress.bytes_total, __ATOMIC_RELAXED);
+        /* percent: bytes of weights prepared / their total; 0 until the files are open */
+        double pct = total ? 100.0 * (double)done / (double)total : 0.0;
+        json_object_set_new(o, "progress", json_pack("{s:s,s:f,s:I,s:I,s:f}", "phase", ph ? ph : "queued", "elapsed_s",
+                                                     now - m->t_state, "bytes_done", (json_int_t)done, "bytes_total",
+                                                     (json_int_t)total, "percent", pct));
     }
     json_object_set_new(o, "memory", pool_bytes_json(m->hold.bytes));
+    if (p->dguard) json_object_set_new(o, "device_memory", pool_bytes_json(m->dhold.bytes));
     if (m->state != POOL_LOADED) {
-        uint64_t est[CAIRN_MEM_N_TAGS];
-        pool_load_estimate(p, idx, est);
+        uint64_t est[CAIRN_MEM_N_TAGS], dest[CAIRN_MEM_N_TAGS];
+        pool_load_estimate(p, idx, est, dest);
         json_object_set_new(o, "memory_estimate", pool_bytes_json(est));
+        if (p->dguard) json_object_set_new(o, "device_memory_estimate", pool_bytes_json(dest));
     }
     json_object_set_new(o, "pinned", json_boolean(pool_pinned(p, idx)));
     json_object_set_new(o, "ttl", json_real(pool_ttl(p, idx)));
@@ -446,11 +455,31 @@ static void pool_hold_json(void *user, const struct engine_guard_hold *h)
     json_array_append_new(c->arr, o);
 }
 
+/* One budget: its limit, what is reserved (by category) and the holders. */
+static json_t *pool_budget_json(struct engine_guard *g)
+{
+    struct engine_guard_stats st;
+    engine_guard_get_stats(g, &st);
+    json_t *o = json_object();
+    json_object_set_new(o, "domain", json_string(cairn_mem_domain_name(st.domain)));
+    json_object_set_new(o, "limit", json_integer((json_int_t)st.limit));
+    json_object_set_new(o, "reserved", json_integer((json_int_t)st.reserved));
+    json_object_set_new(o, "available", json_integer((json_int_t)(st.limit > st.reserved ? st.limit - st.reserved : 0)));
+    json_object_set_new(o, "by_category", pool_bytes_json(st.by_cat));
+    struct pool_holds_ctx c = {json_array()};
+    engine_guard_foreach(g, pool_hold_json, &c);
+    json_object_set_new(o, "holders", c.arr);
+    json_object_set_new(o, "denied_total", json_integer((json_int_t)st.n_denied));
+    return o;
+}
+
 json_t *pool_memory_json(struct pool *p)
 {
     struct engine_guard_stats st;
     engine_guard_get_stats(p->guard, &st);
     json_t *o = json_object();
+    /* the device budget (GPU backends): the same fields as the host's at the top level */
+    if (p->dguard) json_object_set_new(o, "device", pool_budget_json(p->dguard));
     json_object_set_new(o, "domain", json_string(cairn_mem_domain_name(st.domain)));
     json_object_set_new(o, "limit", json_integer((json_int_t)st.limit));
     json_object_set_new(o, "reserved", json_integer((json_int_t)st.reserved));
@@ -476,6 +505,18 @@ json_t *pool_memory_json(struct pool *p)
         json_object_set_new(alloc, cairn_mem_domain_name((enum cairn_mem_domain)d), pool_bytes_json(b));
     }
     json_object_set_new(o, "allocated", alloc);
+    /* the lower KV tiers' configuration (per model budgets) and the SSD folder's disk */
+    const struct kv_tiers_opts *to = p->opts.tiers_opts;
+    if (to) {
+        json_t *t = json_pack("{s:I,s:s?,s:I}", "hot_max_bytes", (json_int_t)to->hot_max_bytes, "ssd_dir",
+                              to->ssd_dir && *to->ssd_dir ? to->ssd_dir : NULL, "ssd_max_bytes", (json_int_t)to->ssd_max_bytes);
+        struct statvfs vf;
+        if (t && to->ssd_dir && *to->ssd_dir && statvfs(to->ssd_dir, &vf) == 0) {
+            json_object_set_new(t, "ssd_disk_bytes", json_integer((json_int_t)((uint64_t)vf.f_blocks * vf.f_frsize)));
+            json_object_set_new(t, "ssd_disk_free_bytes", json_integer((json_int_t)((uint64_t)vf.f_bavail * vf.f_frsize)));
+        }
+        if (t) json_object_set_new(o, "cache_tiers", t);
+    }
     /* ok; waiting: requests wait for memory now */
     json_object_set_new(o, "state", json_string(p->n_parked ? "waiting" : "ok"));
     return o;

@@ -57,6 +57,10 @@ static void serve_usage(FILE *f)
             "  --max-process-memory SIZE    memory guard: everything cairn holds (weights, KV, tiers,\n"
             "                               workspaces, requests) stays under it (e.g. 48G, 80%%;\n"
             "                               default: RAM less min(8G, 10%% of RAM))\n"
+            "  --max-device-memory SIZE|PCT GPU backends: weights, KV, snapshots and workspaces on the\n"
+            "                               device stay under it (e.g. 70G, 90%% of the device;\n"
+            "                               default: the device's total less 1/16, at least 1G and\n"
+            "                               at most 4G; ignored on the CPU)\n"
             "  --max-loaded-models N        unload the least recently used idle model past N\n"
             "  --ttl SECONDS                unload a model idle this long (0 = never; wins over\n"
             "                               the settings file)\n"
@@ -73,7 +77,7 @@ int cmd_serve(int argc, char **argv)
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
         O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
         O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_MAX_MEM, O_MAX_LOADED, O_TTL, O_MEM_WAIT,
-        O_SETTINGS, O_ADMIN_KEY, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST,
+        O_SETTINGS, O_ADMIN_KEY, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST, O_MAX_DEV_MEM,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -96,6 +100,7 @@ int cmd_serve(int argc, char **argv)
         {"speculative", required_argument, 0, O_SPEC},
         {"preload", no_argument, 0, O_PRELOAD},
         {"max-process-memory", required_argument, 0, O_MAX_MEM},
+        {"max-device-memory", required_argument, 0, O_MAX_DEV_MEM},
         {"max-loaded-models", required_argument, 0, O_MAX_LOADED},
         {"ttl", required_argument, 0, O_TTL},
         {"memory-wait", required_argument, 0, O_MEM_WAIT},
@@ -199,6 +204,24 @@ int cmd_serve(int argc, char **argv)
             }
             ro.max_process_memory = v;
             break;
+        case O_MAX_DEV_MEM: {
+            size_t n = strlen(optarg);
+            if (n > 1 && optarg[n - 1] == '%') { /* of the device, not of RAM (cairn_parse_size) */
+                char *end;
+                double pct = strtod(optarg, &end);
+                if (end != optarg + n - 1 || !(pct > 0 && pct <= 100)) {
+                    fprintf(stderr, "cairn serve: bad --max-device-memory '%s' (a size or 1-100%%)\n", optarg);
+                    return 2;
+                }
+                ro.max_device_memory_pct = pct;
+            } else if (!cairn_parse_size(optarg, &v) || v == 0) {
+                fprintf(stderr, "cairn serve: bad --max-device-memory '%s'\n", optarg);
+                return 2;
+            } else {
+                ro.max_device_memory = v;
+            }
+            break;
+        }
         case O_MAX_LOADED:
             ro.max_loaded_models = atoi(optarg);
             if (ro.max_loaded_models < 1) {

@@ -32,6 +32,14 @@ uint64_t engine_guard_default_limit(uint64_t ram)
     return ram - (tenth < eight ? tenth : eight);
 }
 
+uint64_t engine_guard_default_device_limit(uint64_t total)
+{
+    uint64_t margin = total / 16, lo = 1ull << 30, hi = 4ull << 30;
+    if (margin < lo) margin = lo;
+    if (margin > hi) margin = hi;
+    return total > margin ? total - margin : total / 2;
+}
+
 int engine_guard_create(enum cairn_mem_domain dom, uint64_t limit, struct engine_guard **out,
                         struct cairn_err *err)
 {
@@ -214,4 +222,14 @@ void engine_guard_request_need(const struct model_info *mi, int block_size, int 
     /* tokens + block table (4 bytes each); the sampler's work/probs/idx/counts/mark arrays: 17
      * bytes per vocabulary entry (engine/sampler.c); 4 KiB for the rest of the sequence */
     need[CAIRN_MEM_REQUEST] = 4ull * (uint64_t)cap_tokens + 4ull * blocks + 17ull * (uint64_t)mi->vocab_size + 4096;
+}
+
+uint64_t engine_guard_snapshot_bytes(uint64_t state_bytes, uint64_t snapshot_budget, int max_running,
+                                     uint64_t n_blocks)
+{
+    if (!state_bytes) return 0;
+    uint64_t n = snapshot_budget / state_bytes;
+    if (n < 2ull * (uint64_t)max_running) n = 2ull * (uint64_t)max_running;
+    if (n > n_blocks) n = n_blocks;
+    return (n + 1) * state_bytes;
 }

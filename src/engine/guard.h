@@ -14,7 +14,8 @@
  *
  * Sizing helpers: engine_guard_kv_bytes counts only the layers that keep per-token KV
  * (model_info.n_kv_layers: a hybrid's linear-attention layers keep a fixed recurrent state,
- * counted by engine_guard_request_need as `state`, once per sequence).
+ * counted by engine_guard_request_need as `state`, once per sequence, and by
+ * engine_guard_snapshot_bytes for the prefix cache's snapshots of it).
  *
  * Threading: every function is thread-safe; one mutex per guard guards its holds and totals.
  * A hold must stay at one address while it is reserved (it is linked into the guard's list). */
@@ -58,7 +59,8 @@ struct engine_guard_stats {
     int n_waiting;                         /* threads in engine_guard_wait now */
 };
 
-/* limit 0 = engine_guard_default_limit(cairn_mem_total_ram()). Free with engine_guard_free
+/* limit 0 = engine_guard_default_limit(cairn_mem_total_ram()) (give a device budget its limit:
+ * engine_guard_default_device_limit of the backend's total). Free with engine_guard_free
  * (after every hold is released). */
 int engine_guard_create(enum cairn_mem_domain dom, uint64_t limit, struct engine_guard **out,
                         struct cairn_err *err);
@@ -68,6 +70,10 @@ uint64_t engine_guard_limit(const struct engine_guard *g);
 /* The default --max-process-memory: physical RAM less min(8 GiB, 10 % of it), i.e. RAM - 8 GiB
  * from 80 GiB up and 90 % below, with no jump in between. */
 uint64_t engine_guard_default_limit(uint64_t ram_bytes);
+/* The default --max-device-memory: the device's total less a margin for what the driver, the
+ * CUDA context and library workspaces take outside cairn's accounting: 1/16 of the total, at
+ * least 1 GiB and at most 4 GiB (an H200's 141 GiB leaves 137; a 24 GiB card 22.5). */
+uint64_t engine_guard_default_device_limit(uint64_t device_total_bytes);
 
 void engine_guard_hold_init(struct engine_guard_hold *h, const char *owner, int transient);
 /* Adds need[tag] bytes to the hold, all or nothing. CAIRN_ERR_NOMEM (deny filled, err says the
@@ -106,5 +112,10 @@ uint64_t engine_guard_kv_bytes(const struct model_info *mi, int block_size, enum
  * (zeroed first): CAIRN_MEM_REQUEST holds the buffers, CAIRN_MEM_STATE the recurrent state. */
 void engine_guard_request_need(const struct model_info *mi, int block_size, int cap_tokens,
                                uint64_t need[CAIRN_MEM_N_TAGS]);
+/* What a hybrid's prefix cache keeps as recurrent-state snapshots, engine.c's rule: budget /
+ * state_bytes snapshots, at least 2 per running sequence, at most one per KV block, plus the
+ * cache's one scratch state. 0 when state_bytes is 0 (pure attention). */
+uint64_t engine_guard_snapshot_bytes(uint64_t state_bytes, uint64_t snapshot_budget, int max_running,
+                                     uint64_t n_blocks);
 
 #endif

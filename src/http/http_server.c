@@ -217,7 +217,9 @@ static int http_authorized(struct http_conn *hc)
 
 static const struct web_asset *http_find_asset(const char *path)
 {
-    const char *name = !strcmp(path, "/") ? "index.html" : path + 1;
+    const char *name = !strcmp(path, "/") ? "index.html"
+                       : !strcmp(path, "/admin") || !strcmp(path, "/admin/") ? "admin.html" /* the dashboard */
+                                                                               : path + 1;
     for (const struct web_asset *a = web_assets; a->name; a++)
         if (!strcmp(a->name, name)) return a;
     return NULL;
@@ -398,7 +400,8 @@ static const char *http_termination_name(enum MHD_RequestTerminationCode toe)
     }
 }
 
-/* One line per request at info (unless --access-log off). */
+/* One line per request at info (unless --access-log off); the dashboard's polls (successful
+ * GETs under /admin/api/, /health) at debug, so they don't bury the log it shows. */
 static void http_access_log(struct http_conn *hc, enum MHD_RequestTerminationCode toe)
 {
     if (hc->srv->cfg.access_log_off || cairn_log_get_level() > CAIRN_LOG_INFO) return;
@@ -414,7 +417,10 @@ static void http_access_log(struct http_conn *hc, enum MHD_RequestTerminationCod
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !hc->timed_out) status = status ? status : 499;
     char ttft[32] = "-";
     if (sum.ttft_s >= 0) snprintf(ttft, sizeof(ttft), "%.0fms", sum.ttft_s * 1000);
-    LOG_INFO("http", "%s %s model=%s status=%d prompt=%d cached=%d completion=%d ttft=%s duration=%.0fms%s%s",
+    int poll = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && !strcmp(hc->method, "GET") && status < 400 &&
+               (!strncmp(hc->path, "/admin/api/", 11) || !strcmp(hc->path, "/health"));
+    cairn_log(poll ? CAIRN_LOG_DEBUG : CAIRN_LOG_INFO, "http",
+             "%s %s model=%s status=%d prompt=%d cached=%d completion=%d ttft=%s duration=%.0fms%s%s",
              hc->method[0] ? hc->method : "-", hc->path, sum.model[0] ? sum.model : "-", status,
              sum.prompt_tokens, sum.cached_tokens, sum.completion_tokens, ttft,
              (cairn_now() - hc->t_start) * 1000, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " end=",

@@ -407,8 +407,23 @@ static int model_note_prepared(struct model *m, struct tensor *t)
  * leaves it unpacked). When all of a weight's bytes are pages of the mmap'd files, the backend
  * may drop them once it has its own copy (RELEASE_HOST): resident memory then holds the weights
  * once; owned copies (converted scales, realigned data) are never dropped. */
-static int model_prepare_weights(struct model *m, const struct model_specs *s, struct cairn_err *err)
+static uint64_t model_spec_bytes(const struct model *m, const struct model_wspec *sp)
 {
+    char name[600];
+    snprintf(name, sizeof(name), "%s.weight", sp->name);
+    const struct safetensors_tensor *t = safetensors_set_find(&m->st, name);
+    return t ? t->n_bytes : 0;
+}
+
+static int model_prepare_weights(struct model *m, const struct model_specs *s, struct model_load_progress *pr,
+                                 struct cairn_err *err)
+{
+    if (pr) {
+        uint64_t total = 0;
+        for (int i = 0; i < s->n; i++)
+            if (s->v[i].kind == MODEL_WSPEC_LINEAR && s->v[i].lin->w.data) total += model_spec_bytes(m, &s->v[i]);
+        __atomic_store_n(&pr->bytes_total, total, __ATOMIC_RELAXED);
+    }
     for (int i = 0; i < s->n; i++) {
         const struct model_wspec *sp = &s->v[i];
         if (sp->kind != MODEL_WSPEC_LINEAR || !sp->lin->w.data) continue;
@@ -428,6 +443,7 @@ static int model_prepare_weights(struct model *m, const struct model_specs *s, s
             m->be->ops->weight_release(m->be, t);
             return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
         }
+        if (pr) __atomic_fetch_add(&pr->bytes_done, model_spec_bytes(m, sp), __ATOMIC_RELAXED);
     }
     return CAIRN_OK;
 }
@@ -443,6 +459,12 @@ static void model_count_quant(struct model *m, const struct model_specs *s)
 }
 
 int model_load(const char *dir, struct backend *be, struct model **out, struct cairn_err *err)
+{
+    return model_load_watch(dir, be, NULL, out, err);
+}
+
+int model_load_watch(const char *dir, struct backend *be, struct model_load_progress *pr,
+                     struct model **out, struct cairn_err *err)
 {
     *out = NULL;
     if (!be) return cairn_err_set(err, CAIRN_ERR_INVALID, "model_load: no backend");
@@ -482,7 +504,7 @@ int model_load(const char *dir, struct backend *be, struct model **out, struct c
     /* reads the files: before the backend drops pages of prepared weights */
     rc = model_identity_compute(&m->st, NULL, m->info.identity, NULL, err);
     if (rc != CAIRN_OK) goto fail;
-    rc = model_prepare_weights(m, &specs, err);
+    rc = model_prepare_weights(m, &specs, pr, err);
     if (rc != CAIRN_OK) goto fail;
     if (m->cfg.tie_word_embeddings) m->lm_head = m->embed;
     if (m->fam->post_bind) {

@@ -78,6 +78,15 @@ struct model;
  * which must outlive the model. Errors name the file, the tensor and expected vs actual
  * shape/dtype. Caller frees with model_free (before closing be). */
 int model_load(const char *dir, struct backend *be, struct model **out, struct cairn_err *err);
+/* model_load that reports its progress for another thread to read (relaxed atomics):
+ * bytes_total is the stored size of the weights the backend prepares (set once the files are
+ * open), bytes_done what it has prepared so far (uploaded to a GPU, packed on the CPU). */
+struct model_load_progress {
+    uint64_t bytes_done;
+    uint64_t bytes_total;
+};
+int model_load_watch(const char *dir, struct backend *be, struct model_load_progress *pr,
+                     struct model **out, struct cairn_err *err);
 void model_free(struct model *m);
 const struct model_info *model_get_info(const struct model *m);
 /* The backend the model runs on (for its KV pool: kv_pool_init). */

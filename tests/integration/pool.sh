@@ -5,7 +5,8 @@
 #   pool:    a third model evicts the least recently used one; a pinned model stays; a model
 #            with a running stream is never unloaded (the load gets a 507 instead); TTL unloads;
 #            concurrent first requests share one load; --max-loaded-models.
-#   admin:   every /admin/api/ endpoint, bad input, missing API / admin key.
+#   admin:   every /admin/api/ endpoint, bad input, missing API / admin key; the log ring, a
+#            benchmark run (409 while one runs, a partial prefix hit), rescans of --model-dir.
 #   settings: survive a restart (alias, ttl); a corrupt file is moved aside with a log line.
 #   guard:   a hybrid model's request that can never fit gets a 507 at once (chat, messages,
 #            responses; streaming and not, with the numbers); one that may fit waits and runs when
@@ -133,6 +134,50 @@ check_eq "cache clear" "$(api -X POST "$R/admin/api/cache/clear" -d '{"tier":"de
 check_eq "cache clear bad tier: 400" "$(code -X POST "$R/admin/api/cache/clear" -d '{"tier":"tape"}')" 400
 check_eq "stats" "$(api "$R/admin/api/stats" | field '"memory_guard" in o && o.models.length===3')" true
 check_eq "memory holders" "$(api "$R/admin/api/memory" | field 'o.holders.some(h=>h.owner==="model a"&&h.kv>0)')" true
+# logs (base/log.c's ring), the benchmark, rescans of the model folder
+check_eq "logs: lines" "$(api "$R/admin/api/logs" | field 'o.lines.length>0&&o.lines.some(l=>/loaded a in/.test(l.text))&&o.last_seq>=o.lines[o.lines.length-1].seq')" true
+check_eq "logs after N at warn" "$(api "$R/admin/api/logs/0/warn" | field 'o.lines.every(l=>l.level==="warn"||l.level==="error")')" true
+LAST=$(api "$R/admin/api/logs" | field o.last_seq)
+check_eq "logs after the last: none" "$(api "$R/admin/api/logs/$LAST/error" | field o.lines.length)" 0
+check_eq "logs bad after: 400" "$(code "$R/admin/api/logs/abc")" 400
+check_eq "logs bad level: 400" "$(code "$R/admin/api/logs/0/loud")" 400
+check_eq "logs POST: 405" "$(code -X POST "$R/admin/api/logs")" 405
+check_eq "logs without keys: 401" "$(curl -s -o /dev/null -w '%{http_code}' "$R/admin/api/logs")" 401
+check_eq "bench before a run: idle" "$(api "$R/admin/api/bench" | field o.state)" idle
+out=$(curl -s -w ' %{http_code}' "${K[@]}" "$R/admin/api/bench" -d '{"model":"a","prompt_tokens":[1]}')
+check_has "bench short prompt: 400" "$out" '"param":"prompt_tokens"'
+check_has "bench short prompt: status" "$out" ' 400'
+out=$(curl -s -w ' %{http_code}' "${K[@]}" "$R/admin/api/bench" -d '{"prompt_tokens":[8]}')
+check_has "bench no model: 400" "$out" '"param":"model"'
+check_eq "bench unknown field: 400" "$(code "$R/admin/api/bench" -d '{"model":"a","prompt_tokens":8,"speed":1}')" 400
+check_eq "bench bad output: 400" "$(code "$R/admin/api/bench" -d '{"model":"a","prompt_tokens":8,"output_tokens":0}')" 400
+check_eq "bench bad JSON: 400" "$(code "$R/admin/api/bench" -d '{"model":')" 400
+check_eq "bench PUT: 405" "$(code -X PUT "$R/admin/api/bench" -d '{}')" 405
+check_eq "bench without admin key: 401" "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer k" "$R/admin/api/bench" -d '{}')" 401
+B1=$(code "$R/admin/api/bench" -d '{"model":"a","prompt_tokens":[70,140],"output_tokens":4,"prefix_hit":true}')
+B2=$(code "$R/admin/api/bench" -d '{"model":"a","prompt_tokens":[70],"output_tokens":4}')
+check_eq "bench starts: 202, a second meanwhile: 409" "$B1,$B2" "202,409"
+bench_done() { [ "$(api "$R/admin/api/bench" | field o.state)" = done ]; }
+wait_for "bench finishes" 60 bench_done
+out=$(api "$R/admin/api/bench")
+check_eq "bench rows" "$(echo "$out" | field 'o.results.map(r=>r.kind+r.prompt_tokens).join()')" "cold70,prefix70,cold140,prefix140"
+check_eq "bench speeds" "$(echo "$out" | field 'o.results.every(r=>!r.error&&r.ttft_ms>0&&r.prefill_tok_s>0&&r.decode_tok_s>0&&r.output_tokens===4)')" true
+check_eq "bench partial prefix hit (64-token blocks)" "$(echo "$out" | field 'o.results.map(r=>r.cached_tokens).join()')" "0,64,0,64"
+check_eq "bench of an unknown model: the run says so" "$(code "$R/admin/api/bench" -d '{"model":"nope","prompt_tokens":8}')" 202
+bench_ended() { [ "$(api "$R/admin/api/bench" | field o.state)" = error ]; }
+wait_for "bench of an unknown model ends" 10 bench_ended
+check_has "bench error names the model" "$(api "$R/admin/api/bench" | field o.error)" "nope"
+check_eq "rescan GET: 405" "$(code "$R/admin/api/models/rescan")" 405
+check_eq "rescan without keys: 401" "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$R/admin/api/models/rescan")" 401
+cp -r "$M/c" "$M/d"
+check_eq "rescan finds a new folder" "$(api -X POST "$R/admin/api/models/rescan" | field 'o.added+","+o.removed+","+o.models.some(m=>m.id==="d")')" "1,0,true"
+check_eq "the new model serves" "$(gen d)" 200
+check_eq "unload it" "$(code -X POST "$R/admin/api/models/d/unload")" 200
+wait_for "d unloaded" 20 is_state d unloaded
+rm -rf "$M/d"
+check_eq "rescan drops a removed unloaded folder" "$(api -X POST "$R/admin/api/models/rescan" | field 'o.added+","+o.removed+","+o.models.some(m=>m.id==="d")')" "0,1,false"
+check_eq "gone from /v1/models" "$(api "$R/v1/models" | field 'o.data.some(m=>m.id==="d")')" false
+check_eq "gone: 404" "$(code "$R/admin/api/models/d")" 404
 stop_server p1
 
 # ---- settings survive a restart; the reload-only setting applies at the next load ----

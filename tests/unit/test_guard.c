@@ -1,11 +1,23 @@
-/* engine/guard.c: the default limit, all-or-nothing reservations with the numbers of a refusal,
+/* engine/guard.c: the default limits, all-or-nothing reservations with the numbers of a refusal,
  * measured corrections, waiting for a release, a device budget next to the host one, and KV /
  * recurrent-state sizing of a hybrid model by exact numbers worked out from its config.json
- * (Hugging Face's cache shapes), so attention-free layers are never charged KV. */
+ * (Hugging Face's cache shapes), so attention-free layers are never charged KV.
+ *
+ * And the model pool's use of them (api/pool.c): the pre-load estimate of a hybrid holds its
+ * recurrent-state snapshots by those exact numbers (and the measured hold after the load agrees);
+ * a load reports its progress in bytes; through the device-budget seam (opts.device_budget, a
+ * device domain on the CPU) a load that does not fit the device budget gets NOMEM naming the
+ * device and the numbers, and one that fits only without an idle model evicts that model; on
+ * the CPU without the seam there is no device budget. */
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "api/pool.h"
+#include "api/pool_int.h"
 #include "base/file.h"
 #include "engine/engine.h"
 #include "engine/guard.h"
@@ -22,6 +34,12 @@ static void test_default_limit(void)
     CHECK_NEAR(engine_guard_default_limit((uint64_t)(80 * GIB)) / GIB, 72.0, 1e-6);
     CHECK_NEAR(engine_guard_default_limit((uint64_t)(128 * GIB)) / GIB, 120.0, 1e-6);
     CHECK_NEAR(engine_guard_default_limit((uint64_t)(8 * GIB)) / GIB, 7.2, 1e-6);
+    /* device: total less 1/16, the margin kept between 1 and 4 GiB */
+    CHECK_NEAR(engine_guard_default_device_limit((uint64_t)(141 * GIB)) / GIB, 137.0, 1e-6);
+    CHECK_NEAR(engine_guard_default_device_limit((uint64_t)(32 * GIB)) / GIB, 30.0, 1e-6);
+    CHECK_NEAR(engine_guard_default_device_limit((uint64_t)(24 * GIB)) / GIB, 22.5, 1e-6);
+    CHECK_NEAR(engine_guard_default_device_limit((uint64_t)(8 * GIB)) / GIB, 7.0, 1e-6);
+    CHECK_EQ_INT(engine_guard_default_device_limit(0), 0); /* unknown size: no default */
 }
 
 struct releaser {
@@ -132,6 +150,161 @@ static void test_device_budget(void)
     engine_guard_free(dev);
 }
 
+/* ---- the pool over the guard ---- */
+
+/* A model folder for the pool: the oracle model's config and weights, the demo tokenizer (the
+ * pool wants one; nothing here tokenizes). */
+static void make_model_dir(const char *root, const char *name, const char *oracle, char *out, size_t cap)
+{
+    char rel[1024], src[PATH_MAX], tok[PATH_MAX], from[PATH_MAX + 100], to[1200];
+    snprintf(out, cap, "%s/%s", root, name);
+    CHECK(mkdir(out, 0755) == 0);
+    /* absolute targets: the links live in /tmp */
+    CHECK(realpath(test_src_path(oracle, rel, sizeof(rel)), src) != NULL);
+    CHECK(realpath(test_src_path("models/demo/tokenizer.json", rel, sizeof(rel)), tok) != NULL);
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof(from), "%s/%s", src, files[i]);
+        snprintf(to, sizeof(to), "%s/%s", out, files[i]);
+        CHECK(symlink(from, to) == 0);
+    }
+    snprintf(to, sizeof(to), "%s/tokenizer.json", out);
+    CHECK(symlink(tok, to) == 0);
+}
+
+static int make_pool(const char *root, const char *const *dirs, int n, int device_budget, uint64_t max_device,
+                     struct pool **p)
+{
+    static char settings[1200];
+    snprintf(settings, sizeof(settings), "%s/settings.json", root);
+    struct api_real_opts o;
+    memset(&o, 0, sizeof(o));
+    o.models = dirs;
+    o.n_models = n;
+    o.kv_bytes = 1 << 20;
+    o.max_running = 2;
+    o.max_batch_tokens = 64;
+    o.device = test_cpu_be();
+    o.device_budget = device_budget;
+    o.max_device_memory = max_device;
+    o.settings_path = settings;
+    o.memory_wait_s = 0.2;
+    struct cairn_err err = {0};
+    int rc = pool_create(&o, p, &err);
+    CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
+    return rc;
+}
+
+static void estimate(struct pool *p, int idx, uint64_t host[CAIRN_MEM_N_TAGS], uint64_t dev[CAIRN_MEM_N_TAGS])
+{
+    pthread_mutex_lock(&p->mu);
+    pool_load_estimate(p, idx, host, dev);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static uint64_t sum_bytes(const uint64_t *b)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < CAIRN_MEM_N_TAGS; i++) t += b[i];
+    return t;
+}
+
+/* The hybrid's estimate: KV pool as asked, snapshots by engine.c's rule over the exact state. */
+static void test_pool_hybrid_estimate(const char *root, uint64_t state, uint64_t kv_per_token)
+{
+    char dir[1100];
+    make_model_dir(root, "h", "tests/data/oracle/models/qwen3_5-tiny", dir, sizeof(dir));
+    const char *dirs[] = {dir};
+    struct pool *p = NULL;
+    if (make_pool(root, dirs, 1, 0, 0, &p)) return;
+    CHECK(p->dguard == NULL); /* the CPU has no device budget without the seam */
+    uint64_t host[CAIRN_MEM_N_TAGS];
+    estimate(p, 0, host, NULL);
+    /* 1 MiB of KV in 64-token blocks; snapshots: kv_bytes / 2 over the state, at least 2 per
+     * running sequence (2 running), at most one per block, plus the cache's scratch state */
+    uint64_t n_blocks = (1 << 20) / (64 * kv_per_token);
+    uint64_t n_snap = (512 * 1024) / state;
+    if (n_snap < 4) n_snap = 4;
+    if (n_snap > n_blocks) n_snap = n_blocks;
+    CHECK_EQ_INT(host[CAIRN_MEM_KV], 1 << 20);
+    CHECK_EQ_INT(host[CAIRN_MEM_STATE], (n_snap + 1) * state);
+    CHECK(host[CAIRN_MEM_STATE] > 0);
+    struct cairn_err err = {0};
+    int rc = pool_get(p, 0, &err);
+    CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
+    if (rc == CAIRN_OK) {
+        /* what was measured after the load agrees with the estimate */
+        CHECK_EQ_INT(p->models[0].hold.bytes[CAIRN_MEM_STATE], host[CAIRN_MEM_STATE]);
+        CHECK_EQ_INT(p->models[0].hold.bytes[CAIRN_MEM_KV], n_blocks * 64 * kv_per_token);
+        /* progress: every byte of the prepared weights, no more than the files hold */
+        uint64_t done = p->models[0].progress.bytes_done, total = p->models[0].progress.bytes_total;
+        CHECK(total > 0);
+        CHECK_EQ_INT(done, total);
+        CHECK(total <= model_get_info(p->models[0].m)->weight_bytes);
+        pool_put(p, 0);
+    }
+    pool_destroy(p);
+}
+
+static void test_pool_device_budget(const char *root)
+{
+    char da[1100], db[1100];
+    make_model_dir(root, "da", "tests/data/oracle/models/llama-tiny", da, sizeof(da));
+    make_model_dir(root, "db", "tests/data/oracle/models/qwen3-tiny", db, sizeof(db));
+    const char *dirs[] = {da, db};
+    struct pool *p = NULL;
+    /* the estimate on a device: weights, KV, snapshots, workspaces there; mapped files host */
+    if (make_pool(root, dirs, 2, 1, 1ull << 40, &p)) return;
+    CHECK(p->dguard != NULL);
+    uint64_t ha[CAIRN_MEM_N_TAGS], dva[CAIRN_MEM_N_TAGS], hb[CAIRN_MEM_N_TAGS], dvb[CAIRN_MEM_N_TAGS];
+    estimate(p, 0, ha, dva);
+    estimate(p, 1, hb, dvb);
+    pool_destroy(p);
+    CHECK_EQ_INT(dva[CAIRN_MEM_KV], 1 << 20);
+    CHECK_EQ_INT(ha[CAIRN_MEM_KV], 0);
+    CHECK(dva[CAIRN_MEM_WEIGHTS] > 0 && dva[CAIRN_MEM_WEIGHTS] == ha[CAIRN_MEM_MAPPED]);
+    CHECK(dva[CAIRN_MEM_SCRATCH] > 0 && ha[CAIRN_MEM_SCRATCH] == 0);
+    uint64_t a = sum_bytes(dva), b = sum_bytes(dvb);
+
+    /* a budget one byte short of model a: NOMEM naming the device, nothing left reserved */
+    if (make_pool(root, dirs, 2, 1, a - 1, &p)) return;
+    struct cairn_err err = {0};
+    CHECK(pool_get(p, 0, &err) == CAIRN_ERR_NOMEM);
+    char want[160];
+    snprintf(want, sizeof(want), "needs %llu bytes of device memory", (unsigned long long)a);
+    CHECK_MSG(strstr(err.msg, want) && strstr(err.msg, "--max-device-memory"), "%s", err.msg);
+    struct engine_guard_stats hs, ds;
+    engine_guard_get_stats(p->guard, &hs);
+    engine_guard_get_stats(p->dguard, &ds);
+    CHECK_EQ_INT(hs.reserved, 0);
+    CHECK_EQ_INT(ds.reserved, 0);
+    pool_destroy(p);
+
+    /* room for one of them: loading b evicts the idle a */
+    uint64_t one = (a > b ? a : b) + (a < b ? a : b) / 2;
+    if (make_pool(root, dirs, 2, 1, one, &p)) return;
+    CHECK_MSG(pool_get(p, 0, &err) == CAIRN_OK, "%s", err.msg);
+    pool_put(p, 0);
+    engine_guard_get_stats(p->dguard, &ds);
+    CHECK_EQ_INT(ds.reserved, a); /* a CPU charges nothing to the device: the estimate stays */
+    CHECK_MSG(pool_get(p, 1, &err) == CAIRN_OK, "%s", err.msg);
+    CHECK_EQ_INT(p->models[0].state, POOL_UNLOADED);
+    CHECK_EQ_INT(p->n_evictions, 1);
+    engine_guard_get_stats(p->dguard, &ds);
+    CHECK_EQ_INT(ds.reserved, b);
+    /* a busy b is never evicted: a load of a now fails for the device (after its short wait) */
+    CHECK(pool_get(p, 0, &err) == CAIRN_ERR_NOMEM);
+    CHECK_MSG(strstr(err.msg, "device memory") != NULL, "%s", err.msg);
+    CHECK_EQ_INT(p->models[1].state, POOL_LOADED);
+    pool_put(p, 1);
+    json_t *mem = pool_memory_json(p);
+    json_t *dev = json_object_get(mem, "device");
+    CHECK(json_is_object(dev) && json_integer_value(json_object_get(dev, "limit")) == (json_int_t)one);
+    CHECK_EQ_STR(json_string_value(json_object_get(dev, "domain")), "device");
+    json_decref(mem);
+    pool_destroy(p);
+}
+
 static int cfg_int(json_t *c, const char *k)
 {
     return (int)json_integer_value(json_object_get(c, k));
@@ -216,6 +389,20 @@ static void test_hybrid_sizing(void)
         engine_destroy(e);
     }
     model_free(m);
+    /* the snapshots of the prefix cache by the same rule */
+    uint64_t n_blocks = 1000, budget = 10 * state;
+    CHECK_EQ_INT(engine_guard_snapshot_bytes(state, budget, 2, n_blocks), 11 * state);
+    CHECK_EQ_INT(engine_guard_snapshot_bytes(state, budget, 8, n_blocks), 17 * state); /* 2 per running */
+    CHECK_EQ_INT(engine_guard_snapshot_bytes(state, budget, 2, 3), 4 * state);        /* one per block */
+    CHECK_EQ_INT(engine_guard_snapshot_bytes(0, budget, 2, n_blocks), 0);
+
+    char root[] = "/tmp/cairn-test-guard-XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    test_pool_hybrid_estimate(root, state, kv_per_token);
+    test_pool_device_budget(root);
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
 }
 
 int main(void)
