@@ -376,7 +376,7 @@ static json_t *api_resp_object(struct api_call *c, const char *status, int with_
         for (int i = 0; i < s->n_segs; i++) json_array_append_new(out, api_resp_item(&s->segs[i], 1));
     }
     json_object_set_new(o, "output", out);
-    json_object_set_new(o, "parallel_tool_calls", json_true());
+    json_object_set_new(o, "parallel_tool_calls", json_boolean(c->req.parallel_tools));
     json_object_set_new(o, "tool_choice", json_string(c->req.tool_choice_none ? "none" : "auto"));
     json_object_set_new(o, "tools", json_array());
     json_object_set_new(o, "usage", with_output ? api_usage_json(c) : json_null());
