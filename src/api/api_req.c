@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_out.h"
 #include "base/status.h"
 
 static int api_req_fail(struct api_req_err *e, const char *param, const char *fmt, ...)
@@ -277,6 +278,8 @@ static int api_req_speculative(json_t *o, struct api_req *r, struct api_req_err 
     return 0;
 }
 
+static int api_req_logit_bias(json_t *o, struct api_req *r, struct api_req_err *e);
+
 static int api_req_sampling(json_t *o, struct api_req *r, struct api_req_err *e)
 {
     double d;
@@ -313,6 +316,13 @@ static int api_req_sampling(json_t *o, struct api_req *r, struct api_req_err *e)
     if (api_req_get_int(o, "repetition_context_size", 0, 1 << 20, &x, e)) return -1;
     s->repetition_context_size = (int)x;
     if (api_req_speculative(o, r, e)) return -1;
+    return api_req_logit_bias(o, r, e);
+}
+
+/* logit_bias (OpenAI; an extension in Anthropic messages): {"token id": bias in [-100, 100]}. */
+static int api_req_logit_bias(json_t *o, struct api_req *r, struct api_req_err *e)
+{
+    struct engine_sampling *s = &r->sampling;
     json_t *lb = json_object_get(o, "logit_bias");
     if (lb && !json_is_null(lb)) {
         if (!json_is_object(lb)) return api_req_fail(e, "logit_bias", "'logit_bias' must be an object");
@@ -481,7 +491,7 @@ int api_req_grammar(const struct api_req *r, int in_think, enum api_tool_form fo
         json_t *schema = api_req_tools_schema(r->tools, json_form ? "parameters" : "arguments");
         struct grammar_calls calls = {.lead = think, .open = json_form ? "" : "<tool_call>\n",
                                       .close = json_form ? "" : "\n</tool_call>", .sep = json_form ? "; ?" : "\n?",
-                                      .many = r->parallel_tools};
+                                      .many = r->parallel_tools, .max_calls = json_form ? API_OUT_MAX_JSON_CALLS : 0};
         rc = grammar_from_json_schema_calls(schema, &calls, out, &err);
         json_decref(schema);
         break;
@@ -495,7 +505,7 @@ int api_req_grammar(const struct api_req *r, int in_think, enum api_tool_form fo
          * JSON call is the whole output, so only a '{' that comes first starts one (then more
          * after ';') */
         struct grammar_calls calls = {.open = json_form ? "" : "<tool_call>\n", .close = json_form ? "" : "\n</tool_call>",
-                                      .sep = "; ?", .many = json_form && r->parallel_tools};
+                                      .sep = "; ?", .many = json_form && r->parallel_tools, .max_calls = API_OUT_MAX_JSON_CALLS};
         rc = grammar_from_json_schema_calls(schema, &calls, out, &err);
         json_decref(schema);
         if (rc == CAIRN_OK) {
@@ -845,6 +855,7 @@ static int api_req_parse_messages(json_t *o, int count_only, struct api_req *r, 
     x = 0;
     if (api_req_get_int(o, "top_k", 0, 1 << 30, &x, e)) return -1;
     r->sampling.top_k = (int)x;
+    if (api_req_logit_bias(o, r, e)) return -1; /* extension */
     if (json_is_string(json_object_get(o, "stop_sequences")))
         return api_req_fail(e, "stop_sequences", "'stop_sequences' must be an array of strings");
     if (api_req_stop(o, "stop_sequences", r, e)) return -1;

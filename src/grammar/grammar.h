@@ -75,12 +75,12 @@ int grammar_from_json_schema(const json_t *schema, struct grammar **out, struct 
  * ...). Either may be NULL. */
 int grammar_from_json_schema_wrapped(const json_t *schema, const char *prefix, const char *suffix,
                                      struct grammar **out, struct cairn_err *err);
-/* Tool-call envelopes: `lead`, then one call `open` JSON `close`, and when `many`, any number of
- * further calls, each after `sep` (a regex in the syntax below, e.g. "\n?"). NULL strings are
- * empty. */
+/* Tool-call envelopes: `lead`, then one call `open` JSON `close`, and when `many`, further
+ * calls (up to max_calls in all, 0: no limit), each after `sep` (a regex in the syntax below,
+ * e.g. "\n?"). NULL strings are empty. */
 struct grammar_calls {
     const char *lead, *open, *close, *sep;
-    int many;
+    int many, max_calls;
 };
 int grammar_from_json_schema_calls(const json_t *schema, const struct grammar_calls *c, struct grammar **out,
                                    struct cairn_err *err);

@@ -191,7 +191,9 @@ static struct gram_frag gs_uint_range(struct gs *s, unsigned long long a, unsign
 
 /* Magnitudes in [a, c] (c_inf: up to GS_MAX_DIGITS digits) that are multiples of m: per length
  * L, a digit automaton over (position, still equal to the lower / upper bound's digits, value
- * mod m), states made as they are reached; the multiples end at residue 0. */
+ * mod m), states made as they are reached; the multiples end at residue 0. Only states from
+ * which residue 0 can still be reached get edges (a live table, filled backwards), so the model
+ * is never led into digits that no multiple continues. */
 static struct gram_frag gs_uint_range_mod(struct gs *s, unsigned long long a, unsigned long long c, int c_inf, int m)
 {
     struct gram_builder *b = s->b;
@@ -200,7 +202,10 @@ static struct gram_frag gs_uint_range_mod(struct gs *s, unsigned long long a, un
     int lc = c_inf ? GS_MAX_DIGITS : snprintf(xc, sizeof(xc), "%llu", c);
     int32_t start = gram_b_state(b), end = gram_b_state(b);
     int32_t *st = malloc((size_t)(GS_MAX_DIGITS + 2) * 4 * (size_t)m * sizeof(int32_t));
-    if (!st) {
+    uint8_t *live = malloc((size_t)(GS_MAX_DIGITS + 2) * 4 * (size_t)m);
+    if (!st || !live) {
+        free(st);
+        free(live);
         gram_b_fail(b, CAIRN_ERR_NOMEM, "json schema: out of memory");
         return (struct gram_frag){start, end};
     }
@@ -215,7 +220,19 @@ static struct gram_frag gs_uint_range_mod(struct gs *s, unsigned long long a, un
         else memset(hi, '9', (size_t)L);
         size_t n_st = (size_t)(L + 1) * 4 * (size_t)m;
         for (size_t k = 0; k < n_st; k++) st[k] = -1;
-#define GS_MOD_AT(i, tl, th, r) st[(((size_t)(i) * 4) + (size_t)(tl) * 2 + (size_t)(th)) * (size_t)m + (size_t)(r)]
+#define GS_MOD_IX(i, tl, th, r) ((((size_t)(i) * 4) + (size_t)(tl) * 2 + (size_t)(th)) * (size_t)m + (size_t)(r))
+#define GS_MOD_AT(i, tl, th, r) st[GS_MOD_IX(i, tl, th, r)]
+        memset(live, 0, n_st);
+        for (int k = 0; k < 4; k++) live[GS_MOD_IX(L, k >> 1, k & 1, 0)] = 1;
+        for (int i = L - 1; i >= 0; i--)
+            for (int k = 0; k < 4; k++)
+                for (int r = 0; r < m; r++) {
+                    int tl = k >> 1, th = k & 1;
+                    char d0 = tl ? lo[i] : '0', d1 = th ? hi[i] : '9';
+                    for (char d = d0; d <= d1 && !live[GS_MOD_IX(i, tl, th, r)]; d++)
+                        live[GS_MOD_IX(i, tl, th, r)] = live[GS_MOD_IX(i + 1, tl && d == lo[i], th && d == hi[i], (r * 10 + (d - '0')) % m)];
+                }
+        if (!live[GS_MOD_IX(0, 1, 1, 0)]) continue; /* no multiple of this length */
         GS_MOD_AT(0, 1, 1, 0) = gram_b_state(b);
         gram_b_eps(b, start, GS_MOD_AT(0, 1, 1, 0));
         for (int i = 0; i < L && !b->failed; i++)
@@ -227,6 +244,7 @@ static struct gram_frag gs_uint_range_mod(struct gs *s, unsigned long long a, un
                         char d0 = tl ? lo[i] : '0', d1 = th ? hi[i] : '9';
                         for (char d = d0; d <= d1 && !b->failed; d++) {
                             int ntl = tl && d == lo[i], nth = th && d == hi[i], nr = (r * 10 + (d - '0')) % m;
+                            if (!live[GS_MOD_IX(i + 1, ntl, nth, nr)]) continue;
                             int32_t *to = &GS_MOD_AT(i + 1, ntl, nth, nr);
                             if (*to < 0) *to = gram_b_state(b);
                             gram_b_byte(b, from, *to, (uint8_t)d, (uint8_t)d);
@@ -236,8 +254,10 @@ static struct gram_frag gs_uint_range_mod(struct gs *s, unsigned long long a, un
             for (int th = 0; th < 2; th++)
                 if (GS_MOD_AT(L, tl, th, 0) >= 0) gram_b_eps(b, GS_MOD_AT(L, tl, th, 0), end);
 #undef GS_MOD_AT
+#undef GS_MOD_IX
     }
     free(st);
+    free(live);
     return (struct gram_frag){start, end};
 }
 
@@ -582,7 +602,8 @@ static struct gram_frag gs_key_value(struct gs *s, const char *key, int32_t valu
 
 /* Properties in declared order with lo..hi of them present (only the listed ones are ever
  * written, so the count is exact): S[j] nothing written yet, properties j.. left; R[j][c]: c
- * written. */
+ * written. Only rules that can still meet the bounds are entered (GS_LIVE_*), so the model is
+ * never led into an object it cannot close. */
 static struct gram_frag gs_object_counted(struct gs *s, const json_t *props, const json_t *req, long lo, long hi)
 {
     struct gram_builder *b = s->b;
@@ -598,10 +619,10 @@ static struct gram_frag gs_object_counted(struct gs *s, const json_t *props, con
     size_t W = (size_t)hi + 1;
     int32_t *val = malloc(n * sizeof(int32_t)), *S = malloc((n + 1) * sizeof(int32_t));
     int32_t *R = malloc((n + 1) * W * sizeof(int32_t));
-    int *required = calloc(n, sizeof(int));
+    int *required = calloc(n, sizeof(int)), *req_after = calloc(n + 1, sizeof(int));
     const char **names = malloc(n * sizeof(char *));
     struct gram_frag out = gram_f_empty(b);
-    if (!val || !S || !R || !required || !names) {
+    if (!val || !S || !R || !required || !req_after || !names) {
         gram_b_fail(b, CAIRN_ERR_NOMEM, "json schema: out of memory");
         goto cleanup;
     }
@@ -618,6 +639,7 @@ static struct gram_frag gs_object_counted(struct gs *s, const json_t *props, con
             if (!strcmp(json_string_value(rq), key)) required[k] = 1;
         k++;
     }
+    for (size_t j = n; j-- > 0;) req_after[j] = req_after[j + 1] + required[j];
     for (size_t j = 0; j <= n; j++) {
         S[j] = gram_b_rule(b);
         for (size_t c = 1; c < W; c++) R[j * W + c] = gram_b_rule(b);
@@ -625,22 +647,27 @@ static struct gram_frag gs_object_counted(struct gs *s, const json_t *props, con
     if (b->failed) goto cleanup;
     /* nothing matches: a branch that can no longer meet the bounds */
 #define GS_NONE() gram_f_cps(b, NULL, NULL, 0)
+#define GS_LIVE_R(j, c) ((long)(c) + (long)(n - (j)) >= lo && (long)(c) + req_after[j] <= hi)
+#define GS_LIVE_S(j) GS_LIVE_R(j, 0)
     gram_b_rule_body(b, S[n], lo == 0 ? gram_f_empty(b) : GS_NONE());
     for (size_t c = 1; c < W; c++) gram_b_rule_body(b, R[n * W + c], (long)c >= lo ? gram_f_empty(b) : GS_NONE());
     for (size_t jj = n; jj-- > 0;) {
-        struct gram_frag f = W > 1 ? gram_f_seq(b, gs_key_value(s, names[jj], val[jj]), gram_f_call(b, R[(jj + 1) * W + 1]))
-                                   : GS_NONE();
-        if (!required[jj]) f = gram_f_alt(b, f, gram_f_call(b, S[jj + 1]));
+        struct gram_frag f = W > 1 && GS_LIVE_R(jj + 1, 1)
+                                 ? gram_f_seq(b, gs_key_value(s, names[jj], val[jj]), gram_f_call(b, R[(jj + 1) * W + 1]))
+                                 : GS_NONE();
+        if (!required[jj] && GS_LIVE_S(jj + 1)) f = gram_f_alt(b, f, gram_f_call(b, S[jj + 1]));
         gram_b_rule_body(b, S[jj], f);
         for (size_t c = 1; c < W; c++) {
             struct gram_frag g = GS_NONE();
-            if (c + 1 < W)
+            if (c + 1 < W && GS_LIVE_R(jj + 1, c + 1))
                 g = gram_f_seq(b, gs_lit(s, ","), gram_f_seq(b, gs_ws(s), gram_f_seq(b, gs_key_value(s, names[jj], val[jj]),
                                                                                   gram_f_call(b, R[(jj + 1) * W + c + 1]))));
-            if (!required[jj]) g = gram_f_alt(b, g, gram_f_call(b, R[(jj + 1) * W + c]));
+            if (!required[jj] && GS_LIVE_R(jj + 1, c)) g = gram_f_alt(b, g, gram_f_call(b, R[(jj + 1) * W + c]));
             gram_b_rule_body(b, R[jj * W + c], g);
         }
     }
+#undef GS_LIVE_S
+#undef GS_LIVE_R
 #undef GS_NONE
     out = gram_f_seq(b, gs_lit(s, "{"), gram_f_seq(b, gram_f_call(b, S[0]), gs_lit(s, "}")));
 cleanup:
@@ -648,6 +675,7 @@ cleanup:
     free(S);
     free(R);
     free(required);
+    free(req_after);
     free(names);
     return out;
 }
@@ -1109,6 +1137,20 @@ static int32_t gs_rule(struct gs *s, const json_t *node, const char *seg)
     return r;
 }
 
+struct gs_call_ctx {
+    const char *sep;
+    int32_t call;
+};
+
+/* sep, then one more call (a fresh copy each time: gs_rep) */
+static struct gram_frag gs_emit_more_call(struct gs *s, void *ctx)
+{
+    struct gs_call_ctx *c = ctx;
+    struct gram_frag sep = gram_f_empty(s->b);
+    if (c->sep && c->sep[0] && !s->b->failed) gram_regex_emit(s->b, c->sep, strlen(c->sep), 0, &sep);
+    return gram_f_seq(s->b, sep, gram_f_call(s->b, c->call));
+}
+
 int grammar_from_json_schema_calls(const json_t *schema, const struct grammar_calls *c, struct grammar **out,
                                    struct cairn_err *err)
 {
@@ -1123,12 +1165,10 @@ int grammar_from_json_schema_calls(const json_t *schema, const struct grammar_ca
     gram_b_rule_body(&b, call, gram_f_seq(&b, one, gs_lit(&s, c->close ? c->close : "")));
     struct gram_frag f = gram_f_seq(&b, gs_lit(&s, c->lead ? c->lead : ""), gram_f_call(&b, call));
     if (c->many) {
-        struct gram_frag sep = gram_f_empty(&b);
-        if (c->sep && c->sep[0] && !b.failed && gram_regex_emit(&b, c->sep, strlen(c->sep), 0, &sep)) goto done;
-        f = gram_f_seq(&b, f, gram_f_star(&b, gram_f_seq(&b, sep, gram_f_call(&b, call))));
+        struct gs_call_ctx cc = {c->sep, call};
+        f = gram_f_seq(&b, f, gs_rep(&s, gs_emit_more_call, &cc, 0, c->max_calls > 0 ? c->max_calls - 1 : -1));
     }
     gram_b_rule_body(&b, top, f);
-done:;
     int rc = gram_b_finish(&b, out);
     if (rc && err && !strncmp(err->msg, "regex:", 6)) cairn_err_prefix(err, "json schema 'pattern'");
     free(s.memo);

@@ -254,6 +254,8 @@ static void test_schema_counts(const struct tg_vocab *tv)
     } mult[] = {
         {"{\"type\":\"integer\",\"multipleOf\":3}", 3, -100000, 100000},
         {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-50,\"maximum\":200}", 7, -50, 200},
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-1000000,\"maximum\":1000000}", 7, -1000000, 1000000},
+        {"{\"type\":\"integer\",\"multipleOf\":25,\"minimum\":0}", 25, 0, 100000},
         {"{\"type\":\"integer\",\"multipleOf\":10,\"exclusiveMinimum\":5}", 10, 6, 100000},
         {"{\"type\":\"number\",\"multipleOf\":4,\"maximum\":-8}", 4, -100000, -8},
     };
@@ -272,6 +274,18 @@ static void test_schema_counts(const struct tg_vocab *tv)
         }
         CHECK_MSG(bad == 0, "%s", mult[i].schema);
         CHECK(ours_full(g, tv, "3.0", 3) == 0); /* integers only */
+        /* no dead ends: every walk can go on until it ends */
+        size_t words = ((size_t)tv->n + 31) / 32;
+        uint32_t *mask = malloc(words * 4);
+        for (int k = 0; k < 30; k++) {
+            struct grammar_matcher *m;
+            CHECK(grammar_matcher_create(g, tv->v, &m, NULL) == 0);
+            char out[256];
+            if (!tg_walk(m, tv, 20, 0.05, out, sizeof(out), 0, NULL))
+                CHECK_MSG(grammar_matcher_fill_mask(m, mask) > 0, "%s: dead end after '%s'", mult[i].schema, out);
+            grammar_matcher_free(m);
+        }
+        free(mask);
         grammar_free(g);
     }
     struct grammar *g = NULL;
@@ -290,6 +304,18 @@ static void test_schema_counts(const struct tg_vocab *tv)
             int want = k >= 2 && k <= 3 && (set & 2);
             CHECK_MSG(ours_full(g, tv, t, strlen(t)) == want, "%s: want %d", t, want);
         }
+        /* no dead ends: no walk reaches an object it cannot close */
+        size_t words = ((size_t)tv->n + 31) / 32;
+        uint32_t *mask = malloc(words * 4);
+        for (int k = 0; k < 30; k++) {
+            struct grammar_matcher *m;
+            CHECK(grammar_matcher_create(g, tv->v, &m, NULL) == 0);
+            char out[1024];
+            if (!tg_walk(m, tv, 60, 0.2, out, sizeof(out), 0, NULL))
+                CHECK_MSG(grammar_matcher_fill_mask(m, mask) > 0, "dead end after '%s'", out);
+            grammar_matcher_free(m);
+        }
+        free(mask);
         grammar_free(g);
     }
 }

@@ -205,6 +205,16 @@ static void test_many_calls(const struct tg_vocab *tv)
         grammar_matcher_free(m);
         grammar_free(g);
     }
+    /* at most max_calls */
+    struct grammar_calls c = {.sep = ";", .many = 1, .max_calls = 3};
+    struct grammar *g = NULL;
+    CHECK(grammar_from_json_schema_calls(js, &c, &g, NULL) == CAIRN_OK);
+    struct grammar_matcher *m;
+    CHECK(grammar_matcher_create(g, tv->v, &m, NULL) == CAIRN_OK);
+    CHECK(accept_str(m, "{\"x\":1};{\"x\":2};{\"x\":3}") == CAIRN_OK);
+    CHECK(grammar_matcher_finished(m) == 1);
+    grammar_matcher_free(m);
+    grammar_free(g);
     json_decref(js);
 }
 
