@@ -72,7 +72,8 @@ struct grammar_matcher {
     int failed;
     /* lazy grammars only */
     const struct gram_trigger *lz; /* g->lazy or NULL */
-    int32_t *hf;         /* [cap_hist] free state per history step, -1: in the grammar */
+    int32_t *hf;         /* [cap_hf] free state per history step, -1: in the grammar */
+    int cap_hf;
     int32_t trig_set;    /* the set after the trigger's bytes from the start */
     int8_t *f_res;       /* [n_free] 0 unknown, 1 no mask needed, 2 f_masks[f] */
     uint32_t **f_masks;  /* [n_free] all tokens but the rejected trigger completions */
@@ -316,6 +317,7 @@ int grammar_matcher_create(struct grammar *g, const struct grammar_vocab *v, str
     if (g->lazy) {
         m->lz = g->lazy;
         m->hf = malloc((size_t)m->cap_hist * sizeof(int32_t));
+        m->cap_hf = m->cap_hist;
         m->f_res = calloc((size_t)m->lz->n_free, 1);
         m->f_masks = calloc((size_t)m->lz->n_free, sizeof(*m->f_masks));
         m->f_count = calloc((size_t)m->lz->n_free, sizeof(int32_t));
@@ -367,13 +369,8 @@ static int gm_cur_f(const struct grammar_matcher *m) { return m->hf ? m->hf[m->n
 
 static int gm_push_hist(struct grammar_matcher *m, int32_t s, int32_t f)
 {
-    int cap = m->cap_hist;
     if (gm_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 2, sizeof(int32_t))) return CAIRN_ERR_NOMEM;
-    if (m->hf && m->cap_hist != cap) {
-        int32_t *p = realloc(m->hf, (size_t)m->cap_hist * sizeof(int32_t));
-        if (!p) return CAIRN_ERR_NOMEM; /* hist grew, harmless: the next push retries */
-        m->hf = p;
-    }
+    if (m->hf && gm_grow((void **)&m->hf, &m->cap_hf, m->n_hist + 2, sizeof(int32_t))) return CAIRN_ERR_NOMEM;
     m->hist[++m->n_hist] = s;
     if (m->hf) m->hf[m->n_hist] = f;
     return CAIRN_OK;

@@ -9,7 +9,8 @@
 // one by name). Then tool_choice auto and parallel calls: a logit_bias toward the envelope's
 // first token (Qwen3's <tool_call>, '{' for the bare-JSON formats of Llama-3 and Gemma-3, read
 // from the tokenizer.json) makes the random model start calls, whose arguments must validate;
-// parallel_tool_calls / disable_parallel_tool_use false gives exactly one call, true several.
+// parallel_tool_calls / disable_parallel_tool_use false gives exactly one call, true several
+// (once per format: the first model of each).
 import { createRequire } from 'module';
 import { readFileSync, existsSync } from 'fs';
 import path from 'path';
@@ -315,6 +316,7 @@ async function autoChecks(model) {
 }
 
 async function main() {
+  const formsChecked = new Set();
   for (const spec of models) {
     const [model, strideText] = spec.split(':');
     const stride = Number(strideText || 1);
@@ -335,7 +337,10 @@ async function main() {
     await toolChecks(model);
     await otherChecks(model);
     const t2 = Date.now();
-    await autoChecks(model);
+    // tool_choice auto and parallel calls once per envelope format (Hermes, bare JSON)
+    const form = envelopeToken(model).hermes;
+    if (!formsChecked.has(form)) await autoChecks(model);
+    formsChecked.add(form);
     console.log(`${model}: schemas ${t1 - t0} ms, forced tools + others ${t2 - t1} ms, auto + parallel ${Date.now() - t2} ms`);
   }
   console.log(`grammar_check: ${pass} passed, ${fail} failed`);
