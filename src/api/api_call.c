@@ -362,8 +362,8 @@ static void api_call_prepare(struct api_call *c)
     struct grammar *gram = NULL;
     const struct grammar_vocab *gvocab = NULL;
     if (r->grammar && a->be.grammar_vocab) {
-        enum api_tool_form form = r->grammar_kind == API_GRAMMAR_TOOLS && text && !strstr(text, "<tool_call>")
-                                      ? API_TOOL_FORM_JSON : API_TOOL_FORM_HERMES;
+        int tools = r->grammar_kind == API_GRAMMAR_TOOLS || r->grammar_kind == API_GRAMMAR_TOOLS_AUTO;
+        enum api_tool_form form = tools && text && !strstr(text, "<tool_call>") ? API_TOOL_FORM_JSON : API_TOOL_FORM_HERMES;
         struct api_req_err gerr;
         if (c->in_think || form != API_TOOL_FORM_HERMES) {
             if (api_req_grammar(r, c->in_think, form, &gram, &gerr)) {

@@ -111,14 +111,14 @@ static const char *api_error_type(int anthropic, int status)
         case 404: return "not_found_error";
         case 408: return "timeout_error";
         case 413: return "request_too_large";
-        case 431: return "invalid_request_error";
+        case 414: case 431: return "invalid_request_error";
         case 429: return "rate_limit_error";
         case 503: case 507: case 529: return "overloaded_error";
         default: return "api_error";
         }
     }
     switch (status) {
-    case 400: case 404: case 405: case 408: case 413: case 431: return "invalid_request_error";
+    case 400: case 404: case 405: case 408: case 413: case 414: case 431: return "invalid_request_error";
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 429: return "rate_limit_error";
@@ -376,7 +376,7 @@ static json_t *api_resp_object(struct api_call *c, const char *status, int with_
         for (int i = 0; i < s->n_segs; i++) json_array_append_new(out, api_resp_item(&s->segs[i], 1));
     }
     json_object_set_new(o, "output", out);
-    json_object_set_new(o, "parallel_tool_calls", json_true());
+    json_object_set_new(o, "parallel_tool_calls", json_boolean(c->req.parallel_tools));
     json_object_set_new(o, "tool_choice", json_string(c->req.tool_choice_none ? "none" : "auto"));
     json_object_set_new(o, "tools", json_array());
     json_object_set_new(o, "usage", with_output ? api_usage_json(c) : json_null());

@@ -220,10 +220,10 @@ static int api_out_llama(struct api_out *p, const char *s, size_t n)
     size_t tl = strlen(API_OUT_PYTHON_TAG);
     if ((size_t)(e - s) >= tl && memcmp(s, API_OUT_PYTHON_TAG, tl) == 0) s += tl;
     /* Validate every piece first, so a failure leaves the whole thing as text. */
-    char *names[16], *argv[16];
+    char *names[API_OUT_MAX_JSON_CALLS], *argv[API_OUT_MAX_JSON_CALLS];
     int k = 0;
     const char *q = s;
-    while (q < e && k < 16) {
+    while (q < e && k < API_OUT_MAX_JSON_CALLS) {
         const char *semi = q;
         int depth = 0, in_str = 0;
         for (; semi < e; semi++) {

@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 
+#define API_OUT_MAX_JSON_CALLS 16 /* Llama-3 JSON calls parsed from one output (';'-separated) */
+
 enum api_out_kind {
     API_OUT_TEXT = 0,
     API_OUT_REASONING,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_out.h"
 #include "base/status.h"
 
 static int api_req_fail(struct api_req_err *e, const char *param, const char *fmt, ...)
@@ -277,6 +278,8 @@ static int api_req_speculative(json_t *o, struct api_req *r, struct api_req_err 
     return 0;
 }
 
+static int api_req_logit_bias(json_t *o, struct api_req *r, struct api_req_err *e);
+
 static int api_req_sampling(json_t *o, struct api_req *r, struct api_req_err *e)
 {
     double d;
@@ -313,6 +316,13 @@ static int api_req_sampling(json_t *o, struct api_req *r, struct api_req_err *e)
     if (api_req_get_int(o, "repetition_context_size", 0, 1 << 20, &x, e)) return -1;
     s->repetition_context_size = (int)x;
     if (api_req_speculative(o, r, e)) return -1;
+    return api_req_logit_bias(o, r, e);
+}
+
+/* logit_bias (OpenAI; an extension in Anthropic messages): {"token id": bias in [-100, 100]}. */
+static int api_req_logit_bias(json_t *o, struct api_req *r, struct api_req_err *e)
+{
+    struct engine_sampling *s = &r->sampling;
     json_t *lb = json_object_get(o, "logit_bias");
     if (lb && !json_is_null(lb)) {
         if (!json_is_object(lb)) return api_req_fail(e, "logit_bias", "'logit_bias' must be an object");
@@ -439,6 +449,32 @@ static json_t *api_req_tools_schema(json_t *tools, const char *args_key)
     return root;
 }
 
+/* tool_choice auto: the tools with parameters that cannot be enforced get "any object" ones,
+ * unless strict (a 400). A new array, or NULL with e filled. */
+static json_t *api_req_tools_lenient(json_t *tools, struct api_req_err *e)
+{
+    json_t *out = json_deep_copy(tools);
+    size_t i;
+    json_t *t;
+    json_array_foreach(out, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        json_t *params = json_object_get(fn, "parameters");
+        if (!json_is_object(params)) continue;
+        struct grammar *g = NULL;
+        struct cairn_err err = {0};
+        int rc = grammar_from_json_schema(params, &g, &err);
+        grammar_free(g);
+        if (rc == CAIRN_OK) continue;
+        if (json_is_true(json_object_get(fn, "strict")) || rc == CAIRN_ERR_NOMEM) {
+            api_req_fail(e, "tools", "'tools[%zu]' (strict) cannot be enforced: %s", i, err.msg);
+            json_decref(out);
+            return NULL;
+        }
+        json_object_set_new(fn, "parameters", json_pack("{s:s}", "type", "object"));
+    }
+    return out;
+}
+
 int api_req_grammar(const struct api_req *r, int in_think, enum api_tool_form form, struct grammar **out,
                     struct api_req_err *e)
 {
@@ -446,16 +482,40 @@ int api_req_grammar(const struct api_req *r, int in_think, enum api_tool_form fo
     if (!r->grammar_kind) return 0;
     struct cairn_err err = {0};
     const char *think = in_think ? "</think>\n\n" : "";
-    int rc = 0;
+    int rc = 0, json_form = form == API_TOOL_FORM_JSON;
     switch (r->grammar_kind) {
     case API_GRAMMAR_NONE: break;
     case API_GRAMMAR_SCHEMA: rc = grammar_from_json_schema_wrapped(r->grammar_schema, think, NULL, out, &err); break;
     case API_GRAMMAR_TOOLS: {
-        json_t *schema = api_req_tools_schema(r->tools, form == API_TOOL_FORM_JSON ? "parameters" : "arguments");
-        char pre[64];
-        snprintf(pre, sizeof(pre), "%s%s", think, form == API_TOOL_FORM_JSON ? "" : "<tool_call>\n");
-        rc = grammar_from_json_schema_wrapped(schema, pre, form == API_TOOL_FORM_JSON ? NULL : "\n</tool_call>", out, &err);
+        /* Hermes calls follow each other on new lines, Llama-3's JSON ones after ';' */
+        json_t *schema = api_req_tools_schema(r->tools, json_form ? "parameters" : "arguments");
+        struct grammar_calls calls = {.lead = think, .open = json_form ? "" : "<tool_call>\n",
+                                      .close = json_form ? "" : "\n</tool_call>", .sep = json_form ? "; ?" : "\n?",
+                                      .many = r->parallel_tools, .max_calls = json_form ? API_OUT_MAX_JSON_CALLS : 0};
+        rc = grammar_from_json_schema_calls(schema, &calls, out, &err);
         json_decref(schema);
+        break;
+    }
+    case API_GRAMMAR_TOOLS_AUTO: {
+        json_t *tools = api_req_tools_lenient(r->tools, e);
+        if (!tools) return -1;
+        json_t *schema = api_req_tools_schema(tools, json_form ? "parameters" : "arguments");
+        json_decref(tools);
+        /* Hermes: a call starts at "<tool_call>" anywhere in the text and may repeat; Llama-3's
+         * JSON call is the whole output, so only a '{' that comes first starts one (then more
+         * after ';') */
+        struct grammar_calls calls = {.open = json_form ? "" : "<tool_call>\n", .close = json_form ? "" : "\n</tool_call>",
+                                      .sep = "; ?", .many = json_form && r->parallel_tools, .max_calls = API_OUT_MAX_JSON_CALLS};
+        rc = grammar_from_json_schema_calls(schema, &calls, out, &err);
+        json_decref(schema);
+        if (rc == CAIRN_OK) {
+            unsigned flags = json_form ? GRAMMAR_LAZY_AT_START : r->parallel_tools ? GRAMMAR_LAZY_REPEAT : 0;
+            rc = grammar_set_trigger(*out, in_think ? "</think>" : NULL, json_form ? "{" : "<tool_call>", flags, &err);
+            if (rc) {
+                grammar_free(*out);
+                *out = NULL;
+            }
+        }
         break;
     }
     case API_GRAMMAR_REGEX: {
@@ -516,8 +576,7 @@ static int api_req_parse_chat(json_t *o, int max_n, struct api_req *r, struct ap
             return api_req_fail(e, "tool_choice", "'tool_choice' must be a string or an object");
         }
     }
-    int ptc = 1;
-    if (api_req_get_bool(o, "parallel_tool_calls", &ptc, e)) return -1;
+    if (api_req_get_bool(o, "parallel_tool_calls", &r->parallel_tools, e)) return -1;
     if (api_req_sampling(o, r, e)) return -1;
     long long x = -1;
     if (api_req_get_int(o, "max_tokens", 1, 1 << 30, &x, e)) return -1;
@@ -761,6 +820,9 @@ static int api_req_anthropic_tools(json_t *o, struct api_req *r, struct api_req_
         } else if (strcmp(type, "auto")) {
             return api_req_fail(e, "tool_choice", "'tool_choice.type' must be auto, any, tool or none");
         }
+        int no_parallel = 0;
+        if (api_req_get_bool(tc, "disable_parallel_tool_use", &no_parallel, e)) return -1;
+        r->parallel_tools = !no_parallel;
     }
     return 0;
 }
@@ -793,6 +855,7 @@ static int api_req_parse_messages(json_t *o, int count_only, struct api_req *r, 
     x = 0;
     if (api_req_get_int(o, "top_k", 0, 1 << 30, &x, e)) return -1;
     r->sampling.top_k = (int)x;
+    if (api_req_logit_bias(o, r, e)) return -1; /* extension */
     if (json_is_string(json_object_get(o, "stop_sequences")))
         return api_req_fail(e, "stop_sequences", "'stop_sequences' must be an array of strings");
     if (api_req_stop(o, "stop_sequences", r, e)) return -1;
@@ -947,8 +1010,7 @@ static int api_req_parse_responses(json_t *o, struct api_req *r, struct api_req_
     if (api_req_get_num(o, "top_p", 0, 1, &d, e)) return -1;
     r->sampling.top_p = d <= 0 ? 1.0f : (float)d;
     if (api_req_get_bool(o, "stream", &r->stream, e)) return -1;
-    int ptc = 1;
-    if (api_req_get_bool(o, "parallel_tool_calls", &ptc, e)) return -1;
+    if (api_req_get_bool(o, "parallel_tool_calls", &r->parallel_tools, e)) return -1;
     json_t *text = json_object_get(o, "text");
     if (text && !json_is_null(text)) {
         if (!json_is_object(text)) return api_req_fail(e, "text", "'text' must be an object");
@@ -1042,6 +1104,7 @@ int api_req_parse(enum api_kind kind, const char *body, size_t len, int max_n,
     r->max_tokens = -1;
     r->n = 1;
     r->thinking = -1;
+    r->parallel_tools = 1;
     api_req_sampling_default(&r->sampling);
     r->messages = json_array();
     r->kwargs = json_object();
@@ -1084,6 +1147,10 @@ int api_req_parse(enum api_kind kind, const char *body, size_t len, int max_n,
     /* A required tool call: the envelope and the arguments are forced by a grammar. */
     if (rc == 0 && r->tool_required && r->tools && kind != API_KIND_COUNT_TOKENS)
         rc = api_req_set_grammar(r, API_GRAMMAR_TOOLS, "tools", NULL, NULL, e);
+    /* tool_choice auto (or unset) with tools: a call's envelope and arguments are held to the
+     * tools once the model starts one, unless another constraint (response_format ...) rules */
+    else if (rc == 0 && r->tools && !r->grammar_kind && kind != API_KIND_COUNT_TOKENS)
+        rc = api_req_set_grammar(r, API_GRAMMAR_TOOLS_AUTO, "tools", NULL, NULL, e);
     /* compiled now so that an unsupported schema is a 400 before anything runs */
     if (rc == 0 && kind != API_KIND_COUNT_TOKENS) rc = api_req_grammar(r, 0, API_TOOL_FORM_HERMES, &r->grammar, e);
 done:

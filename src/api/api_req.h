@@ -30,7 +30,11 @@ enum api_grammar_kind {
     API_GRAMMAR_SCHEMA,      /* grammar_schema: a JSON Schema */
     API_GRAMMAR_REGEX,       /* grammar_text */
     API_GRAMMAR_GBNF,        /* grammar_text */
-    API_GRAMMAR_TOOLS,       /* one call of one of `tools`, arguments constrained to its schema */
+    API_GRAMMAR_TOOLS,       /* forced: a call of one of `tools` (one or more when parallel_tools),
+                              * arguments constrained to its schema */
+    API_GRAMMAR_TOOLS_AUTO,  /* tool_choice auto: free text until the envelope starts, then the same
+                              * constraint to the envelope's end (a lazy grammar, grammar.h); after
+                              * it free again when parallel_tools, else the end */
 };
 
 /* Tool-call envelope forced for API_GRAMMAR_TOOLS (api_out parses both). */
@@ -71,6 +75,8 @@ struct api_req {
     int include_usage;       /* stream_options.include_usage */
     int tool_choice_none;    /* tools are not offered */
     int tool_required;       /* tool_choice required / any / a named tool */
+    int parallel_tools;      /* parallel_tool_calls (OpenAI, default 1) / !disable_parallel_tool_use
+                              * (Anthropic): more than one call per turn */
     int echo;                /* completions: echo the prompt */
     int ignore_eos;          /* extension (vLLM): generate past EOS up to max_tokens */
     int speculative;         /* extension: enum engine_spec_mode, "off" | "ngram" | "auto";
@@ -99,8 +105,11 @@ void api_req_free(struct api_req *req);
 int api_req_merge_system(json_t *messages);
 
 /* Compiles the request's output constraint. in_think: the prompt ended inside <think>, so the
- * output first closes it ("</think>\n\n"); form: the tool-call envelope. *out is NULL when the
- * request has none. Errors (400, naming grammar_param and the unsupported keyword) go to err. */
+ * output first closes it ("</think>\n\n"; with tool_choice auto, the envelope is looked for only
+ * after "</think>"); form: the tool-call envelope. *out is NULL when the request has none. Errors
+ * (400, naming grammar_param and the unsupported keyword) go to err. With tool_choice auto, a
+ * tool whose parameters cannot be enforced has them constrained to any JSON object instead,
+ * unless the tool says strict: true (then the 400). */
 int api_req_grammar(const struct api_req *req, int in_think, enum api_tool_form form, struct grammar **out,
                     struct api_req_err *err);
 

@@ -304,7 +304,15 @@ static void sched_publish(struct engine *e, struct engine_seq *s)
 static int sched_sample(struct engine *e, struct engine_seq *s, const float *logits, enum engine_finish *fin)
 {
     int n_gen = s->n_tokens - s->n_prompt;
-    if (s->gm) { /* grammar hook: mask before sampling (only constrained sequences pay) */
+    /* grammar hook: mask before sampling (only constrained sequences pay; a lazy grammar's free
+     * text needs none) */
+    int free_text = s->gm ? grammar_matcher_unconstrained(s->gm) : 0;
+    if (free_text < 0) {
+        s->error_msg = "grammar: matcher out of memory";
+        *fin = ENGINE_FINISH_ERROR;
+        return 1;
+    }
+    if (s->gm && !free_text) {
         int n_ok = grammar_matcher_fill_mask(s->gm, s->gmask);
         if (n_ok == 0 && grammar_matcher_finished(s->gm)) { /* complete, eos already taken (ignore_eos) */
             *fin = ENGINE_FINISH_STOP;

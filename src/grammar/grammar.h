@@ -16,9 +16,16 @@
  *     schema), items, minItems, maxItems, enum, const, pattern, format (date, time, date-time,
  *     uuid, email), minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum,
  *     anyOf, allOf of one schema, $ref into the document ("#", "#/$defs/..", "#/definitions/..",
- *     recursion included), $defs / definitions; annotations (title, description, default,
+ *     recursion included), $defs / definitions; and, beyond OpenAI's strict mode, where they are
+ *     exact: minProperties / maxProperties on an object with listed properties (only those are
+ *     ever written), prefixItems (with items for the rest, or items: false), oneOf when its
+ *     branches are provably disjoint (distinct types, consts / enums, or a required property
+ *     with distinct consts), else an error naming 'oneOf'; multipleOf with an integer m <= 100
+ *     on integers (a mod-m automaton over the decimal digits, bounds included) or on numbers
+ *     (then only integers are written). Annotations (title, description, default,
  *     examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, strict, name) are
- *     ignored. Any other keyword is an error naming it and where it was (CAIRN_ERR_UNSUPPORTED).
+ *     ignored. Any other keyword (not, if, patternProperties ...) is an error naming it and
+ *     where it was (CAIRN_ERR_UNSUPPORTED).
  *     Output is compact JSON: objects list properties in declared order, a single optional space
  *     is allowed after ':' and ',' and nowhere else (a model can't pad forever); numbers have at
  *     most 16 digits before and after the point and 3 in the exponent. `pattern` is
@@ -68,8 +75,32 @@ int grammar_from_json_schema(const json_t *schema, struct grammar **out, struct 
  * ...). Either may be NULL. */
 int grammar_from_json_schema_wrapped(const json_t *schema, const char *prefix, const char *suffix,
                                      struct grammar **out, struct cairn_err *err);
+/* Tool-call envelopes: `lead`, then one call `open` JSON `close`, and when `many`, further
+ * calls (up to max_calls in all, 0: no limit), each after `sep` (a regex in the syntax below,
+ * e.g. "\n?"). NULL strings are empty. */
+struct grammar_calls {
+    const char *lead, *open, *close, *sep;
+    int many, max_calls;
+};
+int grammar_from_json_schema_calls(const json_t *schema, const struct grammar_calls *c, struct grammar **out,
+                                   struct cairn_err *err);
 int grammar_from_regex(const char *re, size_t len, struct grammar **out, struct cairn_err *err);
 int grammar_from_gbnf(const char *text, size_t len, struct grammar **out, struct cairn_err *err);
+/* Lazy grammars (tool_choice auto): the output is free text until `trigger` (bytes, e.g.
+ * "<tool_call>") appears in it; the trigger's bytes and what follows are then held to g, whose
+ * language must begin with the trigger, to the end of g's sentence. With GRAMMAR_LAZY_REPEAT the
+ * output is free again after it (another trigger may come), else only eos may follow. With
+ * GRAMMAR_LAZY_AT_START the trigger counts only at the start of the output (after whitespace):
+ * any other first byte leaves the whole output free (Llama-3's bare JSON call). `arm` (NULL or
+ * "": none) must appear before the trigger is looked for (the "</think>" that ends reasoning).
+ * While free, tokens are not constrained, except a token that would complete the trigger and go
+ * on with bytes g rejects; grammar_matcher_unconstrained says when no mask is needed at all.
+ * Call once, before g is shared; CAIRN_ERR_INVALID if g rejects the trigger as its start. */
+#define GRAMMAR_LAZY_REPEAT 1u
+#define GRAMMAR_LAZY_AT_START 2u
+#define GRAMMAR_TRIGGER_MAX 64
+int grammar_set_trigger(struct grammar *g, const char *arm, const char *trigger, unsigned flags,
+                        struct cairn_err *err);
 struct grammar *grammar_retain(struct grammar *g);
 void grammar_free(struct grammar *g); /* drops one reference; NULL is fine */
 int grammar_n_states(const struct grammar *g);
@@ -101,6 +132,10 @@ int grammar_matcher_n_steps(const struct grammar_matcher *m); /* steps that can 
 int grammar_matcher_accepting(const struct grammar_matcher *m);
 /* 1 if no byte can follow (complete and closed: only eos remains). */
 int grammar_matcher_finished(const struct grammar_matcher *m);
+/* 1 if no mask is needed before the next token (a lazy grammar's free text, where every token
+ * is allowed: the caller may skip fill_mask and sample freely), 0 if a mask is needed, <0 on
+ * error. Always 0 for a grammar that is not lazy. */
+int grammar_matcher_unconstrained(struct grammar_matcher *m);
 /* Fills mask[(n_vocab + 31) / 32]: bit i of word i/32 set = token i allowed now. Returns the
  * number of allowed tokens (0: nothing can continue), or <0 on error. */
 int grammar_matcher_fill_mask(struct grammar_matcher *m, uint32_t *mask);

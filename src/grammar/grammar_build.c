@@ -360,6 +360,7 @@ void grammar_free(struct grammar *g)
     free(g->ce);
     free(g->final);
     free(g->rule_start);
+    free(g->lazy);
     free(g);
 }
 

@@ -98,8 +98,29 @@ struct gram_call {
     int32_t ret;
 };
 
+/* A lazy grammar's trigger (grammar_set_trigger). Free states, numbered 0 .. n_free - 1:
+ * [0, n_arm) looking for the arm string (KMP state k), [n_arm, n_arm + n_trig) looking for the
+ * trigger (KMP state k - n_arm), n_arm + n_trig: free for good (an AT_START trigger that did not
+ * come first). A matcher starts in free state 0 and returns to n_arm after a REPEAT sentence. */
+struct gram_trigger {
+    uint8_t arm[GRAMMAR_TRIGGER_MAX], trig[GRAMMAR_TRIGGER_MAX];
+    int n_arm, n_trig, n_free;
+    uint8_t arm_fail[GRAMMAR_TRIGGER_MAX], trig_fail[GRAMMAR_TRIGGER_MAX]; /* KMP borders */
+    unsigned flags;           /* GRAMMAR_LAZY_* */
+};
+#define GRAM_LZ_TRIGGERED (-1) /* gram_lz_step: the trigger's last byte */
+/* The free state after `byte` from free state f, or GRAM_LZ_TRIGGERED. */
+int gram_lz_step(const struct gram_trigger *t, int f, uint8_t byte);
+/* The tokens that, read from free state f, complete the trigger (ids ascending), cached in the
+ * vocabulary per trigger (any thread: the cache has its own lock). CAIRN_ERR_NOMEM. */
+int gram_vocab_lz_cands(const struct grammar_vocab *v, const struct gram_trigger *t, int f, const int32_t **ids,
+                        int *n);
+struct gram_lz_cache;
+void gram_lz_cache_free(struct gram_lz_cache *c);
+
 struct grammar {
     int refs;                 /* atomic */
+    struct gram_trigger *lazy; /* NULL: constrained from the first byte */
     int n_states, n_rules;
     int32_t *be_off;          /* [n_states + 1] */
     struct gram_edge *be;
@@ -129,6 +150,8 @@ struct grammar_vocab {
     int n_eos;
     uint8_t *tb;              /* all token bytes */
     int64_t *tb_off;          /* [n_vocab + 1] token i = tb[tb_off[i] .. tb_off[i+1]) */
+    struct gram_lz_cache *lz; /* lazy grammars' trigger candidates (grammar_lazy.c); the only
+                               * mutable part, behind its own lock */
 };
 
 #endif

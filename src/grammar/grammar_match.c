@@ -8,7 +8,14 @@
  * pop (the frame below continues at its return state). Each set keeps a 256-entry transition row
  * filled on demand, so walking the trie is mostly one load per edge. Sets are never freed while
  * the matcher lives (history and caches refer to them); GM_MAX_SETS / GM_MAX_FRAMES bound the
- * memory of one matcher, after which it answers CAIRN_ERR_LIMIT. */
+ * memory of one matcher, after which it answers CAIRN_ERR_LIMIT.
+ *
+ * Lazy grammars (grammar_set_trigger): each history step also keeps a free state (hf, -1 inside
+ * the grammar). Free text moves only the trigger automaton (gram_lz_step); the trigger's last
+ * byte enters the grammar at trig_set (the start set after the trigger's bytes); a REPEAT
+ * sentence's end (a set with no byte edges) goes back to free. While free, only the tokens that
+ * can complete the trigger (gram_vocab_lz_cands) are tried: none rejected means no mask at all
+ * (f_res), otherwise a mask of all tokens but those, cached per free state. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +70,14 @@ struct grammar_matcher {
     int32_t stamp;
     int32_t *walk;       /* [max_depth + 1] trie walk sets by depth */
     int failed;
+    /* lazy grammars only */
+    const struct gram_trigger *lz; /* g->lazy or NULL */
+    int32_t *hf;         /* [cap_hf] free state per history step, -1: in the grammar */
+    int cap_hf;
+    int32_t trig_set;    /* the set after the trigger's bytes from the start */
+    int8_t *f_res;       /* [n_free] 0 unknown, 1 no mask needed, 2 f_masks[f] */
+    uint32_t **f_masks;  /* [n_free] all tokens but the rejected trigger completions */
+    int32_t *f_count;    /* [n_free] tokens allowed by f_masks[f] */
 };
 
 static uint32_t gm_mix(uint32_t h, uint32_t x)
@@ -299,6 +314,22 @@ int grammar_matcher_create(struct grammar *g, const struct grammar_vocab *v, str
         goto fail;
     }
     m->hist[0] = s0;
+    if (g->lazy) {
+        m->lz = g->lazy;
+        m->hf = malloc((size_t)m->cap_hist * sizeof(int32_t));
+        m->cap_hf = m->cap_hist;
+        m->f_res = calloc((size_t)m->lz->n_free, 1);
+        m->f_masks = calloc((size_t)m->lz->n_free, sizeof(*m->f_masks));
+        m->f_count = calloc((size_t)m->lz->n_free, sizeof(int32_t));
+        m->trig_set = s0;
+        for (int i = 0; i < m->lz->n_trig && m->trig_set >= 0; i++) m->trig_set = gm_step(m, m->trig_set, m->lz->trig[i]);
+        if (!m->hf || !m->f_res || !m->f_masks || !m->f_count || m->trig_set < 0) {
+            rc = m->trig_set == GM_DEAD ? cairn_err_set(err, CAIRN_ERR_INVALID, "grammar: the trigger does not start the language")
+                                        : cairn_err_set(err, CAIRN_ERR_NOMEM, "grammar: out of memory");
+            goto fail;
+        }
+        m->hf[0] = 0;
+    }
     *out = m;
     return CAIRN_OK;
 fail:
@@ -322,17 +353,51 @@ void grammar_matcher_free(struct grammar_matcher *m)
     free(m->out);
     free(m->seen);
     free(m->walk);
+    free(m->hf);
+    if (m->f_masks)
+        for (int i = 0; i < m->lz->n_free; i++) free(m->f_masks[i]);
+    free(m->f_masks);
+    free(m->f_count);
+    free(m->f_res);
     grammar_free(m->g);
     free(m);
 }
 
 static int gm_cur(const struct grammar_matcher *m) { return m->hist[m->n_hist]; }
 
-static int gm_push_hist(struct grammar_matcher *m, int32_t s)
+static int gm_cur_f(const struct grammar_matcher *m) { return m->hf ? m->hf[m->n_hist] : -1; }
+
+static int gm_push_hist(struct grammar_matcher *m, int32_t s, int32_t f)
 {
     if (gm_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 2, sizeof(int32_t))) return CAIRN_ERR_NOMEM;
+    if (m->hf && gm_grow((void **)&m->hf, &m->cap_hf, m->n_hist + 2, sizeof(int32_t))) return CAIRN_ERR_NOMEM;
     m->hist[++m->n_hist] = s;
+    if (m->hf) m->hf[m->n_hist] = f;
     return CAIRN_OK;
+}
+
+/* Lazy: runs bytes from (free state *f, set *s); 0, GM_DEAD or GM_FAIL. */
+static int32_t gm_lazy_run(struct grammar_matcher *m, int32_t *f, int32_t *s, const uint8_t *b, size_t n)
+{
+    const struct gram_trigger *t = m->lz;
+    if (*s == GM_AFTER_EOS) return n ? GM_DEAD : 0;
+    for (size_t i = 0; i < n; i++) {
+        if (*f >= 0) {
+            int nf = gram_lz_step(t, *f, b[i]);
+            if (nf != GRAM_LZ_TRIGGERED) {
+                *f = nf;
+                continue;
+            }
+            *f = -1;
+            *s = m->trig_set;
+        } else {
+            int32_t ns = gm_step(m, *s, b[i]);
+            if (ns < 0) return ns;
+            *s = ns;
+        }
+        if ((t->flags & GRAMMAR_LAZY_REPEAT) && m->sets[*s].n == 0) *f = t->n_arm; /* the sentence ended */
+    }
+    return 0;
 }
 
 /* Runs bytes from the current set: the set after them, GM_DEAD or GM_FAIL. */
@@ -346,16 +411,26 @@ static int32_t gm_run(struct grammar_matcher *m, const uint8_t *b, size_t n)
 
 int grammar_matcher_try_bytes(struct grammar_matcher *m, const uint8_t *b, size_t n)
 {
+    if (m->lz) {
+        int32_t f = gm_cur_f(m), s = gm_cur(m), r = gm_lazy_run(m, &f, &s, b, n);
+        return r == GM_FAIL ? CAIRN_ERR_LIMIT : r != GM_DEAD;
+    }
     int32_t s = gm_run(m, b, n);
     return s == GM_FAIL ? CAIRN_ERR_LIMIT : s != GM_DEAD;
 }
 
 int grammar_matcher_accept_bytes(struct grammar_matcher *m, const uint8_t *b, size_t n)
 {
+    if (m->lz) {
+        int32_t f = gm_cur_f(m), s = gm_cur(m), r = gm_lazy_run(m, &f, &s, b, n);
+        if (r == GM_FAIL) return CAIRN_ERR_LIMIT;
+        if (r == GM_DEAD) return CAIRN_ERR_INVALID;
+        return gm_push_hist(m, s, f);
+    }
     int32_t s = gm_run(m, b, n);
     if (s == GM_FAIL) return CAIRN_ERR_LIMIT;
     if (s == GM_DEAD) return CAIRN_ERR_INVALID;
-    return gm_push_hist(m, s);
+    return gm_push_hist(m, s, -1);
 }
 
 static int gm_is_eos(const struct grammar_vocab *v, int32_t id)
@@ -371,10 +446,13 @@ int grammar_matcher_accept_token(struct grammar_matcher *m, int32_t id)
     if (!v || id < 0 || id >= v->n_vocab) return CAIRN_ERR_INVALID;
     if (gm_is_eos(v, id)) {
         if (!grammar_matcher_accepting(m)) return CAIRN_ERR_INVALID;
-        return gm_push_hist(m, GM_AFTER_EOS);
+        return gm_push_hist(m, GM_AFTER_EOS, -1);
     }
     size_t n = (size_t)(v->tb_off[id + 1] - v->tb_off[id]);
-    if (n == 0) return CAIRN_ERR_INVALID;
+    if (n == 0) { /* no bytes (a special token): free text takes it as it is, a grammar never */
+        if (gm_cur_f(m) < 0) return CAIRN_ERR_INVALID;
+        return gm_push_hist(m, gm_cur(m), gm_cur_f(m));
+    }
     return grammar_matcher_accept_bytes(m, v->tb + v->tb_off[id], n);
 }
 
@@ -390,12 +468,14 @@ int grammar_matcher_n_steps(const struct grammar_matcher *m) { return m->n_hist;
 int grammar_matcher_accepting(const struct grammar_matcher *m)
 {
     int32_t s = gm_cur(m);
+    if (s != GM_AFTER_EOS && gm_cur_f(m) >= 0) return 1; /* free text may end anywhere */
     return s >= 0 && m->sets[s].accepting;
 }
 
 int grammar_matcher_finished(const struct grammar_matcher *m)
 {
     int32_t s = gm_cur(m);
+    if (s != GM_AFTER_EOS && gm_cur_f(m) >= 0) return 0;
     return s == GM_AFTER_EOS || (s >= 0 && m->sets[s].n == 0);
 }
 
@@ -442,6 +522,48 @@ static void gm_set_bits(uint32_t *mask, const int32_t *ids, int32_t lo, int32_t 
     for (int32_t k = lo; k < hi; k++) mask[ids[k] >> 5] |= 1u << (ids[k] & 31);
 }
 
+/* Lazy, free state f: tries the tokens that can complete the trigger from f (f_res). */
+static int gm_free_res(struct grammar_matcher *m, int f)
+{
+    if (m->f_res[f]) return CAIRN_OK;
+    const struct grammar_vocab *v = m->v;
+    const int32_t *ids;
+    int n, count = v->n_vocab;
+    int rc = gram_vocab_lz_cands(v, m->lz, f, &ids, &n);
+    if (rc) return rc;
+    uint32_t *mk = NULL;
+    size_t n_words = ((size_t)v->n_vocab + 31) / 32;
+    for (int k = 0; k < n; k++) {
+        int32_t id = ids[k], ff = f, ss = m->hist[0];
+        int32_t r = gm_lazy_run(m, &ff, &ss, v->tb + v->tb_off[id], (size_t)(v->tb_off[id + 1] - v->tb_off[id]));
+        if (r == GM_FAIL) {
+            free(mk);
+            return CAIRN_ERR_LIMIT;
+        }
+        if (r != GM_DEAD) continue;
+        if (!mk) {
+            if (!(mk = malloc(n_words * sizeof(uint32_t)))) return CAIRN_ERR_NOMEM;
+            memset(mk, 0xff, n_words * sizeof(uint32_t));
+            if (v->n_vocab % 32) mk[n_words - 1] = (1u << (v->n_vocab % 32)) - 1;
+        }
+        mk[id >> 5] &= ~(1u << (id & 31));
+        count--;
+    }
+    m->f_masks[f] = mk;
+    m->f_count[f] = count;
+    m->f_res[f] = mk ? 2 : 1;
+    return CAIRN_OK;
+}
+
+int grammar_matcher_unconstrained(struct grammar_matcher *m)
+{
+    int f = gm_cur_f(m);
+    if (!m->lz || !m->v || f < 0 || gm_cur(m) == GM_AFTER_EOS) return 0;
+    int rc = gm_free_res(m, f);
+    if (rc) return rc;
+    return m->f_res[f] == 1;
+}
+
 int grammar_matcher_fill_mask(struct grammar_matcher *m, uint32_t *mask)
 {
     const struct grammar_vocab *v = m->v;
@@ -450,6 +572,19 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint32_t *mask)
     int32_t s0 = gm_cur(m);
     memset(mask, 0, n_words * sizeof(uint32_t));
     if (s0 == GM_AFTER_EOS) return 0;
+    int f = gm_cur_f(m);
+    if (f >= 0) { /* lazy, free text */
+        int rc = gm_free_res(m, f);
+        if (rc) return rc;
+        if (m->f_res[f] == 2) {
+            memcpy(mask, m->f_masks[f], n_words * sizeof(uint32_t));
+        } else {
+            memset(mask, 0xff, n_words * sizeof(uint32_t));
+            if (v->n_vocab % 32) mask[n_words - 1] = (1u << (v->n_vocab % 32)) - 1;
+        }
+        return m->f_count[f];
+    }
+    int repeat = m->lz && (m->lz->flags & GRAMMAR_LAZY_REPEAT);
     if (m->sets[s0].mask >= 0) {
         memcpy(mask, m->masks[m->sets[s0].mask], n_words * sizeof(uint32_t));
         return m->sets[s0].mask_count;
@@ -469,6 +604,17 @@ int grammar_matcher_fill_mask(struct grammar_matcher *m, uint32_t *mask)
             }
             walk[d] = ns;
             gm_set_bits(mask, v->ids, v->tok_lo[i], v->tok_mid[i]);
+            if (repeat && m->sets[ns].n == 0) { /* the sentence ends here: free text below */
+                for (int32_t k = v->tok_mid[i]; k < v->tok_hi[i]; k++) {
+                    int32_t id = v->ids[k], ff = m->lz->n_arm, ss = ns;
+                    int64_t at = v->tb_off[id] + d;
+                    int32_t r = gm_lazy_run(m, &ff, &ss, v->tb + at, (size_t)(v->tb_off[id + 1] - at));
+                    if (r == GM_FAIL) return CAIRN_ERR_LIMIT;
+                    if (r == 0) mask[id >> 5] |= 1u << (id & 31);
+                }
+                i = v->end[i];
+                continue;
+            }
             if (v->sclean[i] && m->sets[ns].n) {
                 int sl = gm_strlike(m, ns);
                 if (sl < 0) return CAIRN_ERR_LIMIT;

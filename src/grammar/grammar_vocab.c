@@ -76,6 +76,7 @@ void grammar_vocab_free(struct grammar_vocab *v)
     free(v->eos);
     free(v->tb);
     free(v->tb_off);
+    gram_lz_cache_free(v->lz);
     free(v);
 }
 

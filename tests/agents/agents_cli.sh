@@ -8,12 +8,16 @@
 # when the file's secret (random per run) is in the prompt. The test checks each link of that
 # loop: the tool call reached the agent, the tool's output (the file's text, which only the
 # agent could read) came back in the next prompt, and the agent printed the final answer.
+# Claude Code runs twice with -p (JSON, stream-JSON) and once interactively: its TUI on a
+# pseudo-terminal (tests/agents/claude_tui.py) gets the prompt typed in, shows the Read and the
+# answer, and quits on /exit.
 # Then a prompt over a small model's context: each agent shows the overflow error it knows.
 #
 #   make test-agents     (not part of make test: the three CLIs are ~1 GB)
 # Exits 77 (skipped) when the CLIs are not installed.
 set -u
 cd "${CAIRN_SRC:-.}"
+CAIRN_SRC_ABS=$PWD
 BIN_DIR="${CAIRN_AGENTS_BIN:-$PWD/.deps/agents/node_modules/.bin}"
 for c in claude codex opencode; do
     if [ ! -x "$BIN_DIR/$c" ]; then
@@ -82,6 +86,28 @@ out=$(ANTHROPIC_BASE_URL="$URL" ANTHROPIC_AUTH_TOKEN="$KEY" timeout 180 \
       "$BIN_DIR/claude" -p "CC-TASK: read notes.txt" --model small --output-format json 2>>"$SERVE_TMP/claude1.err")
 check_eq "claude overflow: an error" "$(echo "$out" | field 'o.is_error')" "true"
 check_has "claude overflow: understood as a too-long prompt" "$(echo "$out" | field 'o.result')" "Prompt is too long"
+
+# ---- Claude Code interactive: its TUI on a pseudo-terminal (tests/agents/claude_tui.py) ----
+# Onboarding and the folder's trust dialog are marked done in its config, as after a first run.
+python3 - "$HOME/.claude.json" "$W" <<'PY'
+import json, os, sys
+p, w = sys.argv[1], sys.argv[2]
+c = json.load(open(p)) if os.path.exists(p) else {}
+c.update({"hasCompletedOnboarding": True, "theme": "dark"})
+c.setdefault("projects", {}).setdefault(w, {}).update({"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True})
+json.dump(c, open(p, "w"))
+PY
+from=$(n_prompts)
+tui=$(ANTHROPIC_BASE_URL="$URL" ANTHROPIC_AUTH_TOKEN="$KEY" ANTHROPIC_MODEL=fake ANTHROPIC_SMALL_FAST_MODEL=fake       TERM=xterm-256color timeout 200 python3 "$CAIRN_SRC_ABS/tests/agents/claude_tui.py"       --prompt "CC-TASK: read notes.txt and tell me the secret word" --expect "The file says the secret word is $SECRET"       --raw "$SERVE_TMP/claude-tui.raw" -- "$BIN_DIR/claude" --allowedTools Read)
+sq=$(printf '%s' "$tui" | tr -d ' \t\r\n')
+check_has "claude tui: the input box came up" "$tui" "READY=1"
+check_has "claude tui: the Read tool ran on the file" "$sq" "read1file"
+check_has "claude tui: the file named on screen" "$sq" "notes.txt"
+check_has "claude tui: final answer on screen" "$sq" "Thefilesaysthesecretwordis$SECRET."
+check_has "claude tui: answered before the timeout" "$tui" "ANSWERED=1"
+check_has "claude tui: /exit quits" "$tui" "EXIT=0"
+check_has "claude tui: its goodbye (the session to resume)" "$sq" "Resumethissessionwith"
+loop_checks "claude tui" "CC-TASK" "$from"
 
 # ---- Codex: exec with a custom Responses provider ----
 mkdir -p "$HOME/.codex"

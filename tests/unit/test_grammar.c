@@ -234,6 +234,92 @@ static void test_masks_and_rollback(const struct tg_vocab *tv)
     }
 }
 
+static int compiles_to(const char *schema, struct grammar **g)
+{
+    json_t *js = json_loads(schema, 0, NULL);
+    struct cairn_err err = {0};
+    int rc = grammar_from_json_schema(js, g, &err);
+    json_decref(js);
+    CHECK_MSG(rc == 0, "%s: %s", schema, err.msg);
+    return rc == 0;
+}
+
+/* multipleOf against arithmetic, and min/maxProperties against the subsets' sizes. */
+static void test_schema_counts(const struct tg_vocab *tv)
+{
+    static const struct {
+        const char *schema;
+        int m;
+        long lo, hi; /* inclusive, LONG_MIN / LONG_MAX: none */
+    } mult[] = {
+        {"{\"type\":\"integer\",\"multipleOf\":3}", 3, -100000, 100000},
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-50,\"maximum\":200}", 7, -50, 200},
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-1000000,\"maximum\":1000000}", 7, -1000000, 1000000},
+        {"{\"type\":\"integer\",\"multipleOf\":25,\"minimum\":0}", 25, 0, 100000},
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"exclusiveMinimum\":5}", 10, 6, 100000},
+        {"{\"type\":\"number\",\"multipleOf\":4,\"maximum\":-8}", 4, -100000, -8},
+    };
+    for (size_t i = 0; i < sizeof(mult) / sizeof(mult[0]); i++) {
+        struct grammar *g = NULL;
+        if (!compiles_to(mult[i].schema, &g)) continue;
+        int bad = 0;
+        for (long x = -320; x <= 320 && bad < 3; x++) {
+            char t[32];
+            snprintf(t, sizeof(t), "%ld", x);
+            int want = x % mult[i].m == 0 && x >= mult[i].lo && x <= mult[i].hi;
+            if (ours_full(g, tv, t, strlen(t)) != want) {
+                fprintf(stderr, "%s on %s: want %d\n", mult[i].schema, t, want);
+                bad++;
+            }
+        }
+        CHECK_MSG(bad == 0, "%s", mult[i].schema);
+        CHECK(ours_full(g, tv, "3.0", 3) == 0); /* integers only */
+        /* no dead ends: every walk can go on until it ends */
+        size_t words = ((size_t)tv->n + 31) / 32;
+        uint32_t *mask = malloc(words * 4);
+        for (int k = 0; k < 30; k++) {
+            struct grammar_matcher *m;
+            CHECK(grammar_matcher_create(g, tv->v, &m, NULL) == 0);
+            char out[256];
+            if (!tg_walk(m, tv, 20, 0.05, out, sizeof(out), 0, NULL))
+                CHECK_MSG(grammar_matcher_fill_mask(m, mask) > 0, "%s: dead end after '%s'", mult[i].schema, out);
+            grammar_matcher_free(m);
+        }
+        free(mask);
+        grammar_free(g);
+    }
+    struct grammar *g = NULL;
+    const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"},"
+                      "\"c\":{\"type\":\"integer\"},\"d\":{\"type\":\"integer\"}},\"required\":[\"b\"],\"minProperties\":2,"
+                      "\"maxProperties\":3}";
+    if (compiles_to(sch, &g)) {
+        for (int set = 0; set < 16; set++) { /* every subset, in declared order */
+            char t[128];
+            size_t n = 0;
+            int k = 0;
+            n += (size_t)snprintf(t + n, sizeof(t) - n, "{");
+            for (int p = 0; p < 4; p++)
+                if (set >> p & 1) n += (size_t)snprintf(t + n, sizeof(t) - n, "%s\"%c\":%d", k++ ? "," : "", 'a' + p, p);
+            snprintf(t + n, sizeof(t) - n, "}");
+            int want = k >= 2 && k <= 3 && (set & 2);
+            CHECK_MSG(ours_full(g, tv, t, strlen(t)) == want, "%s: want %d", t, want);
+        }
+        /* no dead ends: no walk reaches an object it cannot close */
+        size_t words = ((size_t)tv->n + 31) / 32;
+        uint32_t *mask = malloc(words * 4);
+        for (int k = 0; k < 30; k++) {
+            struct grammar_matcher *m;
+            CHECK(grammar_matcher_create(g, tv->v, &m, NULL) == 0);
+            char out[1024];
+            if (!tg_walk(m, tv, 60, 0.2, out, sizeof(out), 0, NULL))
+                CHECK_MSG(grammar_matcher_fill_mask(m, mask) > 0, "dead end after '%s'", out);
+            grammar_matcher_free(m);
+        }
+        free(mask);
+        grammar_free(g);
+    }
+}
+
 /* Specific values: what must and must not pass. */
 static void test_schema_values(const struct tg_vocab *tv)
 {
@@ -272,6 +358,22 @@ static void test_schema_values(const struct tg_vocab *tv)
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":2}", "[1, 2]", 1},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":2}", "[1]", 0},
         {"{\"type\":[\"string\",\"null\"]}", "null", 1},
+        /* prefixItems, then items for the rest (or none with items: false) */
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},\"maxItems\":3}", "[]", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},\"maxItems\":3}", "[1]", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},\"maxItems\":3}", "[1, \"a\", true]", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},\"maxItems\":3}", "[1, \"a\", true, false]", 0},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},\"maxItems\":3}", "[\"a\"]", 0},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},\"maxItems\":3}", "[1, 2]", 0},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"items\":false,\"minItems\":1}", "[]", 0},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"items\":false,\"minItems\":1}", "[3]", 1},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"items\":false,\"minItems\":1}", "[3, 4]", 0},
+        /* oneOf of provably disjoint branches is anyOf */
+        {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "7", 1},
+        {"{\"oneOf\":[{\"const\":\"a\"},{\"enum\":[\"b\",1]}]}", "1", 1},
+        {"{\"oneOf\":[{\"const\":\"a\"},{\"enum\":[\"b\",1]}]}", "\"c\"", 0},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"p\"},\"v\":{\"type\":\"integer\"}},\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"q\"}},\"required\":[\"k\"]}]}", "{\"k\":\"q\"}", 1},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"]},{\"type\":\"object\",\"properties\":{\"b\":{}},\"additionalProperties\":false}]}", "{\"b\":1}", 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         json_t *js = json_loads(cases[i].schema, 0, NULL);
@@ -289,12 +391,19 @@ static void test_schema_values(const struct tg_vocab *tv)
         const char *schema, *word;
     } bad[] = {
         {"{\"type\":\"string\",\"contentEncoding\":\"base64\"}", "contentEncoding"},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"multipleOf\":3}}}", "multipleOf"},
-        {"{\"oneOf\":[{\"type\":\"string\"}]}", "oneOf"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"multipleOf\":0.5}}}", "multipleOf"},
+        {"{\"type\":\"integer\",\"multipleOf\":1000}", "multipleOf"},
+        {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":3}]}", "oneOf"},
+        {"{\"oneOf\":[{\"type\":\"number\"},{\"type\":\"integer\"}]}", "oneOf"},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1}}},{\"type\":\"object\",\"properties\":{\"k\":{\"const\":2}}}]}", "oneOf"},
+        {"{\"not\":{\"type\":\"string\"}}", "'not'"},
+        {"{\"if\":{\"type\":\"string\"},\"then\":{}}", "'if'"},
+        {"{\"type\":\"object\",\"patternProperties\":{\"a\":{}}}", "patternProperties"},
+        {"{\"type\":\"object\",\"minProperties\":1}", "minProperties"},
+        {"{\"type\":\"array\",\"items\":[{\"type\":\"string\"}],\"additionalItems\":false}", "additionalItems"},
         {"{\"type\":\"string\",\"format\":\"hostname\"}", "hostname"},
         {"{\"$ref\":\"http://x/y\"}", "$ref"},
         {"{\"type\":\"object\",\"required\":[\"z\"],\"properties\":{}}", "'z'"},
-        {"{\"type\":\"array\",\"prefixItems\":[]}", "prefixItems"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         json_t *js = json_loads(bad[i].schema, 0, NULL);
@@ -305,6 +414,7 @@ static void test_schema_values(const struct tg_vocab *tv)
         CHECK_MSG(rc == CAIRN_ERR_UNSUPPORTED && strstr(err.msg, bad[i].word), "%s: rc %d msg %s", bad[i].schema, rc, err.msg);
         grammar_free(g);
     }
+    test_schema_counts(tv);
     /* a tool-call envelope around the JSON */
     json_t *js = json_loads("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}", 0, NULL);
     struct grammar *g = NULL;

@@ -1,6 +1,7 @@
 /* Grammar-constrained requests in the engine (synthetic model through engine_create_ops): the
  * output of a constrained request matches its regex (checked by PCRE2), greedy and sampled; an
- * unconstrained request batched with constrained ones gets exactly the tokens it gets alone; a
+ * unconstrained request batched with constrained ones (a lazy one too) gets exactly the tokens it
+ * gets alone; a lazy grammar's calls come out in their constrained form; a
  * completed grammar ends the request even with ignore_eos; a grammar without a vocabulary is
  * refused at submit. */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -151,6 +152,42 @@ int main(void)
             CHECK_MSG(c->finish == ENGINE_FINISH_STOP && c->stop_token == GEOS, "%s: finish %d", pats[k], (int)c->finish);
             CHECK_MSG(pcre_full(pats[k], c->text) == 1, "%s: output '%s' does not match", pats[k], c->text);
         }
+
+    /* a lazy grammar (tool_choice auto): free text until "xx", then xx[a-c]{2}9, free again;
+     * biased toward "xx" so the envelope comes. The unconstrained request beside it keeps its
+     * solo tokens; the output holds calls only in their constrained form. */
+    struct grammar *gl;
+    CHECK(grammar_from_regex("xx[a-c]{2}9", 11, &gl, NULL) == CAIRN_OK);
+    CHECK(grammar_set_trigger(gl, NULL, "xx", GRAMMAR_LAZY_REPEAT, &err) == CAIRN_OK);
+    struct collect cl[3];
+    struct engine_request rl0 = collect_request(&cl[0], prompt, 4, 24);
+    rl0.ignore_eos = 1;
+    CHECK(engine_submit(e, &rl0, NULL, &err) == CAIRN_OK);
+    struct engine_logit_bias lb = {28, 4.0f}; /* "xx" */
+    for (int smp = 0; smp < 2; smp++) {
+        struct engine_request r = collect_request(&cl[1 + smp], prompt, 4, 30);
+        r.grammar = gl;
+        r.grammar_vocab = v;
+        r.sampling.logit_bias = &lb;
+        r.sampling.n_logit_bias = 1;
+        if (smp) {
+            r.sampling.temperature = 1.0f;
+            r.sampling.seed = 5;
+            r.sampling.has_seed = 1;
+        }
+        CHECK_MSG(engine_submit(e, &r, NULL, &err) == CAIRN_OK, "%s", err.msg);
+    }
+    grammar_free(gl);
+    CHECK(collect_wait(cl, 3));
+    CHECK_EQ_INT(cl[0].n_tokens, alone.n_tokens);
+    CHECK(memcmp(cl[0].tokens, alone.tokens, (size_t)alone.n_tokens * sizeof(int32_t)) == 0);
+    for (int smp = 0; smp < 2; smp++) {
+        const char *t = cl[1 + smp].text;
+        CHECK_MSG(cl[1 + smp].finish != ENGINE_FINISH_ERROR && strstr(t, "xx"), "lazy %d: finish %d, '%s'", smp,
+                  (int)cl[1 + smp].finish, t);
+        /* complete calls only, or a last one cut by max_tokens */
+        CHECK_MSG(pcre_full("(?:[^x]|x(?!x)|xx[a-c]{2}9)*(?:xx[a-c]{0,2})?", t) == 1, "lazy %d: '%s'", smp, t);
+    }
 
     /* ignore_eos: a complete grammar still ends the request (no error) */
     struct grammar *g1;
