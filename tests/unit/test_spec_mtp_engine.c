@@ -9,10 +9,12 @@
  * over the head's drafts (engine_opts.mtp_script, called only after the head drafted): a prefix of
  * each draft is replaced by the reference continuation and the rest is the head's own, so drafts
  * are accepted in full, cut and rejected; the head's own positions go through the KV rollback.
- * Also: the head unscripted (its own drafts only), auto picking the head, a tight KV pool
+ * Also: the head unscripted (its own drafts only; some of them recomputed from scratch outside the
+ * engine must come out the same), auto picking the head, a tight KV pool
  * (preemption while drafting), and a model without mtp.* weights: --speculative mtp is refused
  * with a clear error, auto serves it (with n-grams), and a request asking mtp there is refused. */
 #include "base/mem.h"
+#include "kv/kv_pool.h"
 #include "engine_oracle_util.h"
 #include "model/model.h"
 #include "test_backend.h"
@@ -20,12 +22,26 @@
 #define N_REQ 6
 #define N_GEN 32
 
+#define N_OBS 12
+#define OBS_MAX (200 + N_GEN + 8)
+
+/* What the head drafted after a sequence (recorded by the observer, checked offline). */
+struct obs {
+    int32_t tokens[OBS_MAX];
+    int n_tokens;
+    int32_t draft[8];
+    int n_draft;
+};
+
 static struct script {
     const int32_t (*prompts)[200];
     const int *len;
     const struct collect *ref;
     int n;
+    int observe;                 /* only record the head's drafts, change nothing */
     long n_calls, n_head_tokens; /* calls, and draft tokens left as the head made them */
+    struct obs obs[N_OBS];
+    int n_obs;
 } script;
 
 /* out[0, max_k) holds the head's draft: a prefix of it becomes the reference continuation. */
@@ -33,6 +49,17 @@ static int script_draft(void *ctx, const int32_t *tokens, int n_tokens, int max_
 {
     struct script *sc = ctx;
     sc->n_calls++;
+    if (sc->observe) {
+        /* every third call, so the observations spread over steps and requests */
+        if (sc->n_obs < N_OBS && sc->n_calls % 3 == 1 && n_tokens <= OBS_MAX && max_k <= 8) {
+            struct obs *o = &sc->obs[sc->n_obs++];
+            memcpy(o->tokens, tokens, sizeof(int32_t) * (size_t)n_tokens);
+            o->n_tokens = n_tokens;
+            memcpy(o->draft, out, sizeof(int32_t) * (size_t)max_k);
+            o->n_draft = max_k;
+        }
+        return max_k;
+    }
     for (int r = 0; r < sc->n; r++) {
         if (sc->len[r] > n_tokens || memcmp(tokens, sc->prompts[r], (size_t)sc->len[r] * sizeof(int32_t)) != 0)
             continue;
@@ -126,6 +153,53 @@ static void check_run(struct engine *e, const char *name, const char *what, int3
     *drafted_out = drafted;
 }
 
+static int argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+/* Recomputes an observed draft from scratch, outside the engine: the target over the sequence
+ * but its last token, the head over every position, then chained on the engine's own drafts.
+ * Each draft token must be the argmax (or within float noise of it). */
+static void check_obs(struct model *m, const struct obs *o, const char *name)
+{
+    const struct model_info *mi = model_get_info(m);
+    int V = mi->vocab_size, H = mi->hidden_size, N = o->n_tokens;
+    struct kv_pool kv;
+    struct cairn_err err = {0};
+    CHECK(kv_pool_init(&kv, test_cpu_be(), mi->n_kv_layers, OBS_MAX / 16 + 2, 16, mi->n_kv_heads, mi->head_dim,
+                       DTYPE_F32, &err) == CAIRN_OK);
+    int32_t table[OBS_MAX / 16 + 2];
+    for (int i = 0; i < OBS_MAX / 16 + 2; i++) table[i] = i;
+    float *hid = malloc(sizeof(float) * (size_t)H * (size_t)N), *lg = malloc(sizeof(float) * (size_t)V);
+    float *g = malloc(sizeof(float) * (size_t)H);
+    void *state = malloc(mi->state_bytes);
+    model_state_init(m, state);
+    struct model_seq s = {.tokens = o->tokens, .n_tokens = N - 1, .pos0 = 0, .block_table = table, .state = state,
+                          .n_hidden = N - 1, .hidden = hid};
+    CHECK_MSG(model_forward(m, kv_pool_view(&kv), &s, 1, &err) == CAIRN_OK, "%s", err.msg);
+    struct model_mtp_seq q = {.tokens = o->tokens + 1, .hidden = hid, .n_tokens = N - 1, .pos0 = 0,
+                              .block_table = table, .n_out = 1, .logits = lg, .hidden_out = g};
+    for (int j = 0; j < o->n_draft; j++) {
+        if (j > 0)
+            q = (struct model_mtp_seq){.tokens = &o->draft[j - 1], .hidden = g, .n_tokens = 1, .pos0 = N - 2 + j,
+                                       .block_table = table, .n_out = 1, .logits = lg, .hidden_out = g};
+        CHECK_MSG(model_mtp_forward(m, kv_pool_view(&kv), &q, 1, &err) == CAIRN_OK, "%s", err.msg);
+        int top = argmax(lg, V);
+        CHECK_MSG(o->draft[j] == top || lg[o->draft[j]] >= lg[top] - 1e-3f,
+                  "%s: after %d tokens, draft %d is %d (logit %g), the head says %d (%g)", name, N, j, o->draft[j],
+                  lg[o->draft[j]], top, lg[top]);
+    }
+    free(hid);
+    free(lg);
+    free(g);
+    free(state);
+    kv_pool_free(&kv);
+}
+
 static void run_model(const char *name)
 {
     char dir[1024], rel[256];
@@ -156,11 +230,19 @@ static void run_model(const char *name)
     CHECK(script.n_calls > 0 && script.n_head_tokens > 0);
     engine_destroy(e);
 
-    /* the head's own drafts, every request speculating; auto picks the head */
-    e = make_engine(m, ENGINE_SPEC_AUTO, 64ull << 20, 0);
+    /* the head's own drafts, every request speculating; auto picks the head; some drafts are
+     * recomputed offline: the engine's head (catch-up over chunks, KV in the sequence's blocks,
+     * rolled back after rejections) drafts what the head computed from scratch drafts */
+    script.observe = 1;
+    script.n_obs = 0;
+    script.n_calls = 0;
+    e = make_engine(m, ENGINE_SPEC_AUTO, 64ull << 20, 1);
     check_run(e, name, "head only (auto)", p, len, n, 0, ref, &accepted, &drafted);
     CHECK_MSG(drafted > 0, "%s: the head drafted nothing", name);
     engine_destroy(e);
+    CHECK(script.n_obs >= 4);
+    for (int i = 0; i < script.n_obs; i++) check_obs(m, &script.obs[i], name);
+    script.observe = 0;
 
     /* 20 blocks of 16 tokens for 6 requests of up to ~150 tokens: preemption while drafting */
     uint64_t per_block = 2ull * (uint64_t)mi->n_kv_layers * 16 * (uint64_t)mi->n_kv_heads * (uint64_t)mi->head_dim * 4;
