@@ -225,10 +225,10 @@ struct engine_model_ops {
     int (*forward)(void *ctx, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
                    struct cairn_err *err);
     void (*state_init)(void *ctx, void *state);                       /* may be NULL: zeroes */
+    struct backend *be;  /* where the KV pool lives (the model's backend); NULL: host memory */
     /* The model's MTP head (model_mtp_forward); NULL: none (ENGINE_SPEC_MTP unavailable). */
     int (*mtp_forward)(void *ctx, struct kv_pool *kv, const struct model_mtp_seq *seqs, int n_seqs,
                        struct cairn_err *err);
-    struct backend *be;  /* where the KV pool lives (the model's backend); NULL: host memory */
 };
 int engine_create_ops(const struct engine_model_ops *ops, const struct engine_opts *opts,
                       struct engine **out, struct cairn_err *err);
