@@ -18,7 +18,8 @@ int spec_mtp_init(struct engine *e, struct cairn_err *err)
     x->H = e->info.hidden_size;
     x->V = e->info.vocab_size;
     size_t R = (size_t)e->opts.max_running, H = (size_t)x->H;
-    x->hidden = cairn_mem_alloc(sizeof(float) * H * (size_t)e->opts.max_batch_tokens, CAIRN_MEM_SCRATCH);
+    x->hidden =
+        cairn_mem_alloc(sizeof(float) * H * (size_t)e->opts.max_batch_tokens, CAIRN_MEM_SCRATCH);
     x->logits = cairn_mem_alloc(sizeof(float) * (size_t)x->V * R, CAIRN_MEM_SCRATCH);
     x->g = cairn_mem_alloc(sizeof(float) * H * R, CAIRN_MEM_SCRATCH);
     x->g_in = cairn_mem_alloc(sizeof(float) * H * R, CAIRN_MEM_SCRATCH);
@@ -34,7 +35,8 @@ void spec_mtp_free(struct engine *e)
     struct spec_mtp *x = e->mtp;
     if (!x) return;
     size_t R = (size_t)e->opts.max_running, H = (size_t)x->H;
-    cairn_mem_free(x->hidden, sizeof(float) * H * (size_t)e->opts.max_batch_tokens, CAIRN_MEM_SCRATCH);
+    cairn_mem_free(x->hidden, sizeof(float) * H * (size_t)e->opts.max_batch_tokens,
+                   CAIRN_MEM_SCRATCH);
     cairn_mem_free(x->logits, sizeof(float) * (size_t)x->V * R, CAIRN_MEM_SCRATCH);
     cairn_mem_free(x->g, sizeof(float) * H * R, CAIRN_MEM_SCRATCH);
     cairn_mem_free(x->g_in, sizeof(float) * H * R, CAIRN_MEM_SCRATCH);
@@ -109,10 +111,12 @@ void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
     }
     /* decodes that asked but had no head row this step draft nothing */
     int n_draft_seqs = 0;
-    for (int j = 0; j < n; j++) n_draft_seqs += x->slot[j] >= 0;
+    for (int j = 0; j < n; j++)
+        n_draft_seqs += x->slot[j] >= 0;
     for (int i = 0; i < n_decodes; i++) {
         int has = 0;
-        for (int j = 0; j < n && !has; j++) has = x->slot[j] == i;
+        for (int j = 0; j < n && !has; j++)
+            has = x->slot[j] == i;
         if (!has) want[i] = 0;
     }
     if (n == 0) return;
@@ -120,7 +124,8 @@ void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
     int rc = e->ops.mtp_forward(e->ops.ctx, &e->pool, x->seqs, n, &err);
     if (rc != CAIRN_OK) {
         LOG_WARN("engine", "MTP head step failed, no drafts this step: %s", err.msg);
-        for (int i = 0; i < n_decodes; i++) want[i] = 0;
+        for (int i = 0; i < n_decodes; i++)
+            want[i] = 0;
         return;
     }
     /* draft 1 of each drafting sequence; compact them to the front for the chained steps */
@@ -130,7 +135,8 @@ void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
         if (di < 0) continue;
         struct engine_seq *s = e->sched[di];
         s->tokens[s->n_tokens] = spec_mtp_argmax(x->logits + (size_t)j * (size_t)x->V, x->V);
-        memcpy(x->g_in + (size_t)m * (size_t)x->H, x->g + (size_t)j * (size_t)x->H, sizeof(float) * (size_t)x->H);
+        memcpy(x->g_in + (size_t)m * (size_t)x->H, x->g + (size_t)j * (size_t)x->H,
+               sizeof(float) * (size_t)x->H);
         x->slot[m++] = di;
     }
     CAIRN_ASSERT(m == n_draft_seqs);
@@ -164,13 +170,16 @@ void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
         rc = e->ops.mtp_forward(e->ops.ctx, &e->pool, x->seqs, m, &err);
         if (rc != CAIRN_OK) {
             LOG_WARN("engine", "MTP head step failed, drafts cut at %d: %s", d, err.msg);
-            for (int j = 0; j < m; j++) want[x->slot[j]] = d;
+            for (int j = 0; j < m; j++)
+                want[x->slot[j]] = d;
             return;
         }
         for (int j = 0; j < m; j++) {
             struct engine_seq *s = e->sched[x->slot[j]];
-            s->tokens[s->n_tokens + d] = spec_mtp_argmax(x->logits + (size_t)j * (size_t)x->V, x->V);
-            memcpy(x->g_in + (size_t)j * (size_t)x->H, x->g + (size_t)j * (size_t)x->H, sizeof(float) * (size_t)x->H);
+            s->tokens[s->n_tokens + d] =
+                spec_mtp_argmax(x->logits + (size_t)j * (size_t)x->V, x->V);
+            memcpy(x->g_in + (size_t)j * (size_t)x->H, x->g + (size_t)j * (size_t)x->H,
+                   sizeof(float) * (size_t)x->H);
         }
     }
 }

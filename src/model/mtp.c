@@ -30,52 +30,62 @@ int model_mtp_specs(struct model *m, struct model_specs *s)
     int64_t hid = m->cfg.hidden_size;
     m->mtp.il = m->cfg.n_layers;
     int ok = model_specs_linear(s, &m->mtp.fc, hid, 2 * hid, MODEL_BIAS_NONE, "mtp.fc") != NULL;
-    ok &= model_specs_vector(s, &m->mtp.norm_emb, hid, 0.0f, "mtp.pre_fc_norm_embedding.weight") != NULL;
-    ok &= model_specs_vector(s, &m->mtp.norm_hid, hid, 0.0f, "mtp.pre_fc_norm_hidden.weight") != NULL;
+    ok &= model_specs_vector(s, &m->mtp.norm_emb, hid, 0.0f, "mtp.pre_fc_norm_embedding.weight") !=
+          NULL;
+    ok &=
+        model_specs_vector(s, &m->mtp.norm_hid, hid, 0.0f, "mtp.pre_fc_norm_hidden.weight") != NULL;
     ok &= model_specs_vector(s, &m->mtp.norm, hid, 0.0f, "mtp.norm.weight") != NULL;
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
-static int model_mtp_check(struct model *m, const struct backend_kv_view *kv, const struct model_mtp_seq *seqs,
-                           int n_seqs, struct cairn_err *err)
+static int model_mtp_check(struct model *m, const struct backend_kv_view *kv,
+                           const struct model_mtp_seq *seqs, int n_seqs, struct cairn_err *err)
 {
     const struct model_config *c = &m->cfg;
     if (m->n_mtp == 0)
-        return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "model_mtp_forward: %s has no MTP head (no mtp.* weights)",
+        return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED,
+                             "model_mtp_forward: %s has no MTP head (no mtp.* weights)",
                              c->model_type);
-    if (!m->ws_ok) return cairn_err_set(err, CAIRN_ERR_INVALID, "model_mtp_forward: call model_reserve first");
+    if (!m->ws_ok)
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "model_mtp_forward: call model_reserve first");
     if (n_seqs <= 0 || !seqs || n_seqs > m->ws.max_tokens)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "model_mtp_forward: %d sequences", n_seqs);
-    if (!kv || kv->n_layers != m->info.n_kv_layers || kv->n_kv_heads != c->n_kv_heads || kv->head_dim != c->head_dim)
-        return cairn_err_set(err, CAIRN_ERR_INVALID, "model_mtp_forward: kv pool geometry does not match the model");
+    if (!kv || kv->n_layers != m->info.n_kv_layers || kv->n_kv_heads != c->n_kv_heads ||
+        kv->head_dim != c->head_dim)
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "model_mtp_forward: kv pool geometry does not match the model");
     long total = 0;
     for (int s = 0; s < n_seqs; s++) {
         const struct model_mtp_seq *q = &seqs[s];
         if (q->n_tokens < 0 || q->pos0 < 0 || q->n_out < 0 || q->n_out > q->n_tokens ||
             (q->n_tokens > 0 && (!q->tokens || !q->hidden || !q->block_table)) ||
             (long)q->pos0 + q->n_tokens > (long)INT32_MAX / 2)
-            return cairn_err_set(err, CAIRN_ERR_INVALID, "model_mtp_forward: sequence %d: bad counts", s);
+            return cairn_err_set(err, CAIRN_ERR_INVALID,
+                                 "model_mtp_forward: sequence %d: bad counts", s);
         for (int i = 0; i < q->n_tokens; i++)
             if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab_size)
-                return cairn_err_set(err, CAIRN_ERR_INVALID,
-                                     "model_mtp_forward: sequence %d: token %d out of range (vocab %d)", s,
-                                     q->tokens[i], c->vocab_size);
+                return cairn_err_set(
+                    err, CAIRN_ERR_INVALID,
+                    "model_mtp_forward: sequence %d: token %d out of range (vocab %d)", s,
+                    q->tokens[i], c->vocab_size);
         int nb = (q->pos0 + q->n_tokens + kv->block_size - 1) / kv->block_size;
         for (int b = 0; b < nb && q->n_tokens > 0; b++)
             if (q->block_table[b] < 0 || q->block_table[b] >= kv->n_blocks)
-                return cairn_err_set(err, CAIRN_ERR_INVALID, "model_mtp_forward: sequence %d: block %d is %d", s, b,
+                return cairn_err_set(err, CAIRN_ERR_INVALID,
+                                     "model_mtp_forward: sequence %d: block %d is %d", s, b,
                                      q->block_table[b]);
         total += q->n_tokens;
     }
     if (total > m->ws.max_tokens)
-        return cairn_err_set(err, CAIRN_ERR_LIMIT, "model_mtp_forward: %ld tokens, reserved %d", total,
-                             m->ws.max_tokens);
+        return cairn_err_set(err, CAIRN_ERR_LIMIT, "model_mtp_forward: %ld tokens, reserved %d",
+                             total, m->ws.max_tokens);
     return CAIRN_OK;
 }
 
 /* The ops of the head's step (inside step_begin/step_end); ms: the staging view of seqs. */
-static int model_mtp_ops(struct model *m, const struct backend_kv_view *kv, const struct model_mtp_seq *seqs,
-                         const struct model_seq *ms, int n_seqs, int n_ints, int n_sel, struct cairn_err *err)
+static int model_mtp_ops(struct model *m, const struct backend_kv_view *kv,
+                         const struct model_mtp_seq *seqs, const struct model_seq *ms, int n_seqs,
+                         int n_ints, int n_sel, struct cairn_err *err)
 {
     const struct model_config *c = &m->cfg;
     struct model_ws *w = &m->ws;
@@ -109,19 +119,20 @@ static int model_mtp_ops(struct model *m, const struct backend_kv_view *kv, cons
             }
             const struct model_mtp_seq *q = &seqs[s_of];
             if (q->hidden_out)
-                rc = m->be->ops->buf_download(m->be, q->hidden_out + (size_t)r_in * H, w->sel + (size_t)(r0 + r) * H,
-                                              sizeof(float) * H, err);
+                rc =
+                    m->be->ops->buf_download(m->be, q->hidden_out + (size_t)r_in * H,
+                                             w->sel + (size_t)(r0 + r) * H, sizeof(float) * H, err);
             if (rc == CAIRN_OK && q->logits)
-                rc = m->be->ops->buf_download(m->be, q->logits + (size_t)r_in * V, w->logits + (size_t)r * V,
-                                              sizeof(float) * V, err);
+                rc = m->be->ops->buf_download(m->be, q->logits + (size_t)r_in * V,
+                                              w->logits + (size_t)r * V, sizeof(float) * V, err);
             r_in++;
         }
     }
     return rc;
 }
 
-int model_mtp_forward(struct model *m, const struct backend_kv_view *kv, const struct model_mtp_seq *seqs,
-                      int n_seqs, struct cairn_err *err)
+int model_mtp_forward(struct model *m, const struct backend_kv_view *kv,
+                      const struct model_mtp_seq *seqs, int n_seqs, struct cairn_err *err)
 {
     int rc = model_mtp_check(m, kv, seqs, n_seqs, err);
     if (rc != CAIRN_OK) return rc;
@@ -144,7 +155,8 @@ int model_mtp_forward(struct model *m, const struct backend_kv_view *kv, const s
         T += q->n_tokens;
         n_sel += q->n_out;
         if (q->n_tokens > 0)
-            bt_stride = CAIRN_MAX(bt_stride, (q->pos0 + q->n_tokens + kv->block_size - 1) / kv->block_size);
+            bt_stride =
+                CAIRN_MAX(bt_stride, (q->pos0 + q->n_tokens + kv->block_size - 1) / kv->block_size);
     }
     rc = model_i32_reserve(m, model_stage_ints(T, n_seqs, bt_stride, n_sel), err);
     if (rc != CAIRN_OK) return rc;
@@ -163,7 +175,8 @@ int model_mtp_forward(struct model *m, const struct backend_kv_view *kv, const s
 
 void model_mtp_free(struct model *m)
 {
-    cairn_mem_free(m->mtp.stage, sizeof(*m->mtp.stage) * (size_t)m->mtp.cap_stage, CAIRN_MEM_SCRATCH);
+    cairn_mem_free(m->mtp.stage, sizeof(*m->mtp.stage) * (size_t)m->mtp.cap_stage,
+                   CAIRN_MEM_SCRATCH);
     m->mtp.stage = NULL;
     m->mtp.cap_stage = 0;
 }

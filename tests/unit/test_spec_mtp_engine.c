@@ -3,7 +3,8 @@
  * back after a cut draft).
  *
  * Reference: the requests decoded with speculation off, all in flight at once. Then with
- * --speculative mtp, in one batch where every other request opts out: greedy tokens identical,
+ * --speculative mtp, in one batch where every other request opts out (and one asks for prompt
+ * lookup instead, which the head then never drafts for): greedy tokens identical,
  * blocks all returned, usage and stats counting the drafts. A random head drafts what the target
  * then emits about once in a thousand (make_fixtures.py prints it), so one run scripts acceptance
  * over the head's drafts (engine_opts.mtp_script, called only after the head drafted): a prefix of
@@ -40,6 +41,7 @@ static struct script {
     int n;
     int observe;                 /* only record the head's drafts, change nothing */
     long n_calls, n_head_tokens; /* calls, and draft tokens left as the head made them */
+    long n_seen[N_REQ];          /* calls per request */
     struct obs obs[N_OBS];
     int n_obs;
 } script;
@@ -61,8 +63,10 @@ static int script_draft(void *ctx, const int32_t *tokens, int n_tokens, int max_
         return max_k;
     }
     for (int r = 0; r < sc->n; r++) {
-        if (sc->len[r] > n_tokens || memcmp(tokens, sc->prompts[r], (size_t)sc->len[r] * sizeof(int32_t)) != 0)
+        if (sc->len[r] > n_tokens ||
+            memcmp(tokens, sc->prompts[r], (size_t)sc->len[r] * sizeof(int32_t)) != 0)
             continue;
+        sc->n_seen[r]++;
         int g = n_tokens - sc->len[r];
         int keep = (n_tokens * 7) % (max_k + 2); /* 0 .. max_k + 1: none, some or all right */
         for (int j = 0; j < max_k; j++) {
@@ -78,7 +82,8 @@ static int script_draft(void *ctx, const int32_t *tokens, int n_tokens, int max_
     return max_k;
 }
 
-static struct engine *make_engine(struct model *m, enum engine_spec_mode mode, uint64_t kv_bytes, int scripted)
+static struct engine *make_engine(struct model *m, enum engine_spec_mode mode, uint64_t kv_bytes,
+                                  int scripted)
 {
     struct engine_opts o;
     oracle_engine_opts(&o, 16, kv_bytes, 8);
@@ -103,26 +108,30 @@ static int make_prompts(int vocab, int32_t p[N_REQ][200], int *len)
             p[n][l++] = (int32_t)((x >> 33) % (uint64_t)vocab);
         }
         for (int rep = 1; rep < reps; rep++)
-            for (int j = 0; j < span; j++) p[n][l++] = j == span / 2 ? (p[n][j] + 1) % vocab : p[n][j];
+            for (int j = 0; j < span; j++)
+                p[n][l++] = j == span / 2 ? (p[n][j] + 1) % vocab : p[n][j];
         len[n] = l;
     }
     return N_REQ;
 }
 
-static void run_batch(struct engine *e, int32_t p[N_REQ][200], const int *len, int n, int mix, struct collect *out)
+static void run_batch(struct engine *e, int32_t p[N_REQ][200], const int *len, int n, int mix,
+                      struct collect *out)
 {
     struct cairn_err err = {0};
     for (int i = 0; i < n; i++) {
         struct engine_request r = collect_request(&out[i], p[i], len[i], N_GEN);
         r.ignore_eos = 1;
         if (mix && i % 2) r.speculative = ENGINE_SPEC_OFF;
+        if (mix && i == 2) r.speculative = ENGINE_SPEC_NGRAM; /* prompt lookup on an MTP engine */
         CHECK_MSG(engine_submit(e, &r, NULL, &err) == CAIRN_OK, "%s", err.msg);
     }
     CHECK(collect_wait(out, n));
 }
 
-static void check_run(struct engine *e, const char *name, const char *what, int32_t p[N_REQ][200], const int *len,
-                      int n, int mix, const struct collect *ref, long *accepted_out, long *drafted_out)
+static void check_run(struct engine *e, const char *name, const char *what, int32_t p[N_REQ][200],
+                      const int *len, int n, int mix, const struct collect *ref, long *accepted_out,
+                      long *drafted_out)
 {
     static struct collect spec[N_REQ];
     struct engine_stats st;
@@ -145,10 +154,11 @@ static void check_run(struct engine *e, const char *name, const char *what, int3
     CHECK_EQ_INT(st.n_spec_accepted, accepted);
     CHECK_EQ_INT(st.n_blocks_used, 0);
     CHECK_EQ_INT(st.n_blocks_free + st.n_blocks_cached, st.n_blocks_total);
-    printf("%s, %s: %d/%d identical, %ld of %ld drafted accepted, %llu verify steps, %llu steps, %llu "
-           "preemptions\n",
-           name, what, n_same, n, accepted, drafted, (unsigned long long)st.n_spec_steps,
-           (unsigned long long)st.n_steps, (unsigned long long)st.n_preemptions);
+    printf(
+        "%s, %s: %d/%d identical, %ld of %ld drafted accepted, %llu verify steps, %llu steps, %llu "
+        "preemptions\n",
+        name, what, n_same, n, accepted, drafted, (unsigned long long)st.n_spec_steps,
+        (unsigned long long)st.n_steps, (unsigned long long)st.n_preemptions);
     *accepted_out = accepted;
     *drafted_out = drafted;
 }
@@ -170,28 +180,47 @@ static void check_obs(struct model *m, const struct obs *o, const char *name)
     int V = mi->vocab_size, H = mi->hidden_size, N = o->n_tokens;
     struct kv_pool kv;
     struct cairn_err err = {0};
-    CHECK(kv_pool_init(&kv, test_cpu_be(), mi->n_kv_layers, OBS_MAX / 16 + 2, 16, mi->n_kv_heads, mi->head_dim,
-                       DTYPE_F32, &err) == CAIRN_OK);
+    CHECK(kv_pool_init(&kv, test_cpu_be(), mi->n_kv_layers, OBS_MAX / 16 + 2, 16, mi->n_kv_heads,
+                       mi->head_dim, DTYPE_F32, &err) == CAIRN_OK);
     int32_t table[OBS_MAX / 16 + 2];
-    for (int i = 0; i < OBS_MAX / 16 + 2; i++) table[i] = i;
-    float *hid = malloc(sizeof(float) * (size_t)H * (size_t)N), *lg = malloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i < OBS_MAX / 16 + 2; i++)
+        table[i] = i;
+    float *hid = malloc(sizeof(float) * (size_t)H * (size_t)N),
+          *lg = malloc(sizeof(float) * (size_t)V);
     float *g = malloc(sizeof(float) * (size_t)H);
     void *state = malloc(mi->state_bytes);
     model_state_init(m, state);
-    struct model_seq s = {.tokens = o->tokens, .n_tokens = N - 1, .pos0 = 0, .block_table = table, .state = state,
-                          .n_hidden = N - 1, .hidden = hid};
+    struct model_seq s = {.tokens = o->tokens,
+                          .n_tokens = N - 1,
+                          .pos0 = 0,
+                          .block_table = table,
+                          .state = state,
+                          .n_hidden = N - 1,
+                          .hidden = hid};
     CHECK_MSG(model_forward(m, kv_pool_view(&kv), &s, 1, &err) == CAIRN_OK, "%s", err.msg);
-    struct model_mtp_seq q = {.tokens = o->tokens + 1, .hidden = hid, .n_tokens = N - 1, .pos0 = 0,
-                              .block_table = table, .n_out = 1, .logits = lg, .hidden_out = g};
+    struct model_mtp_seq q = {.tokens = o->tokens + 1,
+                              .hidden = hid,
+                              .n_tokens = N - 1,
+                              .pos0 = 0,
+                              .block_table = table,
+                              .n_out = 1,
+                              .logits = lg,
+                              .hidden_out = g};
     for (int j = 0; j < o->n_draft; j++) {
         if (j > 0)
-            q = (struct model_mtp_seq){.tokens = &o->draft[j - 1], .hidden = g, .n_tokens = 1, .pos0 = N - 2 + j,
-                                       .block_table = table, .n_out = 1, .logits = lg, .hidden_out = g};
+            q = (struct model_mtp_seq){.tokens = &o->draft[j - 1],
+                                       .hidden = g,
+                                       .n_tokens = 1,
+                                       .pos0 = N - 2 + j,
+                                       .block_table = table,
+                                       .n_out = 1,
+                                       .logits = lg,
+                                       .hidden_out = g};
         CHECK_MSG(model_mtp_forward(m, kv_pool_view(&kv), &q, 1, &err) == CAIRN_OK, "%s", err.msg);
         int top = argmax(lg, V);
         CHECK_MSG(o->draft[j] == top || lg[o->draft[j]] >= lg[top] - 1e-3f,
-                  "%s: after %d tokens, draft %d is %d (logit %g), the head says %d (%g)", name, N, j, o->draft[j],
-                  lg[o->draft[j]], top, lg[top]);
+                  "%s: after %d tokens, draft %d is %d (logit %g), the head says %d (%g)", name, N,
+                  j, o->draft[j], lg[o->draft[j]], top, lg[top]);
     }
     free(hid);
     free(lg);
@@ -226,8 +255,11 @@ static void run_model(const char *name)
     script = (struct script){.prompts = (const int32_t(*)[200])p, .len = len, .ref = ref, .n = n};
     e = make_engine(m, ENGINE_SPEC_MTP, 64ull << 20, 1);
     check_run(e, name, "scripted over the head", p, len, n, 1, ref, &accepted, &drafted);
-    CHECK_MSG(accepted > 0 && accepted < drafted, "%s: %ld of %ld drafted accepted", name, accepted, drafted);
+    CHECK_MSG(accepted > 0 && accepted < drafted, "%s: %ld of %ld drafted accepted", name, accepted,
+              drafted);
     CHECK(script.n_calls > 0 && script.n_head_tokens > 0);
+    CHECK_EQ_INT(script.n_seen[2], 0); /* it asked for n-grams: the head never drafted for it */
+    CHECK(script.n_seen[0] > 0 && script.n_seen[4] > 0);
     engine_destroy(e);
 
     /* the head's own drafts, every request speculating; auto picks the head; some drafts are
@@ -241,11 +273,13 @@ static void run_model(const char *name)
     CHECK_MSG(drafted > 0, "%s: the head drafted nothing", name);
     engine_destroy(e);
     CHECK(script.n_obs >= 4);
-    for (int i = 0; i < script.n_obs; i++) check_obs(m, &script.obs[i], name);
+    for (int i = 0; i < script.n_obs; i++)
+        check_obs(m, &script.obs[i], name);
     script.observe = 0;
 
     /* 20 blocks of 16 tokens for 6 requests of up to ~150 tokens: preemption while drafting */
-    uint64_t per_block = 2ull * (uint64_t)mi->n_kv_layers * 16 * (uint64_t)mi->n_kv_heads * (uint64_t)mi->head_dim * 4;
+    uint64_t per_block = 2ull * (uint64_t)mi->n_kv_layers * 16 * (uint64_t)mi->n_kv_heads *
+                         (uint64_t)mi->head_dim * 4;
     script.n_calls = 0;
     e = make_engine(m, ENGINE_SPEC_MTP, 20 * per_block, 1);
     check_run(e, name, "tight pool", p, len, n, 0, ref, &accepted, &drafted);
@@ -279,7 +313,8 @@ static void test_no_head(void)
     if (e) {
         struct collect c[2];
         int32_t prompt[24];
-        for (int i = 0; i < 24; i++) prompt[i] = (i % 8) * 3 + 1;
+        for (int i = 0; i < 24; i++)
+            prompt[i] = (i % 8) * 3 + 1;
         struct engine_request r = collect_request(&c[0], prompt, 24, 8);
         r.ignore_eos = 1;
         CHECK(engine_submit(e, &r, NULL, &err) == CAIRN_OK);

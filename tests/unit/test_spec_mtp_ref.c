@@ -33,7 +33,8 @@ struct ref_case {
     int n_chain;
 };
 
-static const struct safetensors_tensor *find(const struct safetensors *f, int i, const char *what, enum dtype dt)
+static const struct safetensors_tensor *find(const struct safetensors *f, int i, const char *what,
+                                             enum dtype dt)
 {
     char name[64];
     snprintf(name, sizeof(name), "case%d.%s", i, what);
@@ -79,7 +80,8 @@ static void check_model(const char *name)
     struct ref_case cs[MAX_CASES];
     int n_cases = 0;
     for (int i = 0; i < MAX_CASES; i++) {
-        const struct safetensors_tensor *tk = find(&f, i, "tokens", DTYPE_I32), *nx = find(&f, i, "next", DTYPE_I32);
+        const struct safetensors_tensor *tk = find(&f, i, "tokens", DTYPE_I32),
+                                        *nx = find(&f, i, "next", DTYPE_I32);
         const struct safetensors_tensor *ml = find(&f, i, "mtp_logits", DTYPE_F32);
         const struct safetensors_tensor *ct = find(&f, i, "chain_tokens", DTYPE_I32);
         const struct safetensors_tensor *cl = find(&f, i, "chain_logits", DTYPE_F32);
@@ -103,14 +105,16 @@ static void check_model(const char *name)
 
     struct kv_pool kv;
     CHECK(model_reserve(m, 128, &err) == CAIRN_OK);
-    CHECK(kv_pool_init(&kv, test_cpu_be(), info->n_kv_layers, MAX_CASES * BLOCKS_PER_CASE, BS, info->n_kv_heads,
-                       info->head_dim, DTYPE_F32, &err) == CAIRN_OK);
+    CHECK(kv_pool_init(&kv, test_cpu_be(), info->n_kv_layers, MAX_CASES * BLOCKS_PER_CASE, BS,
+                       info->n_kv_heads, info->head_dim, DTYPE_F32, &err) == CAIRN_OK);
     int32_t table[MAX_CASES][BLOCKS_PER_CASE];
     for (int i = 0; i < MAX_CASES; i++) /* scattered blocks, not in order */
-        for (int b = 0; b < BLOCKS_PER_CASE; b++) table[i][b] = (MAX_CASES * BLOCKS_PER_CASE - 1) - (b * MAX_CASES + i);
+        for (int b = 0; b < BLOCKS_PER_CASE; b++)
+            table[i][b] = (MAX_CASES * BLOCKS_PER_CASE - 1) - (b * MAX_CASES + i);
     float *hid[MAX_CASES], *ids_hid = NULL;
     int32_t *ids[MAX_CASES];
-    float *lg = malloc(sizeof(float) * (size_t)V * 128), *g = malloc(sizeof(float) * (size_t)H * 128);
+    float *lg = malloc(sizeof(float) * (size_t)V * 128),
+          *g = malloc(sizeof(float) * (size_t)H * 128);
     uint8_t *state = malloc(info->state_bytes);
     (void)ids_hid;
     for (int i = 0; i < n_cases; i++) {
@@ -121,26 +125,46 @@ static void check_model(const char *name)
         model_state_init(m, state);
         for (int p = 0; p < c->T; p += 16) {
             int n = CAIRN_MIN(16, c->T - p);
-            struct model_seq s = {.tokens = c->tokens + p, .n_tokens = n, .pos0 = p, .block_table = table[i],
-                                  .state = state, .n_logits = p + n == c->T, .logits = lg,
-                                  .n_hidden = n, .hidden = hid[i] + (size_t)p * H};
+            struct model_seq s = {.tokens = c->tokens + p,
+                                  .n_tokens = n,
+                                  .pos0 = p,
+                                  .block_table = table[i],
+                                  .state = state,
+                                  .n_logits = p + n == c->T,
+                                  .logits = lg,
+                                  .n_hidden = n,
+                                  .hidden = hid[i] + (size_t)p * H};
             rc = model_forward(m, kv_pool_view(&kv), &s, 1, &err);
             CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
         }
         int top = argmax(lg, V);
-        if (top != c->next) fprintf(stderr, "note: %s case %d: target argmax %d vs reference %d\n", name, i, top, c->next);
-        for (int p = 0; p < c->T; p++) ids[i][p] = p + 1 < c->T ? c->tokens[p + 1] : c->next;
+        if (top != c->next)
+            fprintf(stderr, "note: %s case %d: target argmax %d vs reference %d\n", name, i, top,
+                    c->next);
+        for (int p = 0; p < c->T; p++)
+            ids[i][p] = p + 1 < c->T ? c->tokens[p + 1] : c->next;
 
         /* k = 1 over the prompt: one chunk, then a position per call */
         int first = c->T / 2;
-        struct model_mtp_seq q = {.tokens = ids[i], .hidden = hid[i], .n_tokens = first, .pos0 = 0,
-                                  .block_table = table[i], .n_out = first, .logits = lg, .hidden_out = g};
+        struct model_mtp_seq q = {.tokens = ids[i],
+                                  .hidden = hid[i],
+                                  .n_tokens = first,
+                                  .pos0 = 0,
+                                  .block_table = table[i],
+                                  .n_out = first,
+                                  .logits = lg,
+                                  .hidden_out = g};
         rc = first ? model_mtp_forward(m, kv_pool_view(&kv), &q, 1, &err) : CAIRN_OK;
         CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
         for (int p = first; p < c->T; p++) {
-            q = (struct model_mtp_seq){.tokens = ids[i] + p, .hidden = hid[i] + (size_t)p * H, .n_tokens = 1,
-                                       .pos0 = p, .block_table = table[i], .n_out = 1,
-                                       .logits = lg + (size_t)p * V, .hidden_out = g + (size_t)p * H};
+            q = (struct model_mtp_seq){.tokens = ids[i] + p,
+                                       .hidden = hid[i] + (size_t)p * H,
+                                       .n_tokens = 1,
+                                       .pos0 = p,
+                                       .block_table = table[i],
+                                       .n_out = 1,
+                                       .logits = lg + (size_t)p * V,
+                                       .hidden_out = g + (size_t)p * H};
             rc = model_mtp_forward(m, kv_pool_view(&kv), &q, 1, &err);
             CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
         }
@@ -154,8 +178,14 @@ static void check_model(const char *name)
         CHECK(H <= 4096);
         memcpy(gj, g + (size_t)(c->T - 1) * H, sizeof(float) * (size_t)H);
         for (int j = 1; j < c->n_chain; j++) {
-            q = (struct model_mtp_seq){.tokens = &c->chain[j - 1], .hidden = gj, .n_tokens = 1, .pos0 = c->T - 1 + j,
-                                       .block_table = table[i], .n_out = 1, .logits = lg, .hidden_out = gj};
+            q = (struct model_mtp_seq){.tokens = &c->chain[j - 1],
+                                       .hidden = gj,
+                                       .n_tokens = 1,
+                                       .pos0 = c->T - 1 + j,
+                                       .block_table = table[i],
+                                       .n_out = 1,
+                                       .logits = lg,
+                                       .hidden_out = gj};
             rc = model_mtp_forward(m, kv_pool_view(&kv), &q, 1, &err);
             CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
             double ej = max_err(lg, c->chain_logits + (size_t)j * V, (size_t)V);
@@ -169,11 +199,17 @@ static void check_model(const char *name)
     struct model_mtp_seq qs[MAX_CASES];
     size_t off = 0;
     int total = 0;
-    for (int i = 0; i < n_cases; i++) total += cs[i].T;
+    for (int i = 0; i < n_cases; i++)
+        total += cs[i].T;
     float *blg = malloc(sizeof(float) * (size_t)V * (size_t)total);
     for (int i = 0; i < n_cases; i++) {
-        qs[i] = (struct model_mtp_seq){.tokens = ids[i], .hidden = hid[i], .n_tokens = cs[i].T, .pos0 = 0,
-                                       .block_table = table[i], .n_out = cs[i].T, .logits = blg + off};
+        qs[i] = (struct model_mtp_seq){.tokens = ids[i],
+                                       .hidden = hid[i],
+                                       .n_tokens = cs[i].T,
+                                       .pos0 = 0,
+                                       .block_table = table[i],
+                                       .n_out = cs[i].T,
+                                       .logits = blg + off};
         off += (size_t)cs[i].T * V;
     }
     rc = model_mtp_forward(m, kv_pool_view(&kv), qs, n_cases, &err);
@@ -186,7 +222,8 @@ static void check_model(const char *name)
     }
     /* bad input is an error, not a crash */
     int32_t bad = V;
-    struct model_mtp_seq qb = {.tokens = &bad, .hidden = hid[0], .n_tokens = 1, .pos0 = 0, .block_table = table[0]};
+    struct model_mtp_seq qb = {
+        .tokens = &bad, .hidden = hid[0], .n_tokens = 1, .pos0 = 0, .block_table = table[0]};
     CHECK(model_mtp_forward(m, kv_pool_view(&kv), &qb, 1, &err) == CAIRN_ERR_INVALID);
 
     for (int i = 0; i < n_cases; i++) {
@@ -216,8 +253,8 @@ static void check_no_head(void)
     CHECK_EQ_INT(info->n_kv_layers, 2);
     CHECK(model_reserve(m, 16, &err) == CAIRN_OK);
     struct kv_pool kv;
-    CHECK(kv_pool_init(&kv, test_cpu_be(), info->n_kv_layers, 4, BS, info->n_kv_heads, info->head_dim, DTYPE_F32,
-                       &err) == CAIRN_OK);
+    CHECK(kv_pool_init(&kv, test_cpu_be(), info->n_kv_layers, 4, BS, info->n_kv_heads,
+                       info->head_dim, DTYPE_F32, &err) == CAIRN_OK);
     int32_t tok = 1, table[4] = {0, 1, 2, 3};
     float h[128] = {0};
     CHECK(info->hidden_size <= 128);
