@@ -63,9 +63,9 @@ static double max_err(const float *a, const float *b, size_t n)
 
 static void check_model(const char *name)
 {
-    char dir[1024], exp[1200];
-    snprintf(exp, sizeof(exp), "tests/data/mtp/%s", name);
-    test_src_path(exp, dir, sizeof(dir));
+    char dir[1024], exp[1200], rel[256];
+    snprintf(rel, sizeof(rel), "tests/data/mtp/%s", name);
+    test_src_path(rel, dir, sizeof(dir));
     snprintf(exp, sizeof(exp), "%s/expected_mtp.safetensors", dir);
     struct cairn_err err = {0};
     struct model *m = NULL;
