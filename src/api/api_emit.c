@@ -163,12 +163,15 @@ char *api_error_body(int anthropic, int status, const char *code, const char *me
 static json_t *api_usage_json(struct api_call *c)
 {
     int p = 0, k = 0, cached = 0;
+    long drafted = 0, accepted = 0;
     for (int i = 0; i < c->n_subs; i++) {
         if (i == 0) {
             p = c->subs[i].usage.prompt_tokens ? c->subs[i].usage.prompt_tokens : c->n_prompt;
             cached = c->subs[i].usage.cached_tokens;
         }
         k += c->subs[i].usage.completion_tokens;
+        drafted += c->subs[i].usage.spec_drafted;
+        accepted += c->subs[i].usage.spec_accepted;
     }
     p = api_scaled(c, p);
     k = api_scaled(c, k);
@@ -191,6 +194,10 @@ static json_t *api_usage_json(struct api_call *c)
         json_object_set_new(u, "total_tokens", json_integer(p + k));
         json_object_set_new(u, "prompt_tokens_details", json_pack("{s:i}", "cached_tokens", cached));
     }
+    /* extension: speculative draft tokens verified / accepted, only where the request drafted */
+    if (drafted > 0)
+        json_object_set_new(u, "cairn_speculative",
+                            json_pack("{s:I,s:I}", "drafted", (json_int_t)drafted, "accepted", (json_int_t)accepted));
     return u;
 }
 

@@ -79,7 +79,7 @@ struct api_req {
                               * (Anthropic): more than one call per turn */
     int echo;                /* completions: echo the prompt */
     int ignore_eos;          /* extension (vLLM): generate past EOS up to max_tokens */
-    int speculative;         /* extension: enum engine_spec_mode, "off" | "ngram" | "auto";
+    int speculative;         /* extension: enum engine_spec_mode, "off" | "ngram" | "auto" | "mtp";
                               * 0 = the server's --speculative */
     int thinking;            /* Anthropic thinking enabled / reasoning requested: -1 unset */
     enum api_grammar_kind grammar_kind;

@@ -37,10 +37,11 @@ static void serve_usage(FILE *f)
             "  --http-threads N             HTTP threads (default 4)\n"
             "  --kv-cache-size SIZE         device KV cache budget per model (e.g. 2G, 10%%)\n"
             "  --max-batch-tokens N         token budget per engine step\n"
-            "  --speculative MODE           off|ngram|auto: speculative decoding (ngram = prompt\n"
-            "                               lookup; auto = the best drafter the model has, today\n"
-            "                               ngram), parked per request when it stops paying\n"
-            "                               (default off)\n"
+            "  --speculative MODE           off|ngram|mtp|auto: speculative decoding (ngram = prompt\n"
+            "                               lookup; mtp = the model's MTP head (qwen3_next /\n"
+            "                               qwen3_5 with mtp.* weights); auto = mtp where the\n"
+            "                               model has a head, else ngram), parked per request\n"
+            "                               when it stops paying (default off)\n"
             "  --preload                    load every model at start (default: on first use)\n"
             "  --hot-cache-max-size SIZE    hot RAM KV tier per model (e.g. 8G, 20%%; default off)\n"
             "  --hot-cache-write-through    also write every new full block to the SSD at once\n"
@@ -179,7 +180,7 @@ int cmd_serve(int argc, char **argv)
         case O_SPEC:
             ro.speculative = engine_spec_mode_parse(optarg);
             if (ro.speculative < 0) {
-                fprintf(stderr, "cairn serve: bad --speculative '%s' (off, ngram or auto)\n", optarg);
+                fprintf(stderr, "cairn serve: bad --speculative '%s' (off, ngram, mtp or auto)\n", optarg);
                 return 2;
             }
             break;

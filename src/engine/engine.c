@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/engine_int.h"
+#include "engine/spec_mtp.h"
 #include "engine/spec_sched.h"
 
 static void engine_opts_fill(struct engine_opts *o)
@@ -67,6 +68,8 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     if (o->context_length <= 0 || o->context_length > e->info.max_position)
         o->context_length = e->info.max_position > 0 ? e->info.max_position : 4096;
     rc = spec_sched_opts_fill(o, err);
+    if (rc) goto fail;
+    rc = spec_sched_mode_resolve(o, &e->info, ops->mtp_forward != NULL, err);
     if (rc) goto fail;
     e->spec_extra_rows = spec_sched_extra_rows(o);
     spec_cost_init(&e->spec_cost, o->spec_cost_slope);
@@ -132,6 +135,8 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
         rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
+    rc = spec_mtp_init(e, err);
+    if (rc) goto fail;
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -168,6 +173,7 @@ void engine_destroy(struct engine *e)
         pthread_cond_destroy(&e->cv);
         pthread_cond_destroy(&e->cv_done);
     }
+    spec_mtp_free(e);
     if (e->cache.blocks) kv_cache_free(&e->cache);
     if (e->pool.k) kv_pool_free(&e->pool);
     cairn_mem_free(e->logits, (size_t)e->n_logit_rows * (size_t)e->info.vocab_size * sizeof(float),
@@ -208,8 +214,13 @@ static int engine_validate(const struct engine *e, const struct engine_request *
                                  (int)r->prompt[i], i, V);
     int rc = sampler_validate(&r->sampling, V, err);
     if (rc) return rc;
-    if (r->speculative < ENGINE_SPEC_DEFAULT || r->speculative > ENGINE_SPEC_AUTO)
+    if (r->speculative < ENGINE_SPEC_DEFAULT || r->speculative > ENGINE_SPEC_MTP)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "speculative: unknown mode %d", (int)r->speculative);
+    if (r->speculative == ENGINE_SPEC_MTP && e->opts.speculative != ENGINE_SPEC_OFF && !e->mtp)
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "speculative: mtp needs a model with an MTP head (mtp.* weights) served with "
+                             "--speculative mtp or auto; %s drafts with %s",
+                             e->info.model_type, engine_spec_mode_name(e->opts.speculative));
     if (r->max_tokens < 0)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "max_tokens must be >= 0 (got %d)", r->max_tokens);
     if (r->n_stop_ids < 0 || (r->n_stop_ids > 0 && !r->stop_ids))

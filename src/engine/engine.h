@@ -50,10 +50,12 @@ enum engine_spec_mode {
     ENGINE_SPEC_DEFAULT = 0, /* engine_opts: OFF; engine_request: the engine's mode */
     ENGINE_SPEC_OFF,
     ENGINE_SPEC_NGRAM,       /* prompt lookup over prompt + output (spec_ngram.h) */
-    ENGINE_SPEC_AUTO,        /* the best drafter the model has: today the n-gram one (MTP heads
-                              * are not implemented yet) */
+    ENGINE_SPEC_AUTO,        /* the best drafter the model has: its MTP head if it has one, else
+                              * the n-gram one (engine_create resolves it to MTP or NGRAM) */
+    ENGINE_SPEC_MTP,         /* the model's multi-token-prediction head (spec_mtp.h); engine_create
+                              * fails (CAIRN_ERR_INVALID) on a model without one */
 };
-/* "off", "ngram", "auto" -> the mode; -1 if none of those. */
+/* "off", "ngram", "auto", "mtp" -> the mode; -1 if none of those. */
 int engine_spec_mode_parse(const char *s);
 const char *engine_spec_mode_name(enum engine_spec_mode m);
 
@@ -82,7 +84,11 @@ struct engine_opts {
     int spec_k_max;           /* largest draft per sequence and step; default 8, at most 16 */
     int spec_ngram_min;       /* n-gram drafter's match lengths; defaults 2 and 8 */
     int spec_ngram_max;
-    struct engine_drafter drafter; /* draft.draft set: used instead of the mode's drafter */
+    struct engine_drafter drafter; /* draft.draft set: used instead of the mode's drafter (not in
+                               * mode MTP) */
+    struct engine_drafter mtp_script; /* tests, mode MTP: called after the head drafted out[0, n)
+                               * with max_k = n; returns how many of out (as it left them) to use,
+                               * so a test can script acceptance over a random head's drafts */
     double spec_cost_slope;   /* > 0: cost of one more token in a step relative to a one-token
                                * step, fixed (tests: plans then depend on acceptance alone);
                                * 0 = measured from the engine's steps (spec_ctl.h) */
@@ -188,9 +194,11 @@ struct engine_request {
     const char *const *stop;  /* stop strings, excluded from the output; copied */
     int n_stop;
     uint8_t cache_salt[32];   /* mixed into block hashes (zeroes = none) */
-    enum engine_spec_mode speculative; /* DEFAULT = the engine's; OFF opts out; NGRAM / AUTO
-                               * opt in (only where the engine's mode is not OFF; never with a
-                               * grammar, see spec_sched.h) */
+    enum engine_spec_mode speculative; /* DEFAULT = the engine's; OFF opts out; NGRAM / AUTO /
+                               * MTP opt in (only where the engine's mode is not OFF; never with a
+                               * grammar, see spec_sched.h); AUTO = the engine's drafter; NGRAM
+                               * drafts by prompt lookup on an MTP engine too; MTP needs an
+                               * engine in mode MTP (else CAIRN_ERR_INVALID) */
     /* Constrained decoding (NULL = none): before each sampling step the tokens the grammar does
      * not allow get -inf logits, after it the grammar advances by the sampled token. The engine
      * retains the grammar (the caller keeps its own reference). grammar_vocab is the model's
@@ -218,6 +226,9 @@ struct engine_model_ops {
                    struct cairn_err *err);
     void (*state_init)(void *ctx, void *state);                       /* may be NULL: zeroes */
     struct backend *be;  /* where the KV pool lives (the model's backend); NULL: host memory */
+    /* The model's MTP head (model_mtp_forward); NULL: none (ENGINE_SPEC_MTP unavailable). */
+    int (*mtp_forward)(void *ctx, struct kv_pool *kv, const struct model_mtp_seq *seqs, int n_seqs,
+                       struct cairn_err *err);
 };
 int engine_create_ops(const struct engine_model_ops *ops, const struct engine_opts *opts,
                       struct engine **out, struct cairn_err *err);

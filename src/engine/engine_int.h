@@ -64,6 +64,7 @@ struct engine {
     int *n_draft;              /* [max_running] of which draft tokens (speculative verify) */
     int n_logit_rows;          /* rows of `logits`: max_running + spec_extra_rows */
     int spec_extra_rows;       /* rows for draft tokens per step (0 when speculation is off) */
+    struct spec_mtp *mtp;      /* MTP drafting buffers (spec_mtp.h), or NULL (mode not MTP) */
 
     pthread_t thread;
     int thread_started;

@@ -18,6 +18,12 @@ static int engine_model_forward_op(void *ctx, struct kv_pool *kv, const struct m
 
 static void engine_model_state_init_op(void *ctx, void *state) { model_state_init(ctx, state); }
 
+static int engine_model_mtp_op(void *ctx, struct kv_pool *kv, const struct model_mtp_seq *seqs, int n_seqs,
+                               struct cairn_err *err)
+{
+    return model_mtp_forward(ctx, kv_pool_view(kv), seqs, n_seqs, err);
+}
+
 int engine_create(struct model *m, const struct engine_opts *opts, struct engine **out,
                   struct cairn_err *err)
 {
@@ -27,6 +33,7 @@ int engine_create(struct model *m, const struct engine_opts *opts, struct engine
         .reserve = engine_model_reserve_op,
         .forward = engine_model_forward_op,
         .state_init = engine_model_state_init_op,
+        .mtp_forward = model_get_info(m)->n_mtp_layers > 0 ? engine_model_mtp_op : NULL,
         .be = model_backend(m),
     };
     return engine_create_ops(&ops, opts, out, err);

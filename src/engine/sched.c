@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/engine_int.h"
+#include "engine/spec_mtp.h"
 #include "engine/spec_sched.h"
 
 /* ---- events ---- */
@@ -405,7 +406,7 @@ static void sched_step(struct engine *e)
         budget--;
     }
     /* (A') drafts of speculating decodes, once every decode has its token */
-    if (e->spec_extra_rows && n_sched) budget -= spec_sched_plan(e, n_sched, budget);
+    if (e->spec_extra_rows && (n_sched || e->mtp)) budget -= spec_sched_plan(e, n_sched, budget);
     /* (B) prefill chunks of running sequences */
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         struct engine_seq *s = e->running[i];
@@ -459,6 +460,7 @@ static void sched_step(struct engine *e)
         /* the last position's logits, and those of each draft token (nd = 0 but for verifies) */
         m->n_logits = s->n_computed + c == s->n_tokens + nd ? 1 + nd : 0;
         m->logits = e->logits + (size_t)n_rows * V;
+        spec_mtp_want_hidden(e, s, m, n_step_tokens); /* n_hidden: 0 unless it drafts with MTP */
         n_rows += m->n_logits;
         n_step_tokens += c;
         if (c == 1 + nd && m->n_logits) n_decode++;

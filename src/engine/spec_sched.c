@@ -7,12 +7,15 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "engine/spec_mtp.h"
 #include "engine/spec_verify.h"
 
 /* Sequences per step whose drafts get logits rows: more drafts in one step gain less each (the
  * gain formula divides by the batch), and every row is vocab_size floats. */
 #define SPEC_SCHED_DRAFT_SEQS 4
 #define SPEC_SCHED_DEFAULT_K_MAX 8
+/* decodes considered per step (the rows limit how many draft anyway) */
+#define SPEC_SCHED_PLAN_MAX 256
 
 int engine_spec_mode_parse(const char *s)
 {
@@ -20,6 +23,7 @@ int engine_spec_mode_parse(const char *s)
     if (!strcmp(s, "off")) return ENGINE_SPEC_OFF;
     if (!strcmp(s, "ngram")) return ENGINE_SPEC_NGRAM;
     if (!strcmp(s, "auto")) return ENGINE_SPEC_AUTO;
+    if (!strcmp(s, "mtp")) return ENGINE_SPEC_MTP;
     return -1;
 }
 
@@ -30,6 +34,8 @@ const char *engine_spec_mode_name(enum engine_spec_mode m)
         return "ngram";
     case ENGINE_SPEC_AUTO:
         return "auto";
+    case ENGINE_SPEC_MTP:
+        return "mtp";
     default:
         return "off";
     }
@@ -38,7 +44,7 @@ const char *engine_spec_mode_name(enum engine_spec_mode m)
 int spec_sched_opts_fill(struct engine_opts *o, struct cairn_err *err)
 {
     if (o->speculative == ENGINE_SPEC_DEFAULT) o->speculative = ENGINE_SPEC_OFF;
-    if (o->speculative < ENGINE_SPEC_OFF || o->speculative > ENGINE_SPEC_AUTO)
+    if (o->speculative < ENGINE_SPEC_OFF || o->speculative > ENGINE_SPEC_MTP)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "engine: unknown speculative mode %d",
                              (int)o->speculative);
     if (!(o->spec_cost_slope >= 0 && o->spec_cost_slope <= 1))
@@ -58,6 +64,19 @@ int spec_sched_opts_fill(struct engine_opts *o, struct cairn_err *err)
         return cairn_err_set(err, CAIRN_ERR_INVALID,
                              "engine: n-gram lengths need 1 <= min (%d) <= max (%d) <= %d",
                              o->spec_ngram_min, o->spec_ngram_max, SPEC_NGRAM_MAX_N);
+    return CAIRN_OK;
+}
+
+int spec_sched_mode_resolve(struct engine_opts *o, const struct model_info *info, int has_mtp_op,
+                            struct cairn_err *err)
+{
+    int has = has_mtp_op && info->n_mtp_layers > 0;
+    if (o->speculative == ENGINE_SPEC_AUTO) o->speculative = has ? ENGINE_SPEC_MTP : ENGINE_SPEC_NGRAM;
+    if (o->speculative == ENGINE_SPEC_MTP && !has)
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "engine: --speculative mtp needs a model with an MTP head (mtp.* weights); %s has "
+                             "none (use ngram, or auto to pick the best drafter the model has)",
+                             info->model_type);
     return CAIRN_OK;
 }
 
@@ -96,6 +115,7 @@ void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct en
         spec_sched_seq_free(e, s);
         return;
     }
+    p->use_mtp = e->mtp && r->speculative != ENGINE_SPEC_NGRAM;
     struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max, .recompute = e->info.state_bytes > 0};
     spec_ctl_init(&p->ctl, &co);
     if (e->info.state_bytes) {
@@ -107,10 +127,38 @@ void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct en
     }
 }
 
+/* KV blocks for positions [0, n_tokens + n) of s: a free block or none (no eviction, no
+ * preemption). Returns the n that fits. */
+static int spec_sched_take_blocks(struct engine *e, struct engine_seq *s, int n)
+{
+    int bs = e->opts.block_size;
+    while (n > 0 && s->n_blocks * bs < s->n_tokens + n) {
+        if (kv_cache_n_free(&e->cache) == 0) return s->n_blocks * bs - s->n_tokens;
+        int b = kv_cache_alloc(&e->cache);
+        CAIRN_ASSERT(b >= 0 && s->n_blocks < s->cap_blocks);
+        s->blocks[s->n_blocks++] = b;
+    }
+    return n;
+}
+
+/* s drafts n tokens (at s->tokens + s->n_tokens) in decode entry i of this step */
+static void spec_sched_add_draft(struct engine *e, int i, int n)
+{
+    struct engine_seq *s = e->sched[i];
+    struct spec_seq *p = s->spec;
+    memcpy(p->draft, s->tokens + s->n_tokens, (size_t)n * sizeof(int32_t));
+    if (p->state_copy) memcpy(p->state_copy, s->state, e->info.state_bytes);
+    e->chunk[i] += n;
+    e->n_draft[i] = n;
+}
+
 int spec_sched_plan(struct engine *e, int n_decodes, int budget)
 {
     int used = 0, rows_left = e->spec_extra_rows, bs = e->opts.block_size;
-    for (int i = 0; i < n_decodes && budget - used > 0 && rows_left > 0; i++) {
+    int want[SPEC_SCHED_PLAN_MAX];
+    int n_plan = CAIRN_MIN(n_decodes, SPEC_SCHED_PLAN_MAX), any_mtp = 0;
+    for (int i = 0; i < n_plan; i++) want[i] = 0;
+    for (int i = 0; i < n_plan && budget - used > 0 && rows_left > 0; i++) {
         struct engine_seq *s = e->sched[i];
         struct spec_seq *p = s->spec;
         if (!p) continue;
@@ -120,6 +168,19 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
         k = CAIRN_MIN(k, s->cap_tokens - s->n_tokens - 1);
         k = CAIRN_MIN(k, CAIRN_MIN(budget - used, rows_left));
         int n = 0;
+        if (k > 0 && p->use_mtp) {
+            /* the head drafts after this loop: take its blocks and budget now */
+            n = spec_sched_take_blocks(e, s, k);
+            if (n <= 0) {
+                spec_ctl_decoded(&p->ctl, 1);
+                continue;
+            }
+            want[i] = n;
+            any_mtp = 1;
+            used += n;
+            rows_left -= n;
+            continue;
+        }
         if (k > 0 && e->opts.drafter.draft) {
             n = e->opts.drafter.draft(e->opts.drafter.ctx, s->tokens, s->n_tokens, k,
                                       s->tokens + s->n_tokens);
@@ -134,26 +195,39 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
                 continue;
             }
         }
-        /* KV for positions [0, n_tokens + n): a free block or none (no eviction, no preemption) */
-        while (n > 0 && s->n_blocks * bs < s->n_tokens + n) {
-            if (kv_cache_n_free(&e->cache) == 0) {
-                n = s->n_blocks * bs - s->n_tokens;
-                break;
-            }
-            int b = kv_cache_alloc(&e->cache);
-            CAIRN_ASSERT(b >= 0 && s->n_blocks < s->cap_blocks);
-            s->blocks[s->n_blocks++] = b;
-        }
+        if (n > 0) n = spec_sched_take_blocks(e, s, n);
         if (n <= 0) {
             spec_ctl_decoded(&p->ctl, 1); /* counts a parked request's cooldown */
             continue;
         }
-        memcpy(p->draft, s->tokens + s->n_tokens, (size_t)n * sizeof(int32_t));
-        if (p->state_copy) memcpy(p->state_copy, s->state, e->info.state_bytes);
-        e->chunk[i] += n;
-        e->n_draft[i] = n;
+        spec_sched_add_draft(e, i, n);
         used += n;
         rows_left -= n;
+    }
+    if (!e->mtp) return used;
+    /* the MTP head: catch-up of every running MTP sequence, drafts for those that asked */
+    int asked[SPEC_SCHED_PLAN_MAX];
+    memcpy(asked, want, sizeof(int) * (size_t)n_plan);
+    spec_mtp_draft(e, n_plan, want);
+    if (!any_mtp) return used;
+    for (int i = 0; i < n_plan; i++) {
+        if (!asked[i]) continue;
+        struct engine_seq *s = e->sched[i];
+        int n = want[i];
+        if (n > 0 && e->opts.mtp_script.draft) {
+            n = e->opts.mtp_script.draft(e->opts.mtp_script.ctx, s->tokens, s->n_tokens, n, s->tokens + s->n_tokens);
+            n = CAIRN_MAX(0, CAIRN_MIN(n, want[i]));
+        }
+        used -= asked[i] - n;
+        /* blocks taken for drafts the head did not make go back (never written by the target) */
+        int keep = (s->n_tokens + n + bs - 1) / bs;
+        while (s->n_blocks > keep && s->n_blocks > s->n_published)
+            kv_cache_release(&e->cache, s->blocks[--s->n_blocks]);
+        if (n <= 0) {
+            spec_ctl_decoded(&s->spec->ctl, 1);
+            continue;
+        }
+        spec_sched_add_draft(e, i, n);
     }
     return used;
 }

@@ -5,6 +5,8 @@
  * - A request speculates when the engine's mode is not OFF and the request did not opt out; it
  *   then owns a struct spec_seq: its n-gram index, its controller (spec_ctl.h), the draft of the
  *   current step and, for hybrid models, a copy of the recurrent state taken before the step.
+ *   In mode MTP (spec_mtp.h) it drafts with the model's head unless it asked for n-grams: the
+ *   step before leaves its hidden states, planning runs the head over them, then chains it.
  * - Packing: after the decodes are packed (every running decode gets its one token first),
  *   spec_sched_plan extends each speculating decode with the draft its controller asks for, within
  *   what is left of the token budget and of the draft logits rows. The draft is written after the
@@ -38,10 +40,18 @@ struct spec_seq {
     struct spec_ctl ctl;
     int32_t draft[SPEC_CTL_MAX_K]; /* this step's draft (copy: verification overwrites tokens) */
     void *state_copy;              /* hybrid: state before the verify step, state_bytes, or NULL */
+    int use_mtp;                   /* drafts with the model's MTP head (spec_mtp.h), not n-grams */
+    int h_row, h_pos0, h_n;        /* MTP: the last forward's hidden-state rows of this sequence
+                                    * (rows h_row.. of spec_mtp.hidden = positions h_pos0..) */
+    uint64_t h_step;               /* MTP: the engine step (n_steps) they are from */
 };
 
 /* Fills the speculative defaults of o and checks them (engine_create). */
 int spec_sched_opts_fill(struct engine_opts *o, struct cairn_err *err);
+/* After spec_sched_opts_fill, with the model known: AUTO becomes MTP when the model has a head
+ * (info->n_mtp_layers and has_mtp_op), else NGRAM; MTP without a head is CAIRN_ERR_INVALID. */
+int spec_sched_mode_resolve(struct engine_opts *o, const struct model_info *info, int has_mtp_op,
+                            struct cairn_err *err);
 /* Rows of draft logits the engine reserves per step for filled opts (0 when speculation is off). */
 int spec_sched_extra_rows(const struct engine_opts *o);
 /* At submit: sets s->spec when the request speculates. Allocation failure only means no

@@ -7,6 +7,8 @@
 
 int llama_specs_attn(struct model *m, struct model_specs *s, int i)
 {
+    char pfx[64];
+    model_layer_name(m, i, pfx, sizeof(pfx));
     const struct model_config *c = &m->cfg;
     int64_t hid = c->hidden_size, hd = c->head_dim, qd = (int64_t)c->n_heads * hd;
     int64_t kvd = (int64_t)c->n_kv_heads * hd;
@@ -18,34 +20,38 @@ int llama_specs_attn(struct model *m, struct model_specs *s, int i)
     struct model_layer *L = &m->layers[i];
     int ok = 1;
     ok &= model_specs_linear(s, &L->attn.q, qd * (m->attn_gated ? 2 : 1), hid, qkv_bias,
-                             "model.layers.%d.self_attn.q_proj", i) != NULL;
-    ok &= model_specs_linear(s, &L->attn.k, kvd, hid, qkv_bias, "model.layers.%d.self_attn.k_proj", i) != NULL;
-    ok &= model_specs_linear(s, &L->attn.v, kvd, hid, qkv_bias, "model.layers.%d.self_attn.v_proj", i) != NULL;
-    ok &= model_specs_linear(s, &L->attn.o, hid, qd, o_bias, "model.layers.%d.self_attn.o_proj", i) != NULL;
+                             "%s.self_attn.q_proj", pfx) != NULL;
+    ok &= model_specs_linear(s, &L->attn.k, kvd, hid, qkv_bias, "%s.self_attn.k_proj", pfx) != NULL;
+    ok &= model_specs_linear(s, &L->attn.v, kvd, hid, qkv_bias, "%s.self_attn.v_proj", pfx) != NULL;
+    ok &= model_specs_linear(s, &L->attn.o, hid, qd, o_bias, "%s.self_attn.o_proj", pfx) != NULL;
     if (qk_norm) {
-        ok &= model_specs_vector(s, &L->attn.q_norm, hd, 1.0f, "model.layers.%d.self_attn.q_norm.weight", i) != NULL;
-        ok &= model_specs_vector(s, &L->attn.k_norm, hd, 1.0f, "model.layers.%d.self_attn.k_norm.weight", i) != NULL;
+        ok &= model_specs_vector(s, &L->attn.q_norm, hd, 1.0f, "%s.self_attn.q_norm.weight", pfx) != NULL;
+        ok &= model_specs_vector(s, &L->attn.k_norm, hd, 1.0f, "%s.self_attn.k_norm.weight", pfx) != NULL;
     }
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
 int llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth)
 {
+    char pfx[64];
+    model_layer_name(m, i, pfx, sizeof(pfx));
     struct model_layer *L = &m->layers[i];
     int64_t hid = m->cfg.hidden_size;
-    int ok = model_specs_vector(s, &L->attn_norm, hid, norm_synth, "model.layers.%d.input_layernorm.weight", i) != NULL;
-    ok &= model_specs_vector(s, &L->ffn_norm, hid, norm_synth, "model.layers.%d.post_attention_layernorm.weight", i) !=
+    int ok = model_specs_vector(s, &L->attn_norm, hid, norm_synth, "%s.input_layernorm.weight", pfx) != NULL;
+    ok &= model_specs_vector(s, &L->ffn_norm, hid, norm_synth, "%s.post_attention_layernorm.weight", pfx) !=
           NULL;
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
 int llama_specs_mlp(struct model *m, struct model_specs *s, int i, enum model_wspec_bias bias)
 {
+    char pfx[64];
+    model_layer_name(m, i, pfx, sizeof(pfx));
     struct model_layer *L = &m->layers[i];
     int64_t hid = m->cfg.hidden_size, inter = m->cfg.intermediate_size;
-    int ok = model_specs_linear(s, &L->mlp.gate, inter, hid, bias, "model.layers.%d.mlp.gate_proj", i) != NULL;
-    ok &= model_specs_linear(s, &L->mlp.up, inter, hid, bias, "model.layers.%d.mlp.up_proj", i) != NULL;
-    ok &= model_specs_linear(s, &L->mlp.down, hid, inter, bias, "model.layers.%d.mlp.down_proj", i) != NULL;
+    int ok = model_specs_linear(s, &L->mlp.gate, inter, hid, bias, "%s.mlp.gate_proj", pfx) != NULL;
+    ok &= model_specs_linear(s, &L->mlp.up, inter, hid, bias, "%s.mlp.up_proj", pfx) != NULL;
+    ok &= model_specs_linear(s, &L->mlp.down, hid, inter, bias, "%s.mlp.down_proj", pfx) != NULL;
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 

@@ -18,6 +18,8 @@ int moe_layer_is_sparse(const struct model_config *c, int il)
 int moe_layer_specs(struct model *m, struct model_specs *s, int il, struct moe_layer_w *w,
                     struct cairn_err *err)
 {
+    char pfx[64];
+    model_layer_name(m, il, pfx, sizeof(pfx));
     const struct model_config *c = &m->cfg;
     int64_t hid = c->hidden_size, inter = c->moe_intermediate_size, E = c->n_experts;
     if (E <= 0 || inter <= 0 || c->n_experts_per_tok <= 0 || c->n_experts_per_tok > E)
@@ -27,28 +29,28 @@ int moe_layer_specs(struct model *m, struct model_specs *s, int il, struct moe_l
                              c->n_experts, c->moe_intermediate_size, c->n_experts_per_tok);
     w->experts = calloc((size_t)E * 3, sizeof(*w->experts));
     if (!w->experts) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    int ok = model_specs_linear(s, &w->router, E, hid, MODEL_BIAS_NONE, "model.layers.%d.mlp.gate", il) != NULL;
+    int ok = model_specs_linear(s, &w->router, E, hid, MODEL_BIAS_NONE, "%s.mlp.gate", pfx) != NULL;
     static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
     char probe[200];
-    snprintf(probe, sizeof(probe), "model.layers.%d.mlp.switch_mlp.gate_proj.weight", il);
+    snprintf(probe, sizeof(probe), "%s.mlp.switch_mlp.gate_proj.weight", pfx);
     w->stacked = model_has_tensor(m, probe);
     for (int j = 0; j < 3 && ok && w->stacked; j++) {
         struct model_wspec *sp = model_specs_linear(s, &w->stack[j], E * (j == 2 ? hid : inter), j == 2 ? inter : hid,
-                                                    MODEL_BIAS_NONE, "model.layers.%d.mlp.switch_mlp.%s", il, names[j]);
+                                                    MODEL_BIAS_NONE, "%s.mlp.switch_mlp.%s", pfx, names[j]);
         if (sp) sp->stack = (int)E;
         ok &= sp != NULL;
     }
     for (int e = 0; e < E && ok && !w->stacked; e++)
         for (int j = 0; j < 3; j++)
             ok &= model_specs_linear(s, &w->experts[e * 3 + j], j == 2 ? hid : inter, j == 2 ? inter : hid,
-                                     MODEL_BIAS_NONE, "model.layers.%d.mlp.experts.%d.%s", il, e, names[j]) != NULL;
+                                     MODEL_BIAS_NONE, "%s.mlp.experts.%d.%s", pfx, e, names[j]) != NULL;
     int64_t sh = c->shared_expert_intermediate_size;
     if (sh > 0) {
         for (int j = 0; j < 3 && ok; j++)
             ok &= model_specs_linear(s, &w->shared[j], j == 2 ? hid : sh, j == 2 ? sh : hid, MODEL_BIAS_NONE,
-                                     "model.layers.%d.mlp.shared_expert.%s", il, names[j]) != NULL;
-        ok &= model_specs_linear(s, &w->shared_gate, 1, hid, MODEL_BIAS_NONE, "model.layers.%d.mlp.shared_expert_gate",
-                                 il) != NULL;
+                                     "%s.mlp.shared_expert.%s", pfx, names[j]) != NULL;
+        ok &= model_specs_linear(s, &w->shared_gate, 1, hid, MODEL_BIAS_NONE, "%s.mlp.shared_expert_gate",
+                                 pfx) != NULL;
     }
     return ok ? CAIRN_OK : cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
 }

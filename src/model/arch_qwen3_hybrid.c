@@ -11,10 +11,14 @@
  * in_proj_z / in_proj_b / in_proj_a. The DeltaNet core is the backend's gdn op, per sequence.
  *
  * Recurrent state of a sequence: for each DeltaNet layer in order, gdn_state_floats() floats
- * (conv window, then the delta-rule memory). */
+ * (conv window, then the delta-rule memory).
+ *
+ * MTP head (mtp.*, when config.json has mtp_num_hidden_layers and the weights are there): listed
+ * here as layer n_layers (hybrid_specs_mtp), run by mtp.c. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "model/arch_moe.h"
 #include "model/gdn.h"
 
@@ -71,13 +75,43 @@ static int hybrid_specs_gdn(struct model *m, struct model_specs *s, struct hybri
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
+/* The MTP head (mtp.c): fc, its norms and mtp.layers.0, a full-attention layer of the model's
+ * own kind (MoE as the target's layer 0 would be, i.e. vLLM's layer index 0 of the head). Absent
+ * weights (conversions that strip the head) mean no head; more than one head layer is not
+ * supported (vLLM cycles them per draft step): the model then loads without one. */
+static int hybrid_specs_mtp(struct model *m, struct model_specs *s, struct hybrid_ext *x, struct cairn_err *err)
+{
+    const struct model_config *c = &m->cfg;
+    if (!model_has_tensor(m, "mtp.fc.weight")) return CAIRN_OK;
+    if (c->n_mtp_layers != 1) {
+        LOG_WARN("model", "%s: %d MTP layers: only one is supported, loading without the MTP head", c->model_type,
+                 c->n_mtp_layers);
+        return CAIRN_OK;
+    }
+    int il = c->n_layers;
+    struct hybrid_layer *H = &x->layers[il];
+    int ok = model_mtp_specs(m, s) == CAIRN_OK;
+    ok &= llama_specs_layer_norms(m, s, il, 0.0f) == CAIRN_OK;
+    ok &= llama_specs_attn(m, s, il) == CAIRN_OK;
+    H->sparse = hybrid_is_sparse(c, 0);
+    if (H->sparse) {
+        int rc = moe_layer_specs(m, s, il, &H->moe, err);
+        if (rc != CAIRN_OK) return rc;
+    } else {
+        ok &= llama_specs_mlp(m, s, il, MODEL_BIAS_NONE) == CAIRN_OK;
+    }
+    if (!ok) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    m->n_mtp = 1;
+    return CAIRN_OK;
+}
+
 static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err *err)
 {
     const struct model_config *c = &m->cfg;
     struct hybrid_ext *x = calloc(1, sizeof(*x));
     if (!x) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     m->ext = x;
-    x->layers = calloc((size_t)c->n_layers, sizeof(*x->layers));
+    x->layers = calloc((size_t)(c->n_layers + c->n_mtp_layers), sizeof(*x->layers));
     if (!x->layers) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     x->packed = c->arch == MODEL_ARCH_QWEN3_NEXT;
     x->dims = (struct gdn_dims){
@@ -123,13 +157,17 @@ static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err
         }
     }
     m->info.state_bytes = state_off * sizeof(float);
+    if (ok && c->n_mtp_layers > 0) {
+        int rc = hybrid_specs_mtp(m, s, x, err);
+        if (rc != CAIRN_OK) return rc;
+    }
     return ok ? CAIRN_OK : cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
 }
 
 static int hybrid_post_bind(struct model *m, struct cairn_err *err)
 {
     struct hybrid_ext *x = m->ext;
-    for (int i = 0; i < m->cfg.n_layers; i++)
+    for (int i = 0; i < m->cfg.n_layers + m->n_mtp; i++)
         if (x->layers[i].sparse) {
             int rc = moe_layer_bind(m, &x->layers[i].moe, err);
             if (rc != CAIRN_OK) return rc;
@@ -237,7 +275,7 @@ static void hybrid_free(struct model *m)
     struct hybrid_ext *x = m->ext;
     if (!x) return;
     if (x->layers)
-        for (int i = 0; i < m->cfg.n_layers; i++) moe_layer_free(&x->layers[i].moe);
+        for (int i = 0; i < m->cfg.n_layers + m->cfg.n_mtp_layers; i++) moe_layer_free(&x->layers[i].moe);
     free(x->layers);
     free(x);
     m->ext = NULL;

@@ -442,8 +442,14 @@ int model_config_parse(const char *config_json, const char *gen_config_json, con
         config_int(c, "linear_key_head_dim", 0, &cfg->linear_key_head_dim) ||
         config_int(c, "linear_value_head_dim", 0, &cfg->linear_value_head_dim) ||
         config_int(c, "linear_num_key_heads", 0, &cfg->linear_num_key_heads) ||
-        config_int(c, "linear_num_value_heads", 0, &cfg->linear_num_value_heads)) {
+        config_int(c, "linear_num_value_heads", 0, &cfg->linear_num_value_heads) ||
+        config_int(c, "mtp_num_hidden_layers", 0, &cfg->n_mtp_layers) ||
+        (cfg->n_mtp_layers == 0 && config_int(c, "num_nextn_predict_layers", 0, &cfg->n_mtp_layers))) {
         rc = cairn_err_set(err, CAIRN_ERR_FORMAT, "%s: a MoE / linear-attention field has the wrong type", name);
+        goto done;
+    }
+    if (cfg->n_mtp_layers < 0 || cfg->n_mtp_layers > 16) {
+        rc = cairn_err_set(err, CAIRN_ERR_FORMAT, "%s: mtp_num_hidden_layers %d out of range", name, cfg->n_mtp_layers);
         goto done;
     }
     const json_t *mol = json_object_get(c, "mlp_only_layers");

@@ -9,7 +9,7 @@
  *   types default, linear, llama3, yarn; partial_rotary_factor (root or rope_parameters).
  * - head_dim (may differ from hidden/heads), tie_word_embeddings, attention_bias, mlp_bias.
  * - layer_types ("full_attention" / "linear_attention") -> per-layer kind.
- * - MoE and Gated DeltaNet sizes (parsed for the families that need them).
+ * - MoE and Gated DeltaNet sizes (parsed for the families that need them); MTP head layers.
  * - quantization / quantization_config: group_size, bits, and per-module overrides.
  * - eos from generation_config.json (int or list), else config.json; bos likewise. */
 #ifndef CAIRN_MODEL_CONFIG_H
@@ -88,6 +88,11 @@ struct model_config {
     int linear_value_head_dim;
     int linear_num_key_heads;
     int linear_num_value_heads;
+
+    /* MTP head (qwen3_next, qwen3_5): mtp_num_hidden_layers (qwen3_5) or num_nextn_predict_layers
+     * (qwen3_next's name); 0 when absent. The weights (mtp.*) may still be missing (stripped
+     * conversions): the family then loads the model without a head. */
+    int n_mtp_layers;
 
     /* MLX quantization (0 when absent) */
     int q_group_size;

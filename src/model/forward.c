@@ -10,8 +10,10 @@
  * then only ops run, between the backend's step_begin and step_end:
  *   per layer:  h = rmsnorm(x); x += mixer(h)   (mixer by layer kind: attention / linear attn)
  *               h = rmsnorm(x); x += ffn(h)     (dense SwiGLU, or the family's MoE)
- * then the rows whose logits are asked for are gathered, normed and multiplied by lm_head in
- * chunks of ws.logit_rows, and each chunk's rows are downloaded into seqs[s].logits. Nothing is
+ * then the rows whose hidden states are asked for (model_seq.n_hidden, for an MTP head) are
+ * gathered, normed and downloaded, and the rows whose logits are asked for are gathered, normed
+ * and multiplied by lm_head in chunks of ws.logit_rows, each chunk's rows downloaded into
+ * seqs[s].logits. Nothing is
  * allocated here except the block-table staging growing (grow-only) for a longer context. */
 #include <math.h>
 #include <stdlib.h>
@@ -106,7 +108,8 @@ static int model_forward_check(struct model *m, const struct backend_kv_view *kv
     for (int s = 0; s < n_seqs; s++) {
         const struct model_seq *q = &seqs[s];
         if (q->n_tokens < 0 || q->pos0 < 0 || q->n_logits < 0 || q->n_logits > q->n_tokens ||
-            (q->n_tokens > 0 && !q->tokens) || (q->n_logits > 0 && !q->logits))
+            (q->n_tokens > 0 && !q->tokens) || (q->n_logits > 0 && !q->logits) || q->n_hidden < 0 ||
+            q->n_hidden > q->n_tokens || (q->n_hidden > 0 && !q->hidden))
             return cairn_err_set(err, CAIRN_ERR_INVALID, "model_forward: sequence %d: bad counts", s);
         if ((long)q->pos0 + q->n_tokens > (long)INT32_MAX / 2)
             return cairn_err_set(err, CAIRN_ERR_LIMIT, "model_forward: sequence %d: position overflow", s);
@@ -153,9 +156,13 @@ int model_i32_reserve(struct model *m, size_t need, struct cairn_err *err)
     return CAIRN_OK;
 }
 
-/* Fills the host staging of a step and sets ws's step pointers; returns the logit rows. */
-static int model_stage(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs, int n_seqs,
-                       int bt_stride, int T, int n_sel)
+size_t model_stage_ints(int T, int n_seqs, int bt_stride, int n_sel)
+{
+    return 3 * (size_t)T + (size_t)n_seqs + 1 + (size_t)n_sel + (size_t)n_seqs * (size_t)bt_stride;
+}
+
+int model_stage(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs, int n_seqs,
+                int bt_stride, int T, int n_sel)
 {
     struct model_ws *w = &m->ws;
     int32_t *h = w->h_i32, *tok = h, *pos = h + T, *slots = h + 2 * T, *seq_off = h + 3 * T;
@@ -177,6 +184,9 @@ static int model_stage(struct model *m, const struct backend_kv_view *kv, const 
         t += q->n_tokens;
     }
     seq_off[n_seqs] = t;
+    for (int s = 0; s < n_seqs; s++) /* hidden-state rows after the logit rows */
+        for (int i = seqs[s].n_tokens - seqs[s].n_hidden; i < seqs[s].n_tokens; i++) rows[r++] = seq_off[s] + i;
+    CAIRN_ASSERT(r == n_sel);
     const int32_t *d = w->i32;
     w->tok = d;
     w->pos = d + T;
@@ -211,6 +221,32 @@ static int model_logits_out(struct model *m, const struct model_seq *seqs, int n
     return CAIRN_OK;
 }
 
+int model_layer_forward(struct model *m, int il, const struct backend_kv_view *kv, const struct model_seq *seqs,
+                        int n_seqs, struct cairn_err *err)
+{
+    const struct model_config *c = &m->cfg;
+    struct model_ws *w = &m->ws;
+    const struct model_layer *L = &m->layers[il];
+    int hid = c->hidden_size, T = w->h_seq_off[n_seqs], rc = CAIRN_OK;
+    MODEL_OP(m, rmsnorm, w->h, w->x, L->attn_norm, T, hid, c->rms_eps, m->norm_offset);
+    switch (L->kind) {
+    case MODEL_LAYER_ATTN:
+        model_attn_forward(m, il, kv, n_seqs, w->h, w->out);
+        break;
+    case MODEL_LAYER_LINEAR_ATTN:
+        rc = m->fam->linear_attn ? m->fam->linear_attn(m, il, seqs, n_seqs, w->h, w->out, err)
+                                 : cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "linear attention not implemented");
+        break;
+    }
+    if (rc != CAIRN_OK) return rc;
+    MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
+    MODEL_OP(m, rmsnorm, w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
+    if (m->fam->ffn) m->fam->ffn(m, il, w->h, w->out, T);
+    else model_mlp_forward(m, il, w->h, w->out, T);
+    MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
+    return CAIRN_OK;
+}
+
 /* The ops of one step (inside step_begin/step_end). */
 static int model_forward_ops(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs,
                              int n_seqs, int n_ints, int n_sel, struct cairn_err *err)
@@ -223,24 +259,24 @@ static int model_forward_ops(struct model *m, const struct backend_kv_view *kv, 
     if (T > 0) {
         MODEL_OP(m, embed, &m->embed.w, w->tok, T, w->x);
         for (int il = 0; il < c->n_layers; il++) {
-            const struct model_layer *L = &m->layers[il];
-            MODEL_OP(m, rmsnorm, w->h, w->x, L->attn_norm, T, hid, c->rms_eps, m->norm_offset);
-            switch (L->kind) {
-            case MODEL_LAYER_ATTN:
-                model_attn_forward(m, il, kv, n_seqs, w->h, w->out);
-                break;
-            case MODEL_LAYER_LINEAR_ATTN:
-                rc = m->fam->linear_attn ? m->fam->linear_attn(m, il, seqs, n_seqs, w->h, w->out, err)
-                                         : cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "linear attention not implemented");
-                break;
-            }
+            rc = model_layer_forward(m, il, kv, seqs, n_seqs, err);
             if (rc != CAIRN_OK) return rc;
-            MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
-            MODEL_OP(m, rmsnorm, w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
-            if (m->fam->ffn) m->fam->ffn(m, il, w->h, w->out, T);
-            else model_mlp_forward(m, il, w->h, w->out, T);
-            MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
         }
+    }
+    int n_hid = 0;
+    for (int s = 0; s < n_seqs; s++) n_hid += seqs[s].n_hidden;
+    n_sel -= n_hid;
+    if (n_hid > 0) {
+        /* hidden states after the final norm (for an MTP head), rows after the logit rows */
+        MODEL_OP(m, gather_rows, w->sel, w->x, w->rows + n_sel, n_hid, hid);
+        MODEL_OP(m, rmsnorm, w->sel, w->sel, m->final_norm, n_hid, hid, c->rms_eps, m->norm_offset);
+        const float *src = w->sel;
+        for (int s = 0; s < n_seqs && rc == CAIRN_OK; s++) {
+            size_t bytes = sizeof(float) * (size_t)hid * (size_t)seqs[s].n_hidden;
+            if (bytes) rc = m->be->ops->buf_download(m->be, seqs[s].hidden, src, bytes, err);
+            src += (size_t)hid * (size_t)seqs[s].n_hidden;
+        }
+        if (rc != CAIRN_OK) return rc;
     }
     if (n_sel == 0) return CAIRN_OK;
     /* The rows asked for (the last n_logits of each sequence), normed, through lm_head. */
@@ -264,11 +300,11 @@ int model_forward(struct model *m, const struct backend_kv_view *kv, const struc
     int T = 0, n_sel = 0, bt_stride = 0;
     for (int s = 0; s < n_seqs; s++) {
         T += seqs[s].n_tokens;
-        n_sel += seqs[s].n_logits;
+        n_sel += seqs[s].n_logits + seqs[s].n_hidden;
         if (kv && m->info.n_kv_layers > 0 && seqs[s].n_tokens > 0)
             bt_stride = CAIRN_MAX(bt_stride, (seqs[s].pos0 + seqs[s].n_tokens + kv->block_size - 1) / kv->block_size);
     }
-    rc = model_i32_reserve(m, 4 * (size_t)T + (size_t)n_seqs + 1 + (size_t)n_seqs * (size_t)bt_stride, err);
+    rc = model_i32_reserve(m, model_stage_ints(T, n_seqs, bt_stride, n_sel), err);
     if (rc != CAIRN_OK) return rc;
     int n_ints = model_stage(m, kv, seqs, n_seqs, bt_stride, T, n_sel);
     rc = m->be->ops->step_begin(m->be, err);

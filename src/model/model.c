@@ -160,6 +160,12 @@ static const struct safetensors_tensor *model_find(struct model *m, const char *
     return safetensors_set_find(&m->st, name);
 }
 
+void model_layer_name(const struct model *m, int il, char *buf, size_t n)
+{
+    if (il < m->cfg.n_layers) snprintf(buf, n, "model.layers.%d", il);
+    else snprintf(buf, n, "mtp.layers.%d", il - m->cfg.n_layers);
+}
+
 int model_has_tensor(struct model *m, const char *name)
 {
     return model_find(m, name) != NULL;
@@ -482,19 +488,23 @@ int model_load_watch(const char *dir, struct backend *be, struct model_load_prog
     }
     rc = safetensors_set_open(dir, &m->st, err);
     if (rc != CAIRN_OK) goto fail;
-    m->layers = calloc((size_t)m->cfg.n_layers, sizeof(*m->layers));
+    /* the MTP head's layers (if any) follow the target's: full attention, KV layers after its */
+    m->layers = calloc((size_t)(m->cfg.n_layers + m->cfg.n_mtp_layers), sizeof(*m->layers));
     if (!m->layers) {
         rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
         goto fail;
     }
     int n_kv = 0;
-    for (int i = 0; i < m->cfg.n_layers; i++) {
-        m->layers[i].kind = m->cfg.layer_kinds[i];
+    for (int i = 0; i < m->cfg.n_layers + m->cfg.n_mtp_layers; i++) {
+        m->layers[i].kind = i < m->cfg.n_layers ? m->cfg.layer_kinds[i] : MODEL_LAYER_ATTN;
         m->layers[i].kv_index = m->layers[i].kind == MODEL_LAYER_ATTN ? n_kv++ : -1;
     }
-    m->info.n_kv_layers = n_kv;
     rc = m->fam->specs(m, &specs, err);
     if (rc != CAIRN_OK) goto fail;
+    /* the family sets n_mtp when it found the head's weights */
+    n_kv -= m->cfg.n_mtp_layers - m->n_mtp;
+    m->info.n_kv_layers = n_kv;
+    m->info.n_mtp_layers = m->n_mtp;
     for (int i = 0; i < specs.n; i++) {
         rc = model_bind_spec(m, &specs.v[i], err);
         if (rc != CAIRN_OK) goto fail;
@@ -531,9 +541,9 @@ int model_load_watch(const char *dir, struct backend *be, struct model_load_prog
     model_specs_free(&specs);
     char hex[65];
     cairn_hex(m->info.identity, 8, hex);
-    LOG_INFO("model", "loaded %s: %s, %d layers (%d with KV), hidden %d, vocab %d, %llu params, id %s", dir,
+    LOG_INFO("model", "loaded %s: %s, %d layers (%d with KV), hidden %d, vocab %d, %llu params, id %s%s", dir,
              m->cfg.model_type, m->cfg.n_layers, n_kv, m->cfg.hidden_size, m->cfg.vocab_size,
-             (unsigned long long)m->info.n_params, hex);
+             (unsigned long long)m->info.n_params, hex, m->n_mtp ? ", MTP head" : "");
     *out = m;
     return CAIRN_OK;
 fail:
@@ -552,6 +562,7 @@ void model_free(struct model *m)
     for (int i = 0; i < m->n_prepared; i++) m->be->ops->weight_release(m->be, m->prepared[i]);
     free(m->prepared);
     if (m->fam && m->fam->free_ext) m->fam->free_ext(m);
+    model_mtp_free(m);
     model_ws_free(m);
     for (int i = 0; i < m->n_dev; i++) m->be->ops->buf_free(m->be, m->dev[i].p, m->dev[i].bytes, CAIRN_MEM_WEIGHTS);
     free(m->dev);
@@ -605,8 +616,9 @@ int model_reserve(struct model *m, int max_tokens, struct cairn_err *err)
     size_t rows = CAIRN_MIN(T, (size_t)MODEL_LOGIT_ROWS);
     size_t extra = m->fam->ws_extra_floats ? m->fam->ws_extra_floats(m, max_tokens) : 0;
     size_t gated = m->attn_gated ? 1 : 0; /* gated q_proj rows carry the gate too */
+    size_t mtp = m->n_mtp ? 1 : 0;
     size_t floats[] = {T * hid, T * hid, T * hid, T * qd, gated * 2 * T * qd, T * kvd, T * kvd, T * qd, T * inter,
-                       T * inter, gated * T * qd, T * hid, rows * (size_t)c->vocab_size, extra};
+                       T * inter, gated * T * qd, T * hid, rows * (size_t)c->vocab_size, extra, mtp * 2 * T * hid};
     size_t total = 0;
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(floats); i++) total += (floats[i] * 4 + 255) & ~(size_t)255;
     void *mem = NULL;
@@ -626,7 +638,7 @@ int model_reserve(struct model *m, int max_tokens, struct cairn_err *err)
     w->max_tokens = max_tokens;
     w->logit_rows = (int)rows;
     float **ptrs[] = {&w->x, &w->h, &w->out, &w->q, &w->q_raw, &w->k, &w->v, &w->att, &w->gate, &w->up,
-                      &w->qgate, &w->sel, &w->logits, &w->extra};
+                      &w->qgate, &w->sel, &w->logits, &w->extra, &w->mtp_cat};
     size_t off = 0;
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(floats); i++) {
         *ptrs[i] = floats[i] ? (float *)((uint8_t *)mem + off) : NULL;

@@ -59,7 +59,9 @@ struct model_info {
     int n_heads;
     int n_kv_heads;
     int head_dim;
-    int n_kv_layers;         /* layers that keep KV (full attention); the KV view's n_layers */
+    int n_kv_layers;         /* layers that keep KV (full attention, the MTP head's included); the
+                              * KV view's n_layers */
+    int n_mtp_layers;        /* MTP head layers loaded (mtp.* weights, model_mtp_forward); 0: none */
     int max_position;        /* max_position_embeddings */
     int32_t eos_ids[MODEL_MAX_EOS]; /* from generation_config.json, else config.json */
     int n_eos;
@@ -101,6 +103,10 @@ struct model_seq {
     void *state;                /* state_bytes of recurrent state, or NULL if state_bytes == 0 */
     int n_logits;               /* logits wanted for the last n_logits tokens (0..n_tokens) */
     float *logits;              /* [n_logits, vocab_size], written by model_forward */
+    int n_hidden;               /* hidden states wanted for the last n_hidden tokens (0..n_tokens):
+                                 * the last layer's output after the final norm, what an MTP head
+                                 * reads (model_mtp_forward); 0 for plain decoding */
+    float *hidden;              /* [n_hidden, hidden_size] host, written by model_forward */
 };
 
 /* Preallocates workspaces for up to max_tokens tokens (all sequences) per step, so that
@@ -111,6 +117,31 @@ int model_reserve(struct model *m, int max_tokens, struct cairn_err *err);
  * NULL for a model without attention layers. */
 int model_forward(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs, int n_seqs,
                   struct cairn_err *err);
+
+/* The MTP head (info.n_mtp_layers > 0): one draft step per sequence over its KV layer
+ * n_kv_layers - 1, through the same block table as the sequence (positions are shared with the
+ * target's: the head's KV at position p sits in the block of p).
+ *
+ * Semantics (vLLM's qwen3_next_mtp.py): at position p the head reads hidden[p] (the target's hidden
+ * state at p after its final norm, or the head's own output of the step before when chaining)
+ * and tokens[p] = the token AFTER position p, and predicts the token after that:
+ *   x = fc(cat(norm_e(embed(token)), norm_h(hidden))); x = layer(x) at position p (its attention
+ *   reads the head's KV of positions 0..p); out = norm(x); logits = lm_head(out).
+ * A sequence's items cover positions pos0 .. pos0 + n_tokens - 1; their KV is written. */
+struct model_mtp_seq {
+    const int32_t *tokens;      /* [n_tokens]: token after each position */
+    const float *hidden;        /* [n_tokens, hidden_size] host */
+    int n_tokens;
+    int pos0;
+    const int32_t *block_table; /* covering positions [0, pos0 + n_tokens) */
+    int n_out;                  /* outputs wanted for the last n_out tokens (0..n_tokens) */
+    float *logits;              /* [n_out, vocab_size] or NULL */
+    float *hidden_out;          /* [n_out, hidden_size] the head's normed output (chaining), or NULL */
+};
+/* Runs the head for n_seqs sequences in one step (within model_reserve's tokens).
+ * CAIRN_ERR_UNSUPPORTED if the model has no head. */
+int model_mtp_forward(struct model *m, const struct backend_kv_view *kv, const struct model_mtp_seq *seqs,
+                      int n_seqs, struct cairn_err *err);
 
 /* Recurrent state of a fresh sequence (zeroes; kept as a function in case a model needs more). */
 void model_state_init(const struct model *m, void *state);

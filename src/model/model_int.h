@@ -141,7 +141,8 @@ int llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth);
 
 /* Workspaces. Float buffers are device memory of the model's backend (one buf_alloc under
  * CAIRN_MEM_SCRATCH); h_i32 is the host staging whose used part goes to i32 in one buf_upload
- * per step. i32 layout of a step of T tokens, n sequences and n_sel logit rows:
+ * per step. i32 layout of a step of T tokens, n sequences and n_sel selected rows (logit rows,
+ * then hidden-state rows: model_seq.n_hidden):
  *   tok [T] | pos [T] | slots [T] | seq_off [n + 1] | rows [n_sel] | block tables [n][bt_stride]
  * tok, pos, ... point into i32 (device) at those offsets, set by each step. */
 struct model_ws {
@@ -161,6 +162,7 @@ struct model_ws {
     float *sel;         /* [T, hidden] rows whose logits are wanted */
     float *logits;      /* [logit_rows, vocab] */
     float *extra;       /* family scratch */
+    float *mtp_cat;     /* [T, 2 * hidden] the MTP head's fc input, or NULL (no head) */
     void *mem;          /* the float buffers: one device allocation */
     size_t mem_bytes;
     int32_t *i32;       /* device, i32_cap ints (layout above) */
@@ -182,6 +184,18 @@ struct model_dev_buf {
 struct model_owned {
     void *p;
     size_t bytes;
+};
+
+/* The MTP head (mtp.*, qwen3_next / qwen3_5; mtp.c): its decoder layer is m->layers[il], past
+ * the target's, a full-attention layer with its own KV layer (kv_index after the target's). */
+struct model_mtp {
+    int il;                       /* its layer index (= cfg.n_layers) */
+    struct model_linear fc;       /* [hidden, 2 * hidden] over cat(embedding, hidden) */
+    float *norm_emb;              /* pre_fc_norm_embedding [hidden], device */
+    float *norm_hid;              /* pre_fc_norm_hidden [hidden] */
+    float *norm;                  /* mtp.norm [hidden] */
+    struct model_seq *stage;      /* [cap_stage] model_mtp_forward's staging view, grow-only */
+    int cap_stage;
 };
 
 struct model {
@@ -207,6 +221,8 @@ struct model {
     float norm_offset;            /* 1 for zero-centred RMSNorm weights (qwen3_next, qwen3_5) */
     int attn_gated;               /* q_proj also yields a sigmoid output gate per head */
     void *ext;                    /* family-owned (MoE experts, DeltaNet weights) */
+    int n_mtp;                    /* MTP layers loaded (0: no head); layers[] has n_layers + this */
+    struct model_mtp mtp;         /* valid when n_mtp > 0 */
 };
 
 /* Allocates (accounted under CAIRN_MEM_WEIGHTS) host memory freed with the model. */
@@ -216,6 +232,12 @@ void *model_alloc_owned(struct model *m, size_t bytes);
 float *model_dev_vector(struct model *m, const float *host, size_t n, struct cairn_err *err);
 
 int model_has_tensor(struct model *m, const char *name);
+/* "model.layers.<il>" for the target's layers, "mtp.layers.<il - n_layers>" past them. */
+void model_layer_name(const struct model *m, int il, char *buf, size_t n);
+/* MTP head's specs (mtp.c): fc, its norms and layer il = cfg.n_layers (norms, attention, FFN via
+ * the family's own spec helpers, which the caller runs for that layer). */
+int model_mtp_specs(struct model *m, struct model_specs *s);
+void model_mtp_free(struct model *m);
 
 /* Binds one spec from the safetensors set (the loader's checks and conversions). */
 int model_bind_spec(struct model *m, const struct model_wspec *s, struct cairn_err *err);
@@ -224,6 +246,15 @@ int model_bind_spec(struct model *m, const struct model_wspec *s, struct cairn_e
 void model_linear_apply(struct model *m, const struct model_linear *l, const float *x, float *y, int n_tokens);
 /* Grows the i32 staging (host and device) to at least `need` ints (grow-only); outside a step. */
 int model_i32_reserve(struct model *m, size_t need, struct cairn_err *err);
+/* One decoder layer il over this step's T tokens of ws.x (mixer by kind, then FFN), in place. */
+int model_layer_forward(struct model *m, int il, const struct backend_kv_view *kv, const struct model_seq *seqs,
+                        int n_seqs, struct cairn_err *err);
+/* Fills the host staging of a step (model_ws layout) and sets ws's step pointers; returns the
+ * ints to upload. Row ids: the last n_logits tokens of each sequence, then its last n_hidden. */
+int model_stage(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs, int n_seqs,
+                int bt_stride, int T, int n_sel);
+/* Ints of staging a step needs (for model_i32_reserve). */
+size_t model_stage_ints(int T, int n_seqs, int bt_stride, int n_sel);
 /* Dense SwiGLU MLP of layer il (the default FFN). */
 void model_mlp_forward(struct model *m, int il, const float *h, float *out, int n_tokens);
 

@@ -2,14 +2,19 @@
 # Speculative decoding through `cairn serve --speculative ngram` on the demo model: greedy text
 # with prompt lookup equals the text of the same request with the per-request extension
 # "speculative": "off" (chat and completions), and of a server with speculation off; drafts were
-# made and some accepted (/api/status, /metrics); a bad flag or field is refused.
+# made and some accepted (/api/status, /metrics, the request's usage.cairn_speculative); a bad
+# flag or field is refused, and so is --speculative mtp on a model without an MTP head.
 set -uo pipefail
 . "$(dirname "$0")/lib/serve_lib.sh"
 model=$CAIRN_SRC/models/demo
 
-out=$("$CAIRN_BIN" serve --model "$model" --speculative mtp 2>&1)
+out=$("$CAIRN_BIN" serve --model "$model" --speculative eagle 2>&1)
 check_eq "bad --speculative exits 2" "$?" "2"
-check_has "bad --speculative says why" "$out" "off, ngram or auto"
+check_has "bad --speculative says why" "$out" "off, ngram, mtp or auto"
+# the demo model has no MTP head (no mtp.* weights): refused at load, saying so
+out=$("$CAIRN_BIN" serve --model "$model" --speculative mtp --preload --port 0 2>&1)
+check "--speculative mtp without a head fails" [ "$?" -ne 0 ]
+check_has "--speculative mtp without a head says why" "$out" "needs a model with an MTP head (mtp.* weights)"
 
 # a fixed step cost: which steps draft must not depend on how loaded the machine is
 start_server spec --model "$model" --threads 2 --speculative ngram --spec-cost-slope 0.05
@@ -29,9 +34,16 @@ for subject in "a brave knight" "a cat named Luna"; do
     check_eq "chat, $subject: speculation on = server without it" "$on" "$ref"
 done
 q='{"model":"demo","temperature":0,"max_tokens":60,"prompt":"Once upon a time, there was a brave knight who lived in a noisy city. Once upon a time, there was a brave"'
-on=$(post "$PORT_spec" /v1/completions "$q}" | field 'o.choices[0].text')
+full=$(post "$PORT_spec" /v1/completions "$q}")
+on=$(echo "$full" | field 'o.choices[0].text')
 ref=$(post "$PORT_plain" /v1/completions "$q}" | field 'o.choices[0].text')
 check_eq "completions: speculation on = off" "$on" "$ref"
+# usage extension: the request's own drafted / accepted counts
+u_d=$(echo "$full" | field 'o.usage.cairn_speculative.drafted')
+u_a=$(echo "$full" | field 'o.usage.cairn_speculative.accepted')
+check "usage counts the request's drafts ($u_a of $u_d)" [ "${u_d:-0}" -gt 0 -a "${u_a:-0}" -le "${u_d:-0}" ]
+check_eq "plain server's usage has no speculative field" \
+    "$(post "$PORT_plain" /v1/completions "$q}" | field 'o.usage.cairn_speculative === undefined')" "true"
 
 st=$(curl -s "http://127.0.0.1:$PORT_spec/api/status")
 drafted=$(echo "$st" | field 'o.models[0].speculative.drafted')

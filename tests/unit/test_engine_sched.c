@@ -160,7 +160,7 @@ static struct engine *make_engine(struct fake *f, int block_size, int n_blocks, 
     o.max_batch_tokens = batch;
     o.max_running = running;
     o.detok = (struct engine_detok){NULL, detok_new, detok_feed, detok_flush, detok_free};
-    struct engine_model_ops ops = {f, fake_info, NULL, fake_forward, f->info.state_bytes ? fake_state_init : NULL, NULL};
+    struct engine_model_ops ops = {f, fake_info, NULL, fake_forward, f->info.state_bytes ? fake_state_init : NULL, NULL, NULL};
     struct engine *e = NULL;
     struct cairn_err err = {0};
     int rc = engine_create_ops(&ops, &o, &e, &err);
@@ -613,7 +613,7 @@ static void test_submit_errors(void)
     o.kv_bytes = 1 << 20;
     o.max_running = 1;
     o.max_waiting = 2;
-    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, NULL, NULL};
+    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, NULL, NULL, NULL};
     CHECK(engine_create_ops(&ops, &o, &e, &err) == CAIRN_OK);
     fake_gate(&f, 1);
     struct collect cs[4];
@@ -756,7 +756,7 @@ static void test_tiers(size_t state_bytes)
     o.kv_bytes = 64ull * 2 * 2 * 8 * 2 * sizeof(float); /* 64 blocks */
     o.max_batch_tokens = 64;
     o.tiers = (struct kv_tier_ops){&t, ram_on_evict, ram_on_publish, ram_lookup};
-    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, state_bytes ? fake_state_init : NULL, NULL};
+    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, state_bytes ? fake_state_init : NULL, NULL, NULL};
     struct engine *e = NULL;
     CHECK(engine_create_ops(&ops, &o, &e, NULL) == CAIRN_OK);
     static int32_t p[60];

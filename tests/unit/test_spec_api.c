@@ -1,4 +1,4 @@
-/* The per-request speculative-decoding extension field ("speculative": "off" | "ngram" | "auto")
+/* The per-request speculative-decoding extension field ("speculative": "off" | "ngram" | "auto" | "mtp")
  * in every API that generates: parsed into the typed request, absent = the server's mode, a bad
  * value is a 400 naming the field. */
 #include "api/api_req.h"
@@ -33,7 +33,8 @@ int main(void)
         {",\"speculative\":\"off\"", ENGINE_SPEC_OFF},
         {",\"speculative\":\"ngram\"", ENGINE_SPEC_NGRAM},
         {",\"speculative\":\"auto\"", ENGINE_SPEC_AUTO},
-        {",\"speculative\":\"mtp\"", -1},
+        {",\"speculative\":\"mtp\"", ENGINE_SPEC_MTP},
+        {",\"speculative\":\"eagle\"", -1},
         {",\"speculative\":true", -1},
         {",\"speculative\":3", -1},
     };

@@ -264,7 +264,8 @@ static void test_bad_options(void)
     CHECK_EQ_INT(engine_spec_mode_parse("ngram"), ENGINE_SPEC_NGRAM);
     CHECK_EQ_INT(engine_spec_mode_parse("auto"), ENGINE_SPEC_AUTO);
     CHECK_EQ_INT(engine_spec_mode_parse("off"), ENGINE_SPEC_OFF);
-    CHECK_EQ_INT(engine_spec_mode_parse("mtp"), -1);
+    CHECK_EQ_INT(engine_spec_mode_parse("mtp"), ENGINE_SPEC_MTP);
+    CHECK_EQ_INT(engine_spec_mode_parse("eagle"), -1);
 }
 
 int main(void)

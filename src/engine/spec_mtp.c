@@ -1,0 +1,185 @@
+/* MTP drafting with the model's own head: hidden states asked of the target, the catch-up and
+ * chained head steps at planning time (see spec_mtp.h). Scheduler thread only. */
+#include "engine/spec_mtp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "engine/spec_sched.h"
+
+int spec_mtp_init(struct engine *e, struct cairn_err *err)
+{
+    if (e->opts.speculative != ENGINE_SPEC_MTP) return CAIRN_OK;
+    struct spec_mtp *x = calloc(1, sizeof(*x));
+    if (!x) return cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory");
+    e->mtp = x;
+    x->H = e->info.hidden_size;
+    x->V = e->info.vocab_size;
+    size_t R = (size_t)e->opts.max_running, H = (size_t)x->H;
+    x->hidden =
+        cairn_mem_alloc(sizeof(float) * H * (size_t)e->opts.max_batch_tokens, CAIRN_MEM_SCRATCH);
+    x->logits = cairn_mem_alloc(sizeof(float) * (size_t)x->V * R, CAIRN_MEM_SCRATCH);
+    x->g = cairn_mem_alloc(sizeof(float) * H * R, CAIRN_MEM_SCRATCH);
+    x->g_in = cairn_mem_alloc(sizeof(float) * H * R, CAIRN_MEM_SCRATCH);
+    x->seqs = calloc(R, sizeof(*x->seqs));
+    x->slot = calloc(R, sizeof(*x->slot));
+    if (!x->hidden || !x->logits || !x->g || !x->g_in || !x->seqs || !x->slot)
+        return cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory for the MTP drafter");
+    return CAIRN_OK;
+}
+
+void spec_mtp_free(struct engine *e)
+{
+    struct spec_mtp *x = e->mtp;
+    if (!x) return;
+    size_t R = (size_t)e->opts.max_running, H = (size_t)x->H;
+    cairn_mem_free(x->hidden, sizeof(float) * H * (size_t)e->opts.max_batch_tokens,
+                   CAIRN_MEM_SCRATCH);
+    cairn_mem_free(x->logits, sizeof(float) * (size_t)x->V * R, CAIRN_MEM_SCRATCH);
+    cairn_mem_free(x->g, sizeof(float) * H * R, CAIRN_MEM_SCRATCH);
+    cairn_mem_free(x->g_in, sizeof(float) * H * R, CAIRN_MEM_SCRATCH);
+    free(x->seqs);
+    free(x->slot);
+    free(x);
+    e->mtp = NULL;
+}
+
+void spec_mtp_want_hidden(struct engine *e, struct engine_seq *s, struct model_seq *m, int row)
+{
+    m->n_hidden = 0;
+    m->hidden = NULL;
+    struct spec_seq *p = s->spec;
+    if (!e->mtp || !p || !p->use_mtp || m->n_tokens == 0) return;
+    CAIRN_ASSERT(row >= 0 && row + m->n_tokens <= e->opts.max_batch_tokens);
+    m->n_hidden = m->n_tokens;
+    m->hidden = e->mtp->hidden + (size_t)row * (size_t)e->mtp->H;
+    p->h_row = row;
+    p->h_pos0 = m->pos0;
+    p->h_n = m->n_tokens;
+    p->h_step = e->n_steps + 1; /* the step this forward will be counted as */
+}
+
+static int spec_mtp_argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+/* decode index of s among sched[0, n_decodes), or -1 */
+static int spec_mtp_decode_index(const struct engine *e, const struct engine_seq *s, int n_decodes)
+{
+    for (int i = 0; i < n_decodes; i++)
+        if (e->sched[i] == s) return i;
+    return -1;
+}
+
+void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
+{
+    struct spec_mtp *x = e->mtp;
+    for (int i = 0; i < n_decodes; i++)
+        if (want[i] && (!e->sched[i]->spec || !e->sched[i]->spec->use_mtp)) want[i] = 0;
+    /* catch-up: every running MTP sequence with hidden states from the last forward */
+    int n = 0, max_want = 0;
+    for (int r = 0; r < e->n_running; r++) {
+        struct engine_seq *s = e->running[r];
+        struct spec_seq *p = s->spec;
+        if (!p || !p->use_mtp || !p->h_n) continue;
+        int fresh = p->h_step == e->n_steps;
+        /* positions whose next token is committed; the rest were rejected drafts */
+        int n_valid = CAIRN_MIN(p->h_n, s->n_tokens - 1 - p->h_pos0);
+        p->h_n = 0;
+        if (!fresh || n_valid <= 0) continue;
+        int di = spec_mtp_decode_index(e, s, n_decodes);
+        int drafts = di >= 0 && want[di] > 0 && p->h_pos0 + n_valid == s->n_tokens - 1;
+        x->slot[n] = drafts ? di : -1;
+        x->seqs[n] = (struct model_mtp_seq){
+            .tokens = s->tokens + p->h_pos0 + 1,
+            .hidden = x->hidden + (size_t)p->h_row * (size_t)x->H,
+            .n_tokens = n_valid,
+            .pos0 = p->h_pos0,
+            .block_table = s->blocks,
+            .n_out = drafts,
+            .logits = x->logits + (size_t)n * (size_t)x->V,
+            .hidden_out = x->g + (size_t)n * (size_t)x->H,
+        };
+        if (drafts) max_want = CAIRN_MAX(max_want, want[di]);
+        n++;
+    }
+    /* decodes that asked but had no head row this step draft nothing */
+    int n_draft_seqs = 0;
+    for (int j = 0; j < n; j++)
+        n_draft_seqs += x->slot[j] >= 0;
+    for (int i = 0; i < n_decodes; i++) {
+        int has = 0;
+        for (int j = 0; j < n && !has; j++)
+            has = x->slot[j] == i;
+        if (!has) want[i] = 0;
+    }
+    if (n == 0) return;
+    struct cairn_err err = {0};
+    int rc = e->ops.mtp_forward(e->ops.ctx, &e->pool, x->seqs, n, &err);
+    if (rc != CAIRN_OK) {
+        LOG_WARN("engine", "MTP head step failed, no drafts this step: %s", err.msg);
+        for (int i = 0; i < n_decodes; i++)
+            want[i] = 0;
+        return;
+    }
+    /* draft 1 of each drafting sequence; compact them to the front for the chained steps */
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        int di = x->slot[j]; /* j >= m: compacting in place is safe */
+        if (di < 0) continue;
+        struct engine_seq *s = e->sched[di];
+        s->tokens[s->n_tokens] = spec_mtp_argmax(x->logits + (size_t)j * (size_t)x->V, x->V);
+        memcpy(x->g_in + (size_t)m * (size_t)x->H, x->g + (size_t)j * (size_t)x->H,
+               sizeof(float) * (size_t)x->H);
+        x->slot[m++] = di;
+    }
+    CAIRN_ASSERT(m == n_draft_seqs);
+    /* chained steps: draft d of each sequence that wants more, at position n_tokens - 2 + d */
+    for (int d = 1; d < max_want; d++) {
+        int c = 0;
+        for (int j = 0; j < m; j++) {
+            int di = x->slot[j];
+            if (want[di] <= d) continue;
+            struct engine_seq *s = e->sched[di];
+            /* keep entry order = slot order: compact g_in alongside */
+            if (c != j) {
+                memmove(x->g_in + (size_t)c * (size_t)x->H, x->g_in + (size_t)j * (size_t)x->H,
+                        sizeof(float) * (size_t)x->H);
+                x->slot[c] = di;
+            }
+            x->seqs[c] = (struct model_mtp_seq){
+                .tokens = s->tokens + s->n_tokens + d - 1,
+                .hidden = x->g_in + (size_t)c * (size_t)x->H,
+                .n_tokens = 1,
+                .pos0 = s->n_tokens - 2 + d,
+                .block_table = s->blocks,
+                .n_out = 1,
+                .logits = x->logits + (size_t)c * (size_t)x->V,
+                .hidden_out = x->g + (size_t)c * (size_t)x->H,
+            };
+            c++;
+        }
+        m = c; /* the others keep the d drafts they have */
+        if (m == 0) break;
+        rc = e->ops.mtp_forward(e->ops.ctx, &e->pool, x->seqs, m, &err);
+        if (rc != CAIRN_OK) {
+            LOG_WARN("engine", "MTP head step failed, drafts cut at %d: %s", d, err.msg);
+            for (int j = 0; j < m; j++)
+                want[x->slot[j]] = d;
+            return;
+        }
+        for (int j = 0; j < m; j++) {
+            struct engine_seq *s = e->sched[x->slot[j]];
+            s->tokens[s->n_tokens + d] =
+                spec_mtp_argmax(x->logits + (size_t)j * (size_t)x->V, x->V);
+            memcpy(x->g_in + (size_t)j * (size_t)x->H, x->g + (size_t)j * (size_t)x->H,
+                   sizeof(float) * (size_t)x->H);
+        }
+    }
+}
