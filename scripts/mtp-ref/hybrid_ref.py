@@ -35,6 +35,20 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "demo-model"))
 from qwen3_min import load_safetensors, save_safetensors  # noqa: E402,F401
 
+
+def load_checkpoint(folder):
+    """Every tensor of a checkpoint folder: model.safetensors, or the shards that
+    model.safetensors.index.json names."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return load_safetensors(os.path.join(folder, "model.safetensors"))[0]
+    with open(index) as f:
+        shards = sorted(set(json.load(f)["weight_map"].values()))
+    raw = {}
+    for shard in shards:
+        raw.update(load_safetensors(os.path.join(folder, shard))[0])
+    return raw
+
 DT = torch.float64
 
 
@@ -52,7 +66,7 @@ class Hybrid:
     def __init__(self, folder):
         with open(os.path.join(folder, "config.json")) as f:
             self.cfg = json.load(f)
-        raw, _ = load_safetensors(os.path.join(folder, "model.safetensors"))
+        raw = load_checkpoint(folder)
         self.w = {k: v.to(DT) for k, v in raw.items()}
         c = self.cfg
         self.eps = c["rms_norm_eps"]

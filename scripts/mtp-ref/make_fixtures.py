@@ -4,8 +4,9 @@ tensors, and the reference MTP logits of hybrid_ref.py for a few prompts.
     python3 scripts/mtp-ref/make_fixtures.py      (from the repository root; CPU, ~1 min)
 
 For each of qwen3_5-tiny and qwen3next-tiny (tests/data/oracle/models/<name>) it writes
-tests/data/mtp/<name>/: config.json (+ "mtp_num_hidden_layers": 1), model.safetensors (the
-original tensors, bit for bit, plus the mtp.* ones in bf16) and expected_mtp.safetensors:
+tests/data/mtp/<name>/: config.json (+ "mtp_num_hidden_layers": 1), a sharded checkpoint
+(model.safetensors.index.json; shard 1 a symlink to the oracle's model.safetensors, shard 2 the
+mtp.* tensors in bf16) and expected_mtp.safetensors:
     case<i>.tokens        I32 [T]     the prompt (random ids, seeded)
     case<i>.next          I32 [1]     the target's greedy token after the prompt
     case<i>.mtp_logits    F32 [T, V]  k = 1: the head at every prompt position p, fed token p + 1
@@ -91,9 +92,20 @@ def make(name, seed):
         json.dump(cfg, f, indent=2)
         f.write("\n")
     gen = torch.Generator().manual_seed(seed)
-    tensors, meta = load_safetensors(f"{src}/model.safetensors")
-    tensors.update(mtp_tensors(cfg, gen))
-    save_safetensors(f"{dst}/model.safetensors", tensors, meta or None)
+    # Two shards: the oracle's own file (a symlink: the target's tensors stay bit for bit and
+    # the repository holds them once) and the head's tensors.
+    target, _ = load_safetensors(f"{src}/model.safetensors")
+    head = mtp_tensors(cfg, gen)
+    shard1, shard2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    for stale in ("model.safetensors", shard1):
+        if os.path.lexists(f"{dst}/{stale}"):
+            os.remove(f"{dst}/{stale}")
+    os.symlink(os.path.relpath(f"{src}/model.safetensors", dst), f"{dst}/{shard1}")
+    save_safetensors(f"{dst}/{shard2}", head, None)
+    weight_map = {k: shard1 for k in target} | {k: shard2 for k in head}
+    with open(f"{dst}/model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
+        f.write("\n")
 
     m = Hybrid(dst)
     V = cfg["vocab_size"]
