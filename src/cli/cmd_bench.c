@@ -13,11 +13,16 @@
  *       timed prefill runs). On a GPU (--device cuda) the decode
  *       roofline and the adjacent ratio are against the device's copy bandwidth, probed once
  *       in the run (cuda_probe_copy_bandwidth; JSON "device_copy_gbs"), not the host probes.
- * Both print the CPU probes: read-only sum and STREAM triad bandwidth, FMA peak. --json prints
+ *   cairn bench --attn HEADS:KV_HEADS:HEAD_DIM [-p N] [--chunk C] [-t T] [--reps R]
+ *       synthetic attention (no model) on the CPU: one layer's causal prefill of -p tokens in
+ *       chunks of C (default all) over bf16 paged KV, the rowwise and the tiled kernel
+ *       (CAIRN_CPU_ATTN) in alternation, median time and GFLOP/s of each.
+ * All print the CPU probes: read-only sum and STREAM triad bandwidth, FMA peak. --json prints
  * one JSON object instead of text. The ISA is the best available or CAIRN_CPU_ISA.
  *
  * The probes and the matmul mode measure the CPU itself, so they call cpu/ directly (the one
  * place outside cpu/ that does); the model mode runs through the backend like everything else. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +42,7 @@
 struct bench_opts {
     const char *model;
     const char *matmul;
+    const char *attn;
     const char *dtype;
     const char *device;
     int n_prompt, n_gen, n_threads, batch, reps, group, n_cols, json;
@@ -71,10 +77,13 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: cairn bench --matmul OUTxIN --dtype bf16|f16|f32|q4|q8|qB [-n N] [--group G]\n"
             "                   [-t THREADS] [--reps R] [--json]\n"
+            "       cairn bench --attn HEADS:KV_HEADS:HEAD_DIM [-p N] [--chunk C] [-t THREADS] [--reps R]\n"
+            "                   [--json]\n"
             "       cairn bench --model DIR [-p 512[,4096,...]] [-n 128] [-t THREADS] [--batch B] [--reps R]\n"
             "                   [--chunk C] [--json] [--device auto|cpu|cuda[:N]]\n"
             "options: --probe-mb MB  size of the bandwidth probe buffer (default 512)\n"
-            "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels\n");
+            "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_ATTN=auto|rowwise|tiled\n"
+            "     the attention kernel of --model\n");
 }
 
 static void bench_print_probe(const struct cpu_probe *p, int json)
@@ -207,6 +216,87 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
 
 static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe, struct backend *be);
 
+/* Synthetic attention: bf16 KV of P random positions in blocks of 16 (block table in order), the
+ * prompt's queries in chunks, rowwise and tiled alternating within each rep. */
+static int bench_attn(const struct bench_opts *o, const struct cpu_probe *probe)
+{
+    int H = 0, KV = 0, D = 0;
+    if (sscanf(o->attn, "%d:%d:%d", &H, &KV, &D) != 3 || H < 1 || KV < 1 || D < 1 || H % KV || D > 1024) {
+        fprintf(stderr, "cairn bench: --attn wants HEADS:KV_HEADS:HEAD_DIM (heads a multiple of KV heads), got '%s'\n",
+                o->attn);
+        return 2;
+    }
+    const int P = o->n_prompt, C = o->chunk > 0 && o->chunk < P ? o->chunk : P, bs = 16;
+    const int n_blocks = (P + bs - 1) / bs, reps = o->reps > 0 ? o->reps : 5;
+    struct backend_kv_view kv = {.n_blocks = n_blocks, .n_layers = 1, .block_size = bs, .n_kv_heads = KV,
+                                 .head_dim = D, .dtype = DTYPE_BF16};
+    kv.layer_block_bytes = (size_t)bs * KV * D * 2;
+    kv.block_bytes = kv.layer_block_bytes;
+    kv.k = cairn_xmalloc(kv.block_bytes * (size_t)n_blocks);
+    kv.v = cairn_xmalloc(kv.block_bytes * (size_t)n_blocks);
+    int32_t *pos = cairn_xmalloc(sizeof(int32_t) * (size_t)P), *bt = cairn_xmalloc(sizeof(int32_t) * (size_t)n_blocks);
+    size_t qn = (size_t)C * H * D, kn = (size_t)C * KV * D;
+    float *q = cairn_xmalloc(qn * 4), *out = cairn_xmalloc(qn * 4), *k = cairn_xmalloc(kn * 4), *v = cairn_xmalloc(kn * 4);
+    for (int i = 0; i < n_blocks; i++) bt[i] = i;
+    for (int i = 0; i < P; i++) pos[i] = i;
+    for (size_t i = 0; i < qn; i++) q[i] = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
+    for (int c0 = 0; c0 < P; c0 += C) { /* slots == positions */
+        int n = P - c0 < C ? P - c0 : C;
+        for (size_t i = 0; i < kn; i++) {
+            k[i] = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
+            v[i] = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
+        }
+        cpu_kv_store(&kv, 0, pos + c0, n, k, v);
+    }
+    double flops = 0;
+    for (int i = 0; i < P; i++) flops += 4.0 * H * D * (i + 1);
+    static const enum cpu_attn_mode modes[2] = {CPU_ATTN_ROWWISE, CPU_ATTN_TILED};
+    const enum cpu_attn_mode saved = cpu_attn_mode_get();
+    double *t = cairn_xmalloc(sizeof(double) * 2 * (size_t)reps), med[2], best[2] = {1e30, 1e30};
+    for (int r = 0; r < reps; r++)
+        for (int md = 0; md < 2; md++) {
+            cpu_attn_mode_set(modes[md]);
+            double t0 = cairn_now();
+            for (int c0 = 0; c0 < P; c0 += C) {
+                struct cpu_attn a = {.q = q, .out = out, .n_tokens = P - c0 < C ? P - c0 : C, .n_heads = H,
+                                     .pos = pos + c0, .kv = &kv, .layer = 0, .block_table = bt,
+                                     .scale = 1.0f / sqrtf((float)D)};
+                cpu_attention(&a);
+            }
+            t[md * reps + r] = cairn_now() - t0;
+            best[md] = t[md * reps + r] < best[md] ? t[md * reps + r] : best[md];
+        }
+    cpu_attn_mode_set(saved);
+    for (int md = 0; md < 2; md++) med[md] = bench_median(t + md * reps, reps);
+    if (o->json) {
+        printf("{\"mode\": \"attn\", \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"prompt\": %d, "
+               "\"chunk\": %d, \"reps\": %d, \"rowwise_ms_median\": %.3f, \"tiled_ms_median\": %.3f, "
+               "\"rowwise_gflops_best\": %.2f, \"tiled_gflops_best\": %.2f, \"tiled_speedup_median\": %.3f, ",
+               H, KV, D, P, C, reps, med[0] * 1e3, med[1] * 1e3, flops / best[0] / 1e9, flops / best[1] / 1e9,
+               med[0] / med[1]);
+        bench_print_probe(probe, 1);
+        printf("}\n");
+    } else {
+        bench_print_probe(probe, 0);
+        printf("attention %d/%d heads, dim %d, prompt %d in chunks of %d (bf16 KV), %d reps:\n", H, KV, D, P, C,
+               reps);
+        for (int md = 0; md < 2; md++)
+            printf("  %-8s median %.2f ms, best %.1f GFLOP/s = %.1f%% of FMA peak\n", cpu_attn_mode_name(modes[md]),
+                   med[md] * 1e3, flops / best[md] / 1e9, 100.0 * flops / best[md] / 1e9 / probe->fma_gflops);
+        printf("  tiled / rowwise speed: %.2fx (medians)\n", med[0] / med[1]);
+    }
+    free(t);
+    free(q);
+    free(out);
+    free(k);
+    free(v);
+    free(pos);
+    free(bt);
+    free(kv.k);
+    free(kv.v);
+    return 0;
+}
+
 /* -p N[,N...]: up to BENCH_MAX_PROMPTS positive lengths. */
 static int bench_parse_prompts(const char *v, struct bench_opts *o)
 {
@@ -251,6 +341,7 @@ int cmd_bench(int argc, char **argv)
         }
         if (strcmp(a, "--model") == 0) o.model = v;
         else if (strcmp(a, "--matmul") == 0) o.matmul = v;
+        else if (strcmp(a, "--attn") == 0) o.attn = v;
         else if (strcmp(a, "--dtype") == 0) o.dtype = v;
         else if (strcmp(a, "-p") == 0) {
             if (bench_parse_prompts(v, &o) != 0) return 2;
@@ -272,7 +363,7 @@ int cmd_bench(int argc, char **argv)
         }
         i++;
     }
-    if (!o.model && !o.matmul) {
+    if (!o.model && !o.matmul && !o.attn) {
         bench_usage(stderr);
         return 2;
     }
@@ -287,7 +378,7 @@ int cmd_bench(int argc, char **argv)
     /* The CPU backend holds the pool the probes and the matmul mode run on; the model runs on
      * --device (a second handle on the same CPU pool when that is the CPU). */
     struct backend *host = NULL, *be = NULL;
-    if (o.matmul && strcmp(o.device, "auto") != 0 && strcmp(o.device, "cpu") != 0) {
+    if ((o.matmul || o.attn) && strcmp(o.device, "auto") != 0 && strcmp(o.device, "cpu") != 0) {
         fprintf(stderr, "cairn bench: --matmul runs on the CPU only (--device %s)\n", o.device);
         return 2;
     }
@@ -301,7 +392,7 @@ int cmd_bench(int argc, char **argv)
     if (cpu_probe_run((size_t)o.probe_mb << 20, 5, &probe, &err) != CAIRN_OK)
         fprintf(stderr, "cairn bench: %s\n", err.msg);
     else
-        rc = o.matmul ? bench_matmul(&o, &probe) : bench_model(&o, &probe, be);
+        rc = o.matmul ? bench_matmul(&o, &probe) : o.attn ? bench_attn(&o, &probe) : bench_model(&o, &probe, be);
     cpu_probe_release();
     backend_close(be);
     backend_close(host);
@@ -499,13 +590,11 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
         bench_print_probe(probe, 0);
         printf("model %s (%s, %.1f M params, %.1f MB weights), %d reps\n", o->model, info->model_type,
                info->n_params / 1e6, info->weight_bytes / 1e6, reps);
-        printf("  prefill pp%d:       median %.2f tok/s, best %.2f tok/s; %.1f GFLOP/s best = %.1f%% of FMA peak\n",
-               P, pp_med, pp_best, gf_best, 100.0 * gf_best / probe->fma_gflops);
         for (int i = 0; i < NP; i++) {
             struct bench_len_stats L;
             bench_len(o, info, lt, ls, reps, i, &L);
-            printf("  prefill pp%d%s: median %.2f tok/s, best %.2f tok/s; %.1f GFLOP/s best", o->prompts[i],
-                   i == 0 ? " (again)" : "", L.tps_med, L.tps_best, L.gf_best);
+            printf("  prefill pp%-8d median %.2f tok/s, best %.2f tok/s; %.1f GFLOP/s best = %.1f%% of FMA peak",
+                   o->prompts[i], L.tps_med, L.tps_best, L.gf_best, 100.0 * L.gf_best / probe->fma_gflops);
             if (cpu) printf("; attention %.1f%% of it (median)", 100.0 * L.attn_share_med);
             printf("\n");
         }

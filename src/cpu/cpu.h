@@ -132,7 +132,7 @@ void cpu_attention(const struct cpu_attn *a);
 
 /* Which kernel cpu_attention runs (CAIRN_CPU_ATTN=auto|rowwise|tiled, read by cpu_init; set
  * directly by tests and benchmarks). auto (the default): the tiled kernel when the sequence
- * brings at least half a tiled item's query rows (prefill chunks, tokens × group), else the
+ * brings at least 4 query rows (tokens × group: prefill chunks, speculative drafts), else the
  * rowwise one (decode). rowwise and tiled force one, for A/B comparisons. */
 enum cpu_attn_mode {
     CPU_ATTN_AUTO = 0,

@@ -1,16 +1,17 @@
 /* cpu_attention: which attention kernel runs and how its work is split over the pool.
  *
  * DESIGN
- * - Prefill (a sequence bringing at least half an item's query rows, tokens × group): work
- *   items are (KV head, block of nq query tokens), nq = attn_rows / group (32 rows on
- *   AVX-512: 16 queries of Qwen3's group of 2, 8 of Llama's 4). Each item runs the tiled kernel
+ * - Prefill (a sequence bringing at least CPU_ATTN_TILED_MIN_ROWS query rows, tokens × group): work
+ *   items are (KV head, block of nq query tokens), nq = attn_rows / group (32 rows: 16
+ *   queries of Qwen3's group of 2, 8 of Llama's 4). Each item runs the tiled kernel
  *   (attn_tile): it reads the context's K/V once for its nq · group query rows. Items are
  *   handed out through an atomic counter, costliest (the last query block: longest causal
  *   context) first, so two threads stay busy whether the chunk is 16 tokens or 16K, and
  *   whatever the cached prefix.
  * - Decode (fewer rows): items are (token, KV head), strided over the threads; the rowwise
- *   kernel (attn) keeps each query's K row widening in registers, which beats tiling when there
- *   is one query row per head.
+ *   kernel (attn) widens each K row in registers for the few rows there are. Measured with
+ *   `cairn bench --attn 16:8:128 -p 512 --chunk C -t 1` (AVX2): tiled/rowwise 0.64x at one
+ *   token (Qwen3's 2 rows), 1.2x at 2 tokens (4 rows), 2.2x at 4 and 8.
  * - CAIRN_CPU_ATTN=rowwise|tiled forces one kernel for every call (A/B benchmarks, tests).
  * - The timer (cpu_attn_timer_*) is for `cairn bench`: one clock read pair per call while on.
  * Results do not depend on the thread count or on which thread ran an item. */
@@ -20,6 +21,9 @@
 #include "base/file.h"
 #include "cpu/cpu.h"
 #include "cpu/cpu_int.h"
+
+/* auto: the tiled kernel from this many query rows (tokens × group) of one sequence */
+#define CPU_ATTN_TILED_MIN_ROWS 4
 
 static _Atomic int cpu_attn_mode_cur = CPU_ATTN_AUTO;
 static _Atomic int cpu_attn_timing;
@@ -90,7 +94,7 @@ static void cpu_attention_run(const struct cpu_attn *a)
     const int n_kv = a->kv->n_kv_heads, group = a->n_heads / n_kv;
     const enum cpu_attn_mode mode = cpu_attn_mode_get();
     int tiled = mode == CPU_ATTN_TILED ||
-                (mode == CPU_ATTN_AUTO && (int64_t)a->n_tokens * group * 2 >= k->attn_rows);
+                (mode == CPU_ATTN_AUTO && (int64_t)a->n_tokens * group >= CPU_ATTN_TILED_MIN_ROWS);
     struct cpu_attn_job j = {.a = a, .k = k};
     if (tiled) {
         j.nq = k->attn_rows / group > 0 ? k->attn_rows / group : 1;

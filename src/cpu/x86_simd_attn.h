@@ -15,7 +15,7 @@
  * and O[r][:] += Σ_p P^T[p][r] · V[p][:]. Work per item: 4 · R · n_ctx · head_dim flops for
  * (R + 2·head_dim) · n_ctx floats widened, so the K/V bytes read per query fall with R.
  * Register tiles: S ATT_ST_PT positions × ATT_ST_RV row vectors, O ATT_O_RT rows × ATT_O_NV
- * vectors of the head dimension (the ISA file sets them: 24 of 32 zmm, 12 of 16 ymm).
+ * vectors of the head dimension (the ISA file sets them).
  * scratch (cpu_attn_tile_scratch_floats): Q^T [hd][R], O [R][hdp], S^T [TK][R], K [TK][hd],
  * V [TK][hdp], m, l, corr [R], pos [R] (hdp: head_dim rounded up to VW, zero-padded).
  *
@@ -182,7 +182,7 @@ static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
 CPU_AI void K(att_st_tile)(const float *kw, const float *qt, float *st, int hd, int R, int p, int r0,
                            const int PT, const int NRV)
 {
-    VF acc[ATT_ST_PT][ATT_ST_RV];
+    VF acc[ATT_ST_PT > 4 ? ATT_ST_PT : 4][ATT_ST_RV]; /* PT: ATT_ST_PT, or 4 and 1 for the rest */
 #pragma GCC unroll 16
     for (int i = 0; i < PT; i++)
 #pragma GCC unroll 4
@@ -211,7 +211,8 @@ CPU_AI void K(att_st_rows)(const float *kw, const float *qt, float *st, int hd, 
 {
     int p = 0;
     for (; p + ATT_ST_PT <= np; p += ATT_ST_PT) K(att_st_tile)(kw, qt, st, hd, R, p, r0, ATT_ST_PT, NRV);
-    for (; p + 4 <= np; p += 4) K(att_st_tile)(kw, qt, st, hd, R, p, r0, 4, NRV);
+    if (ATT_ST_PT > 4)
+        for (; p + 4 <= np; p += 4) K(att_st_tile)(kw, qt, st, hd, R, p, r0, 4, NRV);
     for (; p < np; p++) K(att_st_tile)(kw, qt, st, hd, R, p, r0, 1, NRV);
 }
 
