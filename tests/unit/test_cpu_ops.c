@@ -324,19 +324,21 @@ static void test_rope(void)
  * K/V tiles), chunks after cached prefixes that are not block- or tile-aligned, decode. */
 static void test_attention(int big)
 {
-    static const int cfg[][5] = {
-        /* n_heads, n_kv_heads, head_dim, block_size, kv dtype (0 f32, 1 bf16) */
-        {6, 2, 64, 16, 0}, {6, 2, 64, 16, 1}, {4, 4, 20, 5, 0}, {8, 1, 128, 32, 1}, {2, 1, 48, 7, 1},
-        {4, 2, 192, 16, 1}, {2, 1, 320, 8, 0}, /* V in 8-vector slices; K rows past 256 floats */
-        {16, 8, 128, 16, 1}, {8, 2, 36, 16, 0}, {8, 8, 72, 16, 1}, /* GQA 2 (Qwen3), 4, 1 */
+    static const int cfg[][6] = {
+        /* n_heads, n_kv_heads, head_dim, block_size, kv dtype (0 f32, 1 bf16), long cases */
+        {6, 2, 64, 16, 0, 0}, {6, 2, 64, 16, 1, 1}, {4, 4, 20, 5, 0, 1}, {8, 1, 128, 32, 1, 0},
+        {2, 1, 48, 7, 1, 0}, {4, 2, 192, 16, 1, 0}, {2, 1, 320, 8, 0, 0}, /* V in 8-vector slices; K rows past 256 floats */
+        {16, 8, 128, 16, 1, 1}, {8, 2, 36, 16, 0, 1}, {8, 8, 72, 16, 1, 0}, /* GQA 2 (Qwen3), 4, 1 */
     };
     static const enum cpu_attn_mode modes[] = {CPU_ATTN_AUTO, CPU_ATTN_ROWWISE, CPU_ATTN_TILED};
     /* Cases (first position, tokens): prefill from 0, chunks at unaligned prefixes, a decode
-     * token; with `big`, a 300-token prefill and a 130-token chunk after 170 cached. */
+     * token; with `big` (and the config's flag), a 77-token chunk after 45 cached, a 300-token
+     * prefill and a 130-token chunk after 170 cached (several K/V tiles of 64). */
     static const int cases[][2] = {{0, 17}, {30, 3}, {69, 1}, {45, 77}, {0, 300}, {170, 130}};
-    const size_t n_cases = big ? CAIRN_ARRAY_LEN(cases) : 4;
-    const int max_pos = big ? 300 : 122;
     for (size_t c = 0; c < CAIRN_ARRAY_LEN(cfg); c++) {
+        const int long_cases = big && cfg[c][5];
+        const size_t n_cases = long_cases ? CAIRN_ARRAY_LEN(cases) : 3;
+        const int max_pos = long_cases ? 300 : 70;
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = cfg[c][3];
         enum dtype dt = cfg[c][4] ? DTYPE_BF16 : DTYPE_F32;
         int n_blocks = (max_pos + bs - 1) / bs + 3;
