@@ -3,16 +3,26 @@
  *   cairn bench --matmul OUTxIN --dtype bf16|f16|f32|q4|q8|qB [-n N] [--group G] [-t T] [--reps R]
  *       synthetic matmul (no model) on the CPU: time per call, weight GB/s, GFLOP/s, and how they
  *       compare with the machine probes (decode roofline = weight bytes/s ÷ read bandwidth).
- *   cairn bench --model DIR [-p 512] [-n 128] [-t T] [--batch B] [--reps R] [--device D]
+ *   cairn bench --model DIR [-p 512[,4096,...]] [-n 128] [-t T] [--batch B] [--reps R]
+ *               [--chunk C] [--device D]
  *       prefill and decode tokens/s on a model (median of reps) on --device (default auto),
- *       decode roofline, prefill GFLOP/s vs the FMA peak. On a GPU (--device cuda) the decode
+ *       decode roofline, prefill GFLOP/s vs the FMA peak. -p takes several prompt lengths: each
+ *       is prefilled (in chunks of --chunk tokens, default the whole prompt) and reported in
+ *       the JSON's "prefill" array; decode runs after the first. On the CPU each prefill also
+ *       reports the share of its time spent in attention (cpu_attn_timer, on only while a
+ *       timed prefill runs). On a GPU (--device cuda) the decode
  *       roofline and the adjacent ratio are against the device's copy bandwidth, probed once
  *       in the run (cuda_probe_copy_bandwidth; JSON "device_copy_gbs"), not the host probes.
- * Both print the CPU probes: read-only sum and STREAM triad bandwidth, FMA peak. --json prints
+ *   cairn bench --attn HEADS:KV_HEADS:HEAD_DIM [-p N] [--chunk C] [-t T] [--reps R]
+ *       synthetic attention (no model) on the CPU: one layer's causal prefill of -p tokens in
+ *       chunks of C (default all) over bf16 paged KV, the rowwise and the tiled kernel
+ *       (CAIRN_CPU_ATTN) in alternation, median time and GFLOP/s of each.
+ * All print the CPU probes: read-only sum and STREAM triad bandwidth, FMA peak. --json prints
  * one JSON object instead of text. The ISA is the best available or CAIRN_CPU_ISA.
  *
  * The probes and the matmul mode measure the CPU itself, so they call cpu/ directly (the one
  * place outside cpu/ that does); the model mode runs through the backend like everything else. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,12 +37,17 @@
 #include "cuda/cuda.h"
 #endif
 
+#define BENCH_MAX_PROMPTS 16
+
 struct bench_opts {
     const char *model;
     const char *matmul;
+    const char *attn;
     const char *dtype;
     const char *device;
     int n_prompt, n_gen, n_threads, batch, reps, group, n_cols, json;
+    int prompts[BENCH_MAX_PROMPTS]; /* -p: the prompt lengths; prompts[0] == n_prompt */
+    int n_prompts, chunk;
     int probe_mb;
 };
 
@@ -62,10 +77,13 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: cairn bench --matmul OUTxIN --dtype bf16|f16|f32|q4|q8|qB [-n N] [--group G]\n"
             "                   [-t THREADS] [--reps R] [--json]\n"
-            "       cairn bench --model DIR [-p 512] [-n 128] [-t THREADS] [--batch B] [--reps R] [--json]\n"
-            "                   [--device auto|cpu|cuda[:N]]\n"
+            "       cairn bench --attn HEADS:KV_HEADS:HEAD_DIM [-p N] [--chunk C] [-t THREADS] [--reps R]\n"
+            "                   [--json]\n"
+            "       cairn bench --model DIR [-p 512[,4096,...]] [-n 128] [-t THREADS] [--batch B] [--reps R]\n"
+            "                   [--chunk C] [--json] [--device auto|cpu|cuda[:N]]\n"
             "options: --probe-mb MB  size of the bandwidth probe buffer (default 512)\n"
-            "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels\n");
+            "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_ATTN=auto|rowwise|tiled\n"
+            "     the attention kernel of --model\n");
 }
 
 static void bench_print_probe(const struct cpu_probe *p, int json)
@@ -198,6 +216,110 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
 
 static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe, struct backend *be);
 
+/* Synthetic attention: bf16 KV of P random positions in blocks of 16 (block table in order), the
+ * prompt's queries in chunks, rowwise and tiled alternating within each rep. */
+static int bench_attn(const struct bench_opts *o, const struct cpu_probe *probe)
+{
+    int H = 0, KV = 0, D = 0;
+    if (sscanf(o->attn, "%d:%d:%d", &H, &KV, &D) != 3 || H < 1 || KV < 1 || D < 1 || H % KV || D > 1024) {
+        fprintf(stderr, "cairn bench: --attn wants HEADS:KV_HEADS:HEAD_DIM (heads a multiple of KV heads), got '%s'\n",
+                o->attn);
+        return 2;
+    }
+    const int P = o->n_prompt, C = o->chunk > 0 && o->chunk < P ? o->chunk : P, bs = 16;
+    const int n_blocks = (P + bs - 1) / bs, reps = o->reps > 0 ? o->reps : 5;
+    struct backend_kv_view kv = {.n_blocks = n_blocks, .n_layers = 1, .block_size = bs, .n_kv_heads = KV,
+                                 .head_dim = D, .dtype = DTYPE_BF16};
+    kv.layer_block_bytes = (size_t)bs * KV * D * 2;
+    kv.block_bytes = kv.layer_block_bytes;
+    kv.k = cairn_xmalloc(kv.block_bytes * (size_t)n_blocks);
+    kv.v = cairn_xmalloc(kv.block_bytes * (size_t)n_blocks);
+    int32_t *pos = cairn_xmalloc(sizeof(int32_t) * (size_t)P), *bt = cairn_xmalloc(sizeof(int32_t) * (size_t)n_blocks);
+    size_t qn = (size_t)C * H * D, kn = (size_t)C * KV * D;
+    float *q = cairn_xmalloc(qn * 4), *out = cairn_xmalloc(qn * 4), *k = cairn_xmalloc(kn * 4), *v = cairn_xmalloc(kn * 4);
+    for (int i = 0; i < n_blocks; i++) bt[i] = i;
+    for (int i = 0; i < P; i++) pos[i] = i;
+    for (size_t i = 0; i < qn; i++) q[i] = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
+    for (int c0 = 0; c0 < P; c0 += C) { /* slots == positions */
+        int n = P - c0 < C ? P - c0 : C;
+        for (size_t i = 0; i < kn; i++) {
+            k[i] = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
+            v[i] = (float)((int)(bench_rand() % 2001) - 1000) * 1e-3f;
+        }
+        cpu_kv_store(&kv, 0, pos + c0, n, k, v);
+    }
+    double flops = 0;
+    for (int i = 0; i < P; i++) flops += 4.0 * H * D * (i + 1);
+    static const enum cpu_attn_mode modes[2] = {CPU_ATTN_ROWWISE, CPU_ATTN_TILED};
+    const enum cpu_attn_mode saved = cpu_attn_mode_get();
+    double *t = cairn_xmalloc(sizeof(double) * 2 * (size_t)reps), med[2], best[2] = {1e30, 1e30};
+    for (int r = 0; r < reps; r++)
+        for (int md = 0; md < 2; md++) {
+            cpu_attn_mode_set(modes[md]);
+            double t0 = cairn_now();
+            for (int c0 = 0; c0 < P; c0 += C) {
+                struct cpu_attn a = {.q = q, .out = out, .n_tokens = P - c0 < C ? P - c0 : C, .n_heads = H,
+                                     .pos = pos + c0, .kv = &kv, .layer = 0, .block_table = bt,
+                                     .scale = 1.0f / sqrtf((float)D)};
+                cpu_attention(&a);
+            }
+            t[md * reps + r] = cairn_now() - t0;
+            best[md] = t[md * reps + r] < best[md] ? t[md * reps + r] : best[md];
+        }
+    cpu_attn_mode_set(saved);
+    for (int md = 0; md < 2; md++) med[md] = bench_median(t + md * reps, reps);
+    if (o->json) {
+        printf("{\"mode\": \"attn\", \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"prompt\": %d, "
+               "\"chunk\": %d, \"reps\": %d, \"rowwise_ms_median\": %.3f, \"tiled_ms_median\": %.3f, "
+               "\"rowwise_gflops_best\": %.2f, \"tiled_gflops_best\": %.2f, \"tiled_speedup_median\": %.3f, ",
+               H, KV, D, P, C, reps, med[0] * 1e3, med[1] * 1e3, flops / best[0] / 1e9, flops / best[1] / 1e9,
+               med[0] / med[1]);
+        bench_print_probe(probe, 1);
+        printf("}\n");
+    } else {
+        bench_print_probe(probe, 0);
+        printf("attention %d/%d heads, dim %d, prompt %d in chunks of %d (bf16 KV), %d reps:\n", H, KV, D, P, C,
+               reps);
+        for (int md = 0; md < 2; md++)
+            printf("  %-8s median %.2f ms, best %.1f GFLOP/s = %.1f%% of FMA peak\n", cpu_attn_mode_name(modes[md]),
+                   med[md] * 1e3, flops / best[md] / 1e9, 100.0 * flops / best[md] / 1e9 / probe->fma_gflops);
+        printf("  tiled / rowwise speed: %.2fx (medians)\n", med[0] / med[1]);
+    }
+    free(t);
+    free(q);
+    free(out);
+    free(k);
+    free(v);
+    free(pos);
+    free(bt);
+    free(kv.k);
+    free(kv.v);
+    return 0;
+}
+
+/* -p N[,N...]: up to BENCH_MAX_PROMPTS positive lengths. */
+static int bench_parse_prompts(const char *v, struct bench_opts *o)
+{
+    o->n_prompts = 0;
+    for (const char *s = v; *s;) {
+        char *end;
+        long n = strtol(s, &end, 10);
+        if (end == s || n < 1 || n > (1 << 24) || (*end && *end != ',') || o->n_prompts == BENCH_MAX_PROMPTS) {
+            fprintf(stderr, "cairn bench: -p wants up to %d positive lengths separated by commas, got '%s'\n",
+                    BENCH_MAX_PROMPTS, v);
+            return 2;
+        }
+        o->prompts[o->n_prompts++] = (int)n;
+        s = *end ? end + 1 : end;
+    }
+    if (o->n_prompts == 0) {
+        fprintf(stderr, "cairn bench: -p needs a length\n");
+        return 2;
+    }
+    o->n_prompt = o->prompts[0];
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o = {.n_prompt = 512, .n_gen = 128, .batch = 1, .group = 64, .n_cols = 1,
@@ -219,8 +341,11 @@ int cmd_bench(int argc, char **argv)
         }
         if (strcmp(a, "--model") == 0) o.model = v;
         else if (strcmp(a, "--matmul") == 0) o.matmul = v;
+        else if (strcmp(a, "--attn") == 0) o.attn = v;
         else if (strcmp(a, "--dtype") == 0) o.dtype = v;
-        else if (strcmp(a, "-p") == 0) o.n_prompt = atoi(v);
+        else if (strcmp(a, "-p") == 0) {
+            if (bench_parse_prompts(v, &o) != 0) return 2;
+        } else if (strcmp(a, "--chunk") == 0) o.chunk = atoi(v);
         else if (strcmp(a, "-n") == 0) {
             o.n_gen = atoi(v);
             o.n_cols = atoi(v);
@@ -238,12 +363,14 @@ int cmd_bench(int argc, char **argv)
         }
         i++;
     }
-    if (!o.model && !o.matmul) {
+    if (!o.model && !o.matmul && !o.attn) {
         bench_usage(stderr);
         return 2;
     }
     if (o.matmul && !n_set) o.n_cols = 1;
-    if (o.n_cols < 1 || o.n_gen < 1 || o.n_prompt < 1 || o.batch < 1 || o.group < 1 || o.probe_mb < 1) {
+    if (o.n_prompts == 0) o.prompts[o.n_prompts++] = o.n_prompt;
+    if (o.n_cols < 1 || o.n_gen < 1 || o.n_prompt < 1 || o.batch < 1 || o.group < 1 || o.probe_mb < 1 ||
+        o.chunk < 0) {
         fprintf(stderr, "cairn bench: counts must be positive\n");
         return 2;
     }
@@ -251,7 +378,7 @@ int cmd_bench(int argc, char **argv)
     /* The CPU backend holds the pool the probes and the matmul mode run on; the model runs on
      * --device (a second handle on the same CPU pool when that is the CPU). */
     struct backend *host = NULL, *be = NULL;
-    if (o.matmul && strcmp(o.device, "auto") != 0 && strcmp(o.device, "cpu") != 0) {
+    if ((o.matmul || o.attn) && strcmp(o.device, "auto") != 0 && strcmp(o.device, "cpu") != 0) {
         fprintf(stderr, "cairn bench: --matmul runs on the CPU only (--device %s)\n", o.device);
         return 2;
     }
@@ -265,15 +392,59 @@ int cmd_bench(int argc, char **argv)
     if (cpu_probe_run((size_t)o.probe_mb << 20, 5, &probe, &err) != CAIRN_OK)
         fprintf(stderr, "cairn bench: %s\n", err.msg);
     else
-        rc = o.matmul ? bench_matmul(&o, &probe) : bench_model(&o, &probe, be);
+        rc = o.matmul ? bench_matmul(&o, &probe) : o.attn ? bench_attn(&o, &probe) : bench_model(&o, &probe, be);
     cpu_probe_release();
     backend_close(be);
     backend_close(host);
     return rc;
 }
 
-/* Model mode: prefill of -p tokens on one sequence, then -n decode steps of --batch sequences
- * (one token each, one logit row each), repeated --reps times; medians and bests reported. */
+/* Prefill FLOPs of P tokens: 2 per parameter per token except the LM head (one row of logits),
+ * plus attention (QK and PV: 4 · heads · head_dim per (query, key) pair, causal). */
+static double bench_prefill_flops(const struct model_info *info, int P)
+{
+    double lm = (double)info->vocab_size * info->hidden_size;
+    double body = (double)info->n_params - lm > 0 ? (double)info->n_params - lm : (double)info->n_params;
+    double attn = 4.0 * info->n_kv_layers * info->n_heads * info->head_dim * ((double)P * (P + 1) / 2);
+    return 2.0 * body * P + 2.0 * lm + attn;
+}
+
+/* Sequence 0 prefilled with P tokens in chunks, timed; *attn_s: the time in attention on the
+ * CPU (0 on other devices). */
+static int bench_prefill(struct model_run *run, const int32_t *tokens, int P, int chunk, float *logits,
+                         int cpu, double *secs, double *attn_s, struct cairn_err *err)
+{
+    model_run_reset(run, 0);
+    cpu_attn_timer_reset();
+    cpu_attn_timer_enable(cpu);
+    double t0 = cairn_now();
+    int rc = model_run_prefill(run, 0, tokens, P, chunk > 0 && chunk < P ? chunk : P, logits, err);
+    *secs = cairn_now() - t0;
+    cpu_attn_timer_enable(0);
+    *attn_s = cpu ? cpu_attn_timer_seconds() : 0;
+    return rc;
+}
+
+struct bench_len_stats {
+    double tps_med, tps_best, gf_best, attn_share_med;
+};
+
+/* Medians and bests of prompt length i over reps (lt, ls: [length][rep] seconds and shares;
+ * reordered by the medians). */
+static void bench_len(const struct bench_opts *o, const struct model_info *info, double *lt, double *ls, int reps,
+                      int i, struct bench_len_stats *L)
+{
+    double *t = lt + (size_t)i * reps, *sh = ls + (size_t)i * reps, best = 1e30;
+    for (int r = 0; r < reps; r++) best = t[r] < best ? t[r] : best;
+    L->tps_best = o->prompts[i] / best;
+    L->tps_med = o->prompts[i] / bench_median(t, reps);
+    L->gf_best = bench_prefill_flops(info, o->prompts[i]) / best / 1e9;
+    L->attn_share_med = bench_median(sh, reps);
+}
+
+/* Model mode: prefill of each -p length on one sequence, then (after the first length) -n
+ * decode steps of --batch sequences (one token each, one logit row each), repeated --reps times;
+ * medians and bests reported. */
 static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe, struct backend *be)
 {
     struct cairn_err err = {0};
@@ -282,28 +453,34 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
     int rc = 1;
     int32_t *tokens = NULL;
     float *logits = NULL;
-    double *pt = NULL, *dt = NULL, *bw = NULL;
+    double *pt = NULL, *dt = NULL, *bw = NULL, *lt = NULL, *ls = NULL;
     struct model_run_item *items = NULL;
     if (model_load(o->model, be, &m, &err) != CAIRN_OK) {
         fprintf(stderr, "cairn bench: %s\n", err.msg);
         return 1;
     }
     const struct model_info *info = model_get_info(m);
-    const int B = o->batch, P = o->n_prompt, N = o->n_gen;
+    const int B = o->batch, P = o->n_prompt, N = o->n_gen, NP = o->n_prompts;
     const int reps = o->reps > 0 ? o->reps : 3;
-    struct model_run_opts ro = {.n_seqs = B, .max_ctx = P + N, .max_step = P > B ? P : B, .block_size = 16,
-                                .kv_dtype = DTYPE_BF16};
+    const int cpu = be->kind == BACKEND_CPU;
+    int P_max = 0;
+    for (int i = 0; i < NP; i++) P_max = o->prompts[i] > P_max ? o->prompts[i] : P_max;
+    int step = o->chunk > 0 && o->chunk < P_max ? o->chunk : P_max;
+    struct model_run_opts ro = {.n_seqs = B, .max_ctx = (P_max > P + N ? P_max : P + N), .max_step = step > B ? step : B,
+                                .block_size = 16, .kv_dtype = DTYPE_BF16};
     if (model_run_open(&run, m, &ro, &err) != CAIRN_OK) {
         fprintf(stderr, "cairn bench: %s\n", err.msg);
         goto cleanup;
     }
-    tokens = cairn_xmalloc((size_t)(P + B) * sizeof(int32_t));
-    for (int i = 0; i < P + B; i++) tokens[i] = (int32_t)(bench_rand() % (uint32_t)info->vocab_size);
+    tokens = cairn_xmalloc((size_t)(P_max + B) * sizeof(int32_t));
+    for (int i = 0; i < P_max + B; i++) tokens[i] = (int32_t)(bench_rand() % (uint32_t)info->vocab_size);
     logits = cairn_xmalloc((size_t)B * (size_t)info->vocab_size * sizeof(float));
     items = cairn_xcalloc((size_t)B, sizeof(*items));
     pt = cairn_xmalloc((size_t)reps * sizeof(double));
     dt = cairn_xmalloc((size_t)reps * sizeof(double));
     bw = cairn_xmalloc((size_t)reps * sizeof(double));
+    lt = cairn_xcalloc((size_t)reps * (size_t)NP, sizeof(double)); /* [length][rep]: prefill seconds */
+    ls = cairn_xcalloc((size_t)reps * (size_t)NP, sizeof(double)); /* [length][rep]: attention share */
     /* On a GPU the roofline is against the device's own copy bandwidth, probed here (the
      * host's read probe says nothing about HBM); 0: the host probes are used. */
     double dev_gbs = 0;
@@ -318,20 +495,26 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
     }
 #endif
     for (int r = 0; r < reps; r++) {
-        /* Prefill every sequence (timed: the first one only, P tokens). */
-        for (int b = 0; b < B; b++) {
+        /* The first length: sequence 0 timed, then the other sequences of the decode batch. */
+        double attn_s;
+        if (bench_prefill(&run, tokens, P, o->chunk, logits, cpu, &pt[r], &attn_s, &err) != CAIRN_OK) {
+            fprintf(stderr, "cairn bench: prefill: %s\n", err.msg);
+            goto cleanup;
+        }
+        lt[r] = pt[r];
+        ls[r] = attn_s / pt[r];
+        for (int b = 1; b < B; b++) {
             model_run_reset(&run, b);
-            double t0 = cairn_now();
-            if (model_run_prefill(&run, b, tokens, P, P, logits, &err) != CAIRN_OK) {
+            if (model_run_prefill(&run, b, tokens, P, o->chunk > 0 && o->chunk < P ? o->chunk : P, logits, &err) !=
+                CAIRN_OK) {
                 fprintf(stderr, "cairn bench: prefill: %s\n", err.msg);
                 goto cleanup;
             }
-            if (b == 0) pt[r] = cairn_now() - t0;
         }
         /* Shared machine: a read probe right before and after each decode run. */
         double bw0 = dev_gbs > 0 ? dev_gbs : cpu_probe_read_now((size_t)o->probe_mb << 20);
         double t0 = cairn_now();
-        for (int step = 0; step < N; step++) {
+        for (int st = 0; st < N; st++) {
             for (int b = 0; b < B; b++)
                 items[b] = (struct model_run_item){.seq = b, .tokens = tokens + P + b, .n_tokens = 1, .n_logits = 1,
                                                    .logits = logits + (size_t)b * info->vocab_size};
@@ -342,6 +525,15 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
         }
         dt[r] = cairn_now() - t0;
         bw[r] = dev_gbs > 0 ? dev_gbs : 0.5 * (bw0 + cpu_probe_read_now((size_t)o->probe_mb << 20));
+        /* The other lengths, sequence 0 alone. */
+        for (int i = 1; i < NP; i++) {
+            double *sec = &lt[(size_t)i * reps + r];
+            if (bench_prefill(&run, tokens, o->prompts[i], o->chunk, logits, cpu, sec, &attn_s, &err) != CAIRN_OK) {
+                fprintf(stderr, "cairn bench: prefill of %d: %s\n", o->prompts[i], err.msg);
+                goto cleanup;
+            }
+            ls[(size_t)i * reps + r] = attn_s / *sec;
+        }
     }
     double p_best = 1e30, d_best = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -360,12 +552,7 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
     double roof_gbs = dev_gbs > 0 ? dev_gbs : probe->read_gbs;
     double roof_best = 100.0 * step_bytes * steps_best / 1e9 / roof_gbs;
     double roof_med = 100.0 * step_bytes * steps_med / 1e9 / roof_gbs;
-    /* Prefill FLOPs: 2 per parameter per token except the LM head (one row of logits), plus
-     * attention (QK and PV: 4 · heads · head_dim per (query, key) pair, causal). */
-    double lm = (double)info->vocab_size * info->hidden_size;
-    double body = (double)info->n_params - lm > 0 ? (double)info->n_params - lm : (double)info->n_params;
-    double attn = 4.0 * info->n_kv_layers * info->n_heads * info->head_dim * ((double)P * (P + 1) / 2);
-    double p_flops = 2.0 * body * P + 2.0 * lm + attn;
+    double p_flops = bench_prefill_flops(info, P);
     double gf_best = p_flops / p_best / 1e9, gf_med = p_flops / p_med / 1e9;
     double adj_best = 0;
     for (int r = 0; r < reps; r++) {
@@ -387,14 +574,31 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
                roof_med, roof_best, gf_med, gf_best, 100.0 * gf_best / probe->fma_gflops,
                100.0 * adj_med, 100.0 * adj_best);
         if (dev_gbs > 0) printf("\"device\": \"%s\", \"device_copy_gbs\": %.2f, ", be->name, dev_gbs);
+        printf("\"chunk\": %d, \"attn_kernel\": \"%s\", \"prefill\": [", o->chunk > 0 ? o->chunk : 0,
+               cpu ? cpu_attn_mode_name(cpu_attn_mode_get()) : be->name);
+        for (int i = 0; i < NP; i++) {
+            struct bench_len_stats L;
+            bench_len(o, info, lt, ls, reps, i, &L);
+            printf("%s{\"prompt\": %d, \"pp_tps_median\": %.2f, \"pp_tps_best\": %.2f, "
+                   "\"prefill_gflops_best\": %.2f, \"attn_share_median\": %.3f}",
+                   i ? ", " : "", o->prompts[i], L.tps_med, L.tps_best, L.gf_best, L.attn_share_med);
+        }
+        printf("], ");
         bench_print_probe(probe, 1);
         printf("}\n");
     } else {
         bench_print_probe(probe, 0);
         printf("model %s (%s, %.1f M params, %.1f MB weights), %d reps\n", o->model, info->model_type,
                info->n_params / 1e6, info->weight_bytes / 1e6, reps);
-        printf("  prefill pp%d:       median %.2f tok/s, best %.2f tok/s; %.1f GFLOP/s best = %.1f%% of FMA peak\n",
-               P, pp_med, pp_best, gf_best, 100.0 * gf_best / probe->fma_gflops);
+        for (int i = 0; i < NP; i++) {
+            struct bench_len_stats L;
+            bench_len(o, info, lt, ls, reps, i, &L);
+            printf("  prefill pp%-8d median %.2f tok/s, best %.2f tok/s; %.1f GFLOP/s best = %.1f%% of FMA peak",
+                   o->prompts[i], L.tps_med, L.tps_best, L.gf_best, 100.0 * L.gf_best / probe->fma_gflops);
+            if (cpu) printf("; attention %.1f%% of it (median)", 100.0 * L.attn_share_med);
+            printf("\n");
+        }
+        if (o->chunk > 0) printf("  prefill chunk:     %d tokens per step\n", o->chunk);
         printf("  decode  tg%d x%d:   median %.2f tok/s, best %.2f tok/s\n", N, B, tg_med, tg_best);
         if (dev_gbs > 0) printf("  device %s: copy bandwidth %.2f GB/s\n", be->name, dev_gbs);
         printf("  decode roofline:   %.1f MB/step; best %.1f%%, median %.1f%% of %s bandwidth\n",
@@ -405,6 +609,8 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
     rc = 0;
 cleanup:
     free(items);
+    free(lt);
+    free(ls);
     free(pt);
     free(dt);
     free(bw);

@@ -1,6 +1,6 @@
 /* CPU backend entry points: ISA dispatch (cpuid/xgetbv, CAIRN_CPU_ISA) and the split of each op
- * over the pool. The kernels themselves live in ref_ops.c (scalar reference) and the x86_*
- * variants; see cpu_int.h for the design. */
+ * over the pool (attention: cpu_attn.c). The kernels themselves live in ref_ops.c (scalar
+ * reference) and the x86_* variants; see cpu_int.h for the design. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -116,6 +116,8 @@ int cpu_isa_parse(const char *s)
 
 enum cpu_isa cpu_isa_get(void) { return cpu_active_isa; }
 
+const struct cpu_kernels *cpu_kernels_active(void) { return cpu_k; }
+
 int cpu_init(int n_threads, struct cairn_err *err)
 {
     enum cpu_isa isa = CPU_ISA_SCALAR;
@@ -133,6 +135,11 @@ int cpu_init(int n_threads, struct cairn_err *err)
             return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "CAIRN_CPU_ISA=%s: this CPU lacks it", env);
         isa = (enum cpu_isa)forced;
     }
+    const char *attn = getenv("CAIRN_CPU_ATTN");
+    int attn_mode = CPU_ATTN_AUTO;
+    if (attn && *attn && (attn_mode = cpu_attn_mode_parse(attn)) < 0)
+        return cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CPU_ATTN=%s: expected auto|rowwise|tiled", attn);
+    cpu_attn_mode_set((enum cpu_attn_mode)attn_mode);
     cpu_isa_set(isa);
     if (n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -406,33 +413,6 @@ void cpu_kv_store(const struct backend_kv_view *kv, int layer, const int32_t *sl
                   const float *k, const float *v)
 {
     ref_kv_store(kv, layer, slots, n_tokens, k, v);
-}
-
-struct cpu_attn_job {
-    const struct cpu_attn *a;
-    const struct cpu_kernels *k;
-};
-
-static void cpu_attn_task(void *ctx, int ith, int nth)
-{
-    const struct cpu_attn_job *j = ctx;
-    int n_kv = j->a->kv->n_kv_heads;
-    int64_t items = (int64_t)j->a->n_tokens * n_kv;
-    /* Interleaved: causal cost grows with the token index, so strided items balance. */
-    for (int64_t i = ith; i < items; i += nth)
-        j->k->attn(j->a, (int)(i / n_kv), (int)(i % n_kv), cpu_scratch(ith));
-}
-
-void cpu_attention(const struct cpu_attn *a)
-{
-    if (a->n_tokens <= 0) return;
-    struct cpu_attn_job j = {a, cpu_k};
-    cpu_scratch_reserve(cpu_attn_scratch_floats(a));
-    int64_t items = (int64_t)a->n_tokens * a->kv->n_kv_heads;
-    int64_t work = (int64_t)a->n_tokens * a->n_heads * (a->pos[a->n_tokens - 1] + 1) * a->kv->head_dim;
-    int nth = cpu_nth_for(work, 1 << 14);
-    if (nth > items) nth = (int)items;
-    cpu_pool_run(cpu_attn_task, &j, nth);
 }
 
 void cpu_parallel(void (*fn)(void *ctx, int ith, int nth), void *ctx)

@@ -3,7 +3,8 @@
  * DESIGN: cpu.c owns the public ops. Each op picks the active kernel table (scalar reference,
  * AVX2, AVX-512), sizes the per-thread scratch on the calling thread (grow-only, so steady-state
  * calls allocate nothing) and fans the work out with cpu_pool_run: matmuls split by output rows,
- * attention by (token, KV head), element-wise ops by contiguous chunks. Kernels only see index
+ * attention by (KV head, query block) or, for decode, (token, KV head) (cpu_attn.c), element-wise
+ * ops by contiguous chunks. Kernels only see index
  * ranges and the scratch they were handed. */
 #ifndef CAIRN_CPU_CPU_INT_H
 #define CAIRN_CPU_CPU_INT_H
@@ -51,6 +52,12 @@ struct cpu_kernels {
     void (*add)(float *y, const float *x, int64_t n);
     /* Query token t, the query heads that share KV head kvh. scratch: cpu_attn_scratch_floats. */
     void (*attn)(const struct cpu_attn *a, int t, int kvh, float *scratch);
+    /* Tiled prefill attention: query tokens [t0, t1) × the query heads of KV head kvh, against
+     * the context in tiles of CPU_ATTN_TK positions (x86_simd_attn.h). scratch:
+     * cpu_attn_tile_scratch_floats(a, t1 - t0). attn_rows: the query rows (tokens × group) one
+     * item is sized for (cpu_attn.c). */
+    void (*attn_tile)(const struct cpu_attn *a, int kvh, int t0, int t1, float *scratch);
+    int attn_rows;
     /* Probes for `cairn bench`: sum of n floats (read bandwidth); a = b + s*c (triad);
      * iters rounds of CPU_PROBE_FMA_CHAINS independent vector FMAs (returns a value so the
      * work is kept; *lanes gets the vector width). */
@@ -84,6 +91,22 @@ static inline size_t cpu_attn_scratch_floats(const struct cpu_attn *a)
     int group = a->n_heads / a->kv->n_kv_heads;
     return (size_t)group * ((size_t)a->kv->head_dim + (size_t)a->kv->block_size + 2) + 64;
 }
+
+/* Positions per K/V tile of the tiled kernel: a tile (K and V widened to f32, 64 KiB at head_dim
+ * 128) plus Q^T and O of 32 rows stays in L2 and amortizes each O rescale over 64 positions. */
+#define CPU_ATTN_TK 64
+
+/* Floats of scratch one tiled work item of nq query tokens needs (x86_simd_attn.h's layout,
+ * with rows and head_dim rounded up to 16 lanes, the widest ISA). */
+static inline size_t cpu_attn_tile_scratch_floats(const struct cpu_attn *a, int nq)
+{
+    size_t group = (size_t)(a->n_heads / a->kv->n_kv_heads), hd = (size_t)a->kv->head_dim;
+    size_t rows = ((size_t)nq * group + 15) / 16 * 16, hdp = (hd + 15) / 16 * 16;
+    return hd * rows + rows * hdp + CPU_ATTN_TK * (rows + hd + hdp) + 4 * rows + 64;
+}
+
+/* The active kernel table (cpu.c; cpu_kernels_ref before cpu_init). */
+const struct cpu_kernels *cpu_kernels_active(void);
 
 extern const struct cpu_kernels cpu_kernels_ref;
 extern const struct cpu_kernels cpu_avx2_kernels;

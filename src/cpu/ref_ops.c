@@ -144,6 +144,11 @@ static void ref_k_attn(const struct cpu_attn *a, int t, int kvh, float *scratch)
     for (int h = kvh * group; h < (kvh + 1) * group; h++) ref_attention_head(a, t, h, scratch);
 }
 
+static void ref_k_attn_tile(const struct cpu_attn *a, int kvh, int t0, int t1, float *scratch)
+{
+    for (int t = t0; t < t1; t++) ref_k_attn(a, t, kvh, scratch);
+}
+
 static float ref_probe_sum(const float *x, int64_t n)
 {
     float s = 0;
@@ -178,4 +183,6 @@ const struct cpu_kernels cpu_kernels_ref = {
     .silu_mul = ref_silu_mul,
     .add = ref_k_add,
     .attn = ref_k_attn,
+    .attn_tile = ref_k_attn_tile,
+    .attn_rows = 16, /* the tiled split, with the reference doing each (token, head) */
 };

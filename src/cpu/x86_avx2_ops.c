@@ -9,6 +9,14 @@
 #define MM_RTD 4
 #define MM_RTQ 4
 #define MM_TT 2
+/* Tiled attention (x86_simd_attn.h): 32 query rows per item (16 ran ~10% slower: more K/V
+ * widening per FMA), S tiles of 3 positions × 4 vectors and O tiles of 4 rows × 2 vectors
+ * (12 and 8 of 16 ymm). */
+#define ATT_ROWS 32
+#define ATT_ST_PT 3
+#define ATT_ST_RV 4
+#define ATT_O_RT 4
+#define ATT_O_NV 2
 #define K(name) cpu_avx2_##name
 
 static inline float cpu_avx2_hsum(__m256 v)

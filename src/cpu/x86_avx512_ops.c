@@ -10,6 +10,13 @@
 #define MM_RTD 8
 #define MM_RTQ 4
 #define MM_TT 3
+/* Tiled attention (x86_simd_attn.h): 32 query rows per item (2 zmm of lanes), S tiles of 12
+ * positions × 2 vectors and O tiles of 4 rows × 4 vectors (24 and 16 of 32 zmm). */
+#define ATT_ROWS 32
+#define ATT_ST_PT 12
+#define ATT_ST_RV 2
+#define ATT_O_RT 4
+#define ATT_O_NV 4
 #define K(name) cpu_avx512_##name
 
 #define V_LOAD(p) _mm512_loadu_ps(p)

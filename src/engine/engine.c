@@ -16,6 +16,11 @@
 
 static void engine_opts_fill(struct engine_opts *o)
 {
+    /* 512 tokens per step. On the CPU the tiled prefill attention makes a chunk cost its own
+     * queries × context whatever its size, and the matmuls reuse each weight tile over 64-token
+     * blocks, so a larger step should buy little prefill speed while it delays every other
+     * running sequence's decode token by a whole step. Not yet confirmed by measurement:
+     * `cairn bench --model DIR -p 4096,16384 --chunk C` for C in 256..2048, on a quiet machine. */
     if (!o->max_batch_tokens) o->max_batch_tokens = 512;
     if (!o->max_running) o->max_running = 16;
     if (!o->max_waiting) o->max_waiting = 256;

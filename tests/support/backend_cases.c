@@ -681,6 +681,124 @@ static void bc_case_attention(struct bc *c, enum dtype kv_dt, int n_heads, int n
     bc_free_all(c);
 }
 
+/* Prefill-shaped attention: NS sequences, each a chunk of new[s] query tokens after pre[s]
+ * cached positions (prefixes not block-aligned; chunks from 1 to 300 tokens), all in one call,
+ * against a double-precision softmax over the bf16-rounded (or f32) K/V. */
+#define BC_ATT_MAX_SEQS 4
+static void bc_case_attention_chunks(struct bc *c, enum dtype kv_dt, int n_heads, int n_kv, int hd, int bs,
+                                     int ns, const int *pre, const int *new_tok)
+{
+    enum { LAYERS = 2, LAYER = 1 };
+    int max_blocks = 0, n_blocks = 2, all = 0, T = 0;
+    int32_t seq_off[BC_ATT_MAX_SEQS + 1] = {0}, ctx_len[BC_ATT_MAX_SEQS], kv_off[BC_ATT_MAX_SEQS];
+    for (int s = 0; s < ns; s++) {
+        ctx_len[s] = pre[s] + new_tok[s];
+        kv_off[s] = all;
+        all += ctx_len[s];
+        seq_off[s + 1] = seq_off[s] + new_tok[s];
+        max_blocks = CAIRN_MAX(max_blocks, (ctx_len[s] + bs - 1) / bs);
+        n_blocks += (ctx_len[s] + bs - 1) / bs;
+    }
+    T = seq_off[ns];
+    size_t esz = dtype_size(kv_dt), row = (size_t)n_kv * hd;
+    struct backend_kv_view kv = {.n_blocks = n_blocks, .n_layers = LAYERS, .block_size = bs, .n_kv_heads = n_kv,
+                                 .head_dim = hd, .dtype = kv_dt};
+    kv.layer_block_bytes = (size_t)bs * row * esz;
+    kv.block_bytes = LAYERS * kv.layer_block_bytes;
+    kv.k = bc_dev(c, NULL, kv.block_bytes * (size_t)n_blocks);
+    kv.v = bc_dev(c, NULL, kv.block_bytes * (size_t)n_blocks);
+    /* block tables: sequences interleaved over the pool, odd blocks first */
+    int32_t *bt = calloc((size_t)ns * max_blocks, sizeof(int32_t));
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)all), *pos = malloc(sizeof(int32_t) * (size_t)T);
+    float *k = malloc(sizeof(float) * (size_t)all * row), *v = malloc(sizeof(float) * (size_t)all * row);
+    double *wk = malloc(sizeof(double) * (size_t)all * row), *wv = malloc(sizeof(double) * (size_t)all * row);
+    size_t qn = (size_t)T * n_heads * hd;
+    float *q = malloc(qn * 4), *out = malloc(qn * 4);
+    double *want = malloc(qn * 8), *p = malloc(sizeof(double) * (size_t)all);
+    int next = 0;
+    for (int j = 0; j < max_blocks; j++)
+        for (int s = 0; s < ns; s++)
+            if (j < (ctx_len[s] + bs - 1) / bs) {
+                int b = next++;
+                bt[s * max_blocks + j] = b % 2 ? b / 2 : n_blocks - 1 - b / 2;
+            }
+    for (int s = 0; s < ns; s++)
+        for (int t = 0; t < ctx_len[s]; t++)
+            slots[kv_off[s] + t] = bt[s * max_blocks + t / bs] * bs + t % bs;
+    bc_fill(c, k, (size_t)all * row, 2.0f);
+    bc_fill(c, v, (size_t)all * row, 1.0f);
+    for (size_t i = 0; i < (size_t)all * row; i++) {
+        wk[i] = kv_dt == DTYPE_F32 ? k[i] : bf16_to_f32(f32_to_bf16(k[i]));
+        wv[i] = kv_dt == DTYPE_F32 ? v[i] : bf16_to_f32(f32_to_bf16(v[i]));
+    }
+    float *dk = bc_dev(c, k, sizeof(float) * (size_t)all * row), *dv = bc_dev(c, v, sizeof(float) * (size_t)all * row);
+    int32_t *dslots = bc_dev(c, slots, sizeof(int32_t) * (size_t)all);
+    if (bc_begin(c)) {
+        c->be->ops->kv_store(c->be, &kv, LAYER, dslots, all, dk, dv);
+        bc_end(c);
+    }
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < new_tok[s]; i++)
+            pos[seq_off[s] + i] = pre[s] + i;
+    bc_fill(c, q, qn, 1.0f);
+    float *dq = bc_dev(c, q, qn * 4), *dout = bc_dev(c, NULL, qn * 4);
+    int32_t *dpos = bc_dev(c, pos, sizeof(int32_t) * (size_t)T), *doff = bc_dev(c, seq_off, sizeof(seq_off));
+    int32_t *dbt = bc_dev(c, bt, sizeof(int32_t) * (size_t)ns * max_blocks);
+    float scale = 1.0f / sqrtf((float)hd);
+    struct backend_attn a = {.q = dq, .out = dout, .n_tokens = T, .n_seqs = ns, .n_heads = n_heads, .pos = dpos,
+                             .seq_off = doff, .block_tables = dbt, .bt_stride = max_blocks,
+                             .seq_off_host = seq_off, .ctx_len_host = ctx_len, .kv = &kv, .layer = LAYER,
+                             .scale = scale};
+    if (bc_begin(c)) {
+        c->be->ops->attention(c->be, &a);
+        bc_end(c);
+    }
+    bc_get(c, out, dout, qn * 4);
+    int group = n_heads / n_kv;
+    for (int s = 0; s < ns; s++)
+        for (int r = seq_off[s]; r < seq_off[s + 1]; r++)
+            for (int h = 0; h < n_heads; h++) {
+                const float *qr = q + ((size_t)r * n_heads + h) * hd;
+                const double *ks = wk + (size_t)kv_off[s] * row + (size_t)(h / group) * hd;
+                const double *vs = wv + (size_t)kv_off[s] * row + (size_t)(h / group) * hd;
+                int n_pos = pos[r] + 1;
+                double m = -INFINITY, l = 0;
+                for (int t = 0; t < n_pos; t++) {
+                    double d = 0;
+                    for (int i = 0; i < hd; i++)
+                        d += qr[i] * ks[(size_t)t * row + i];
+                    p[t] = d * scale;
+                    m = p[t] > m ? p[t] : m;
+                }
+                for (int t = 0; t < n_pos; t++)
+                    l += (p[t] = exp(p[t] - m));
+                double *o = want + ((size_t)r * n_heads + h) * hd;
+                for (int i = 0; i < hd; i++)
+                    o[i] = 0;
+                for (int t = 0; t < n_pos; t++)
+                    for (int i = 0; i < hd; i++)
+                        o[i] += p[t] * vs[(size_t)t * row + i];
+                for (int i = 0; i < hd; i++)
+                    o[i] /= l;
+            }
+    char what[128];
+    snprintf(what, sizeof(what), "attention chunks %s heads %d/%d dim %d block %d, chunk %d after %d",
+             dtype_name(kv_dt), n_heads, n_kv, hd, bs, new_tok[0], pre[0]);
+    bc_cmp(c, what, out, want, NULL, qn, BC_TOL_ATT);
+    free(bt);
+    free(slots);
+    free(pos);
+    free(k);
+    free(v);
+    free(wk);
+    free(wv);
+    free(q);
+    free(out);
+    free(want);
+    free(p);
+    bc_free_all(c);
+}
+
 static void bc_case_moe(struct bc *c)
 {
     enum { N = 6, E = 5, K = 2, H = 64, I = 96 };
@@ -955,6 +1073,21 @@ int backend_cases_run(struct backend *be, double tol_scale, struct backend_cases
         bc_case_attention(&c, DTYPE_F32, att[i][0], att[i][1], att[i][2], att[i][3]);
         bc_case_attention(&c, DTYPE_BF16, att[i][0], att[i][1], att[i][2], att[i][3]);
     }
+    /* Prefill chunks (bc_case_attention_chunks): GQA 1/2/4/8, head dims 64/128 and odd ones,
+     * chunks of 1..300 tokens after prefixes that are not block-aligned, several sequences. */
+    static const struct {
+        int dt_bf16, n_heads, n_kv, hd, bs, ns, pre[BC_ATT_MAX_SEQS], new_tok[BC_ATT_MAX_SEQS];
+    } chunks[] = {
+        {1, 16, 8, 128, 16, 3, {0, 45, 130}, {300, 77, 1}},   /* Qwen3-0.6B: GQA 2, head_dim 128 */
+        {0, 8, 2, 64, 16, 2, {37, 0}, {130, 9}},              /* GQA 4 */
+        {1, 8, 1, 72, 16, 3, {0, 99, 5}, {64, 33, 2}},        /* GQA 8, head_dim not a multiple of 16 */
+        {0, 4, 4, 36, 7, 2, {200, 61}, {17, 100}},            /* GQA 1, odd block size and head_dim */
+        {1, 12, 4, 40, 16, 4, {0, 16, 63, 1}, {47, 16, 65, 3}}, /* GQA 3 */
+    };
+    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++)
+        bc_case_attention_chunks(&c, chunks[i].dt_bf16 ? DTYPE_BF16 : DTYPE_F32, chunks[i].n_heads,
+                                 chunks[i].n_kv, chunks[i].hd, chunks[i].bs, chunks[i].ns, chunks[i].pre,
+                                 chunks[i].new_tok);
     bc_case_moe(&c);
     bc_case_gdn(&c);
     bc_free_all(&c);

@@ -3,7 +3,7 @@
  *
  * Tolerances (stated, relative): matmul |y - ref| <= 2e-5 * Σ|w·x| + 1e-6 (f32 summation order
  * vs the double reference; the AVX-512 VNNI q4/q8 path too); attention, rmsnorm, rope, silu: 1e-5 relative + 1e-6 absolute
- * (attention 2e-5: vector exp). */
+ * (attention 2e-5: vector exp, and the tiled kernel's other summation order). */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -318,18 +318,30 @@ static void test_rope(void)
     }
 }
 
-/* Attention over a scattered block table, GQA, f32 and bf16 KV, against ref_attention. */
-static void test_attention(void)
+/* Attention over a scattered block table, GQA 1..8, f32 and bf16 KV, head dims from 20 to 320
+ * (not multiples of 8 or 16 too), under every kernel choice (CAIRN_CPU_ATTN's rowwise, tiled,
+ * auto), against ref_attention. Query chunks: a whole prefill of up to 300 tokens (several
+ * K/V tiles), chunks after cached prefixes that are not block- or tile-aligned, decode. */
+static void test_attention(int big)
 {
-    static const int cfg[][5] = {
-        /* n_heads, n_kv_heads, head_dim, block_size, kv dtype (0 f32, 1 bf16) */
-        {6, 2, 64, 16, 0}, {6, 2, 64, 16, 1}, {4, 4, 20, 5, 0}, {8, 1, 128, 32, 1}, {2, 1, 48, 7, 1},
-        {4, 2, 192, 16, 1}, {2, 1, 320, 8, 0}, /* V in 8-vector slices; K rows past 256 floats */
+    static const int cfg[][6] = {
+        /* n_heads, n_kv_heads, head_dim, block_size, kv dtype (0 f32, 1 bf16), long cases */
+        {6, 2, 64, 16, 0, 0}, {6, 2, 64, 16, 1, 1}, {4, 4, 20, 5, 0, 1}, {8, 1, 128, 32, 1, 0},
+        {2, 1, 48, 7, 1, 0}, {4, 2, 192, 16, 1, 0}, {2, 1, 320, 8, 0, 0}, /* V in 8-vector slices; K rows past 256 floats */
+        {16, 8, 128, 16, 1, 1}, {8, 2, 36, 16, 0, 1}, {8, 8, 72, 16, 1, 0}, /* GQA 2 (Qwen3), 4, 1 */
     };
+    static const enum cpu_attn_mode modes[] = {CPU_ATTN_AUTO, CPU_ATTN_ROWWISE, CPU_ATTN_TILED};
+    /* Cases (first position, tokens): prefill from 0, chunks at unaligned prefixes, a decode
+     * token; with `big` (and the config's flag), a 77-token chunk after 45 cached, a 300-token
+     * prefill and a 130-token chunk after 170 cached (several K/V tiles of 64). */
+    static const int cases[][2] = {{0, 17}, {30, 3}, {69, 1}, {45, 77}, {0, 300}, {170, 130}};
     for (size_t c = 0; c < CAIRN_ARRAY_LEN(cfg); c++) {
+        const int long_cases = big && cfg[c][5];
+        const size_t n_cases = long_cases ? CAIRN_ARRAY_LEN(cases) : 3;
+        const int max_pos = long_cases ? 300 : 70;
         int nh = cfg[c][0], nkv = cfg[c][1], hd = cfg[c][2], bs = cfg[c][3];
         enum dtype dt = cfg[c][4] ? DTYPE_BF16 : DTYPE_F32;
-        int max_pos = 70, n_blocks = (max_pos + bs - 1) / bs + 3;
+        int n_blocks = (max_pos + bs - 1) / bs + 3;
         /* Paged KV as the kernels see it: 2 layers of n_blocks blocks (tensor/backend.h). */
         struct backend_kv_view kv = {.n_blocks = n_blocks, .n_layers = 2, .block_size = bs, .n_kv_heads = nkv,
                                      .head_dim = hd, .dtype = dt};
@@ -337,8 +349,9 @@ static void test_attention(void)
         kv.block_bytes = 2 * kv.layer_block_bytes;
         kv.k = calloc((size_t)n_blocks, kv.block_bytes);
         kv.v = calloc((size_t)n_blocks, kv.block_bytes);
-        CHECK(kv.k && kv.v);
-        int32_t table[64];
+        int32_t *table = malloc(sizeof(int32_t) * (size_t)n_blocks);
+        int32_t *pos = malloc(sizeof(int32_t) * (size_t)max_pos), *slots = malloc(sizeof(int32_t) * (size_t)max_pos);
+        CHECK(kv.k && kv.v && table && pos && slots);
         for (int j = 0; j < n_blocks; j++) table[j] = (j * 5 + 2) % n_blocks; /* scattered */
         /* Fill positions [0, max_pos) of layer 1 through the table. */
         int64_t kvrow = (int64_t)nkv * hd;
@@ -346,27 +359,30 @@ static void test_attention(void)
         fill(k, max_pos * kvrow);
         fill(v, max_pos * kvrow);
         for (int64_t i = 0; i < max_pos * kvrow; i++) k[i] *= 3;
-        int32_t pos[80], slots[80];
         for (int p = 0; p < max_pos; p++) {
             pos[p] = p;
             slots[p] = table[p / bs] * bs + p % bs; /* global slot through the table */
         }
         cpu_kv_store(&kv, 1, slots, max_pos, k, v);
-        /* Cases: prefill from 0 (17 tokens), a chunk at 30 (3 tokens), one decode token at 69. */
-        static const int cases[][2] = {{0, 17}, {30, 3}, {69, 1}};
-        for (size_t q = 0; q < CAIRN_ARRAY_LEN(cases); q++) {
+        for (size_t q = 0; q < n_cases; q++) {
             int p0 = cases[q][0], nt = cases[q][1];
             int64_t n = (int64_t)nt * nh * hd;
             float *qv = malloc((size_t)n * 4), *o = malloc((size_t)n * 4), *orf = malloc((size_t)n * 4);
             float scratch[512]; /* ref_attention: head_dim floats */
             fill(qv, n);
-            struct cpu_attn a = {.q = qv, .out = o, .n_tokens = nt, .n_heads = nh, .pos = pos + p0,
+            struct cpu_attn a = {.q = qv, .out = orf, .n_tokens = nt, .n_heads = nh, .pos = pos + p0,
                                  .kv = &kv, .layer = 1, .block_table = table,
                                  .scale = 1.0f / sqrtf((float)hd)};
-            cpu_attention(&a);
-            a.out = orf;
             ref_attention(&a, 0, nt, scratch);
-            CHECK_MSG(close_rel(o, orf, n, 2e-5, 2e-6) == 0, "attention cfg %zu case %zu", c, q);
+            a.out = o;
+            for (size_t md = 0; md < CAIRN_ARRAY_LEN(modes); md++) {
+                cpu_attn_mode_set(modes[md]);
+                for (int64_t i = 0; i < n; i++) o[i] = NAN; /* every output written */
+                cpu_attention(&a);
+                CHECK_MSG(close_rel(o, orf, n, 2e-5, 2e-6) == 0, "attention cfg %zu case %zu mode %s", c, q,
+                          cpu_attn_mode_name(modes[md]));
+            }
+            cpu_attn_mode_set(CPU_ATTN_AUTO);
             free(qv);
             free(o);
             free(orf);
@@ -375,7 +391,29 @@ static void test_attention(void)
         free(v);
         free(kv.k);
         free(kv.v);
+        free(table);
+        free(pos);
+        free(slots);
     }
+}
+
+/* The attention mode's names, and CAIRN_CPU_ATTN as cpu_init reads it. */
+static void test_attn_mode(void)
+{
+    CHECK_EQ_INT(cpu_attn_mode_parse("auto"), CPU_ATTN_AUTO);
+    CHECK_EQ_INT(cpu_attn_mode_parse("rowwise"), CPU_ATTN_ROWWISE);
+    CHECK_EQ_INT(cpu_attn_mode_parse("tiled"), CPU_ATTN_TILED);
+    CHECK_EQ_INT(cpu_attn_mode_parse("flash"), -1);
+    struct cairn_err err = {0};
+    setenv("CAIRN_CPU_ATTN", "tiled", 1);
+    CHECK(cpu_init(2, &err) == CAIRN_OK);
+    CHECK_EQ_INT(cpu_attn_mode_get(), CPU_ATTN_TILED);
+    setenv("CAIRN_CPU_ATTN", "bogus", 1);
+    CHECK(cpu_init(2, &err) == CAIRN_ERR_INVALID);
+    CHECK(strstr(err.msg, "CAIRN_CPU_ATTN") != NULL);
+    unsetenv("CAIRN_CPU_ATTN");
+    CHECK(cpu_init(2, &err) == CAIRN_OK);
+    CHECK_EQ_INT(cpu_attn_mode_get(), CPU_ATTN_AUTO);
 }
 
 /* ---- pool ---- */
@@ -437,6 +475,7 @@ static void test_isa_select(void)
 int main(void)
 {
     test_isa_select();
+    test_attn_mode();
     test_pool();
     static const int threads[] = {1, 2, 3};
     for (int isa = 0; isa < CPU_ISA_N; isa++) {
@@ -464,7 +503,8 @@ int main(void)
             }
             test_elementwise();
             test_rope();
-            test_attention();
+            /* the long cases once per SIMD ISA (under scalar, cpu_attention is ref_attention) */
+            test_attention(threads[t] == 2 && isa != CPU_ISA_SCALAR);
             printf("isa %s threads %d: %s\n", cpu_isa_name((enum cpu_isa)isa), threads[t],
                    test_n_fail == before ? "ok" : "FAILED");
         }

@@ -1,0 +1,345 @@
+/* Attention kernels of the SIMD table, included by x86_simd_ops.h (so compiled once per ISA with
+ * its V_* macros, VW and K(name)). Two kernels of one contract (cpu.h, struct cpu_attn):
+ *
+ * attn (rowwise): one query token × the query heads of one KV head, passing over the whole
+ * context a KV block at a time. Decode and small batches use it (cpu_attn.c decides).
+ *
+ * attn_tile (tiled, flash-attention style): query tokens [t0, t1) × the `group` query heads of
+ * KV head kvh as one set of R = (t1 - t0) · group query rows (padded to a multiple of VW),
+ * against the context in tiles of CPU_ATTN_TK positions. Per tile, K and V rows are gathered
+ * through the block table and widened to f32 once (bf16: shift; f32: copied), then reused by
+ * all R rows: S^T[p][r] = K[p] · Q[r] with the rows in vector lanes (Q transposed and scaled
+ * once per item, so a K element is a broadcast and no tile is ever transposed), the online
+ * softmax vectorized over rows (running max m, sum l, the rescale of O only when the max
+ * grew), the causal mask (p > pos[row]) only on tiles past the smallest position of the item,
+ * and O[r][:] += Σ_p P^T[p][r] · V[p][:]. Work per item: 4 · R · n_ctx · head_dim flops for
+ * (R + 2·head_dim) · n_ctx floats widened, so the K/V bytes read per query fall with R.
+ * Register tiles: S ATT_ST_PT positions × ATT_ST_RV row vectors, O ATT_O_RT rows × ATT_O_NV
+ * vectors of the head dimension (the ISA file sets them).
+ * scratch (cpu_attn_tile_scratch_floats): Q^T [hd][R], O [R][hdp], S^T [TK][R], K [TK][hd],
+ * V [TK][hdp], m, l, corr [R], pos [R] (hdp: head_dim rounded up to VW, zero-padded).
+ *
+ * Numerics: f32 throughout, the same operations as the rowwise kernel in another order
+ * (test_cpu_ops, backend_cases: relative error ~1e-6 against the scalar reference). */
+#include <limits.h>
+
+/* ---- rowwise (decode) ---- */
+
+/* Query token t, the `group` query heads sharing KV head kvh. KV is read one block at a time:
+ * scores of the block for every head of the group (one K read), an online-softmax rescale per
+ * block (not per position), then the V rows accumulated into every head (one V read).
+ * scratch: acc [group][hd], sc [group][block_size], m [group], l [group]. */
+/* Scores of one K row for the `group` query heads at q0: the row is widened once into HDV
+ * registers (HDV = head_dim / VW, a constant so they stay registers). */
+CPU_AI void K(att_scores)(const float *q0, const char *krow, int group, int is_f32, float *sc, int bs,
+                          float scale, const int HDV)
+{
+    VF kr[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < HDV; u++) kr[u] = K(kvload)(krow, u * VW, is_f32);
+    for (int g = 0; g < group; g++) {
+        const float *q = q0 + (int64_t)g * HDV * VW;
+        VF s0 = V_ZERO();
+#pragma GCC unroll 8
+        for (int u = 0; u < HDV; u++) s0 = V_FMA(V_LOAD(q + u * VW), kr[u], s0);
+        sc[g * bs] = V_HSUM(s0) * scale;
+    }
+}
+
+/* acc0/acc1 (NV vectors of two heads; acc1 unused unless two) += Σ_p s0/s1[p] · V[p] over np
+ * positions of a block: the accumulators stay in registers and share each widened V load. */
+CPU_AI void K(att_pv)(float *acc0, float *acc1, int two, const float *s0, const float *s1, const char *v,
+                      int64_t v_stride, int np, int is_f32, const int NV)
+{
+    VF r0[8], r1[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < NV; u++) {
+        r0[u] = V_LOAD(acc0 + u * VW);
+        r1[u] = two ? V_LOAD(acc1 + u * VW) : V_ZERO();
+    }
+    for (int pp = 0; pp < np; pp++) {
+        const char *vrow = v + (size_t)pp * (size_t)v_stride;
+        VF w0 = V_SET1(s0[pp]), w1 = V_SET1(s1[pp]);
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) {
+            VF vv = K(kvload)(vrow, u * VW, is_f32);
+            r0[u] = V_FMA(w0, vv, r0[u]);
+            r1[u] = V_FMA(w1, vv, r1[u]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < NV; u++) {
+        V_STORE(acc0 + u * VW, r0[u]);
+        if (two) V_STORE(acc1 + u * VW, r1[u]);
+    }
+}
+
+#define ATT_PV_VECS 8
+
+static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
+{
+    const struct backend_kv_view *kv = a->kv;
+    const int hd = kv->head_dim, group = a->n_heads / kv->n_kv_heads, bs = kv->block_size;
+    const int is_f32 = kv->dtype == DTYPE_F32;
+    const size_t esz = is_f32 ? 4 : 2;
+    const int64_t row = (int64_t)kv->n_kv_heads * hd;
+    float *acc = scratch, *sc = acc + (size_t)group * hd, *m = sc + (size_t)group * bs, *l = m + group;
+    const float *q0 = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh * group) * hd;
+    for (int i = 0; i < group * hd; i++) acc[i] = 0;
+    for (int g = 0; g < group; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0;
+    }
+    const int n_pos = a->pos[t] + 1;
+    for (int p0 = 0; p0 < n_pos; p0 += bs) {
+        const int np = n_pos - p0 < bs ? n_pos - p0 : bs;
+        const int blk = a->block_table[p0 / bs];
+        const char *kb = (const char *)cpu_kv_k(kv, blk, a->layer) + (size_t)kvh * hd * esz;
+        const char *vb = (const char *)cpu_kv_v(kv, blk, a->layer) + (size_t)kvh * hd * esz;
+        for (int pp = 0; pp < np; pp++) {
+            const char *krow = kb + (size_t)pp * row * esz;
+            /* the K row is widened once, in registers, for all heads of the group */
+            if (hd == 4 * VW) {
+                K(att_scores)(q0, krow, group, is_f32, sc + pp, bs, a->scale, 4);
+                continue;
+            }
+            if (hd == 8 * VW) {
+                K(att_scores)(q0, krow, group, is_f32, sc + pp, bs, a->scale, 8);
+                continue;
+            }
+            for (int g = 0; g < group; g++) {
+                const float *q = q0 + (int64_t)g * hd;
+                VF s0 = V_ZERO();
+                int i = 0;
+                for (; i + VW <= hd; i += VW) s0 = V_FMA(V_LOAD(q + i), K(kvload)(krow, i, is_f32), s0);
+                float s = V_HSUM(s0);
+                for (; i < hd; i++) s += q[i] * K(kvload1)(krow, i, is_f32);
+                sc[g * bs + pp] = s * a->scale;
+            }
+        }
+        for (int g = 0; g < group; g++) {
+            float *sg = sc + g * bs;
+            float mx = m[g];
+            for (int pp = 0; pp < np; pp++) mx = sg[pp] > mx ? sg[pp] : mx;
+            float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - mx);
+            VF vmx = V_SET1(mx), vsum = V_ZERO();
+            int pp = 0;
+            for (; pp + VW <= np; pp += VW) {
+                VF e = K(vexp)(V_SUB(V_LOAD(sg + pp), vmx));
+                V_STORE(sg + pp, e);
+                vsum = V_ADD(vsum, e);
+            }
+            float sum = V_HSUM(vsum);
+            for (; pp < np; pp++) {
+                sg[pp] = expf(sg[pp] - mx);
+                sum += sg[pp];
+            }
+            l[g] = l[g] * corr + sum;
+            m[g] = mx;
+            if (corr != 1.0f) {
+                float *ag = acc + (size_t)g * hd;
+                VF vc = V_SET1(corr);
+                int i = 0;
+                for (; i + VW <= hd; i += VW) V_STORE(ag + i, V_MUL(V_LOAD(ag + i), vc));
+                for (; i < hd; i++) ag[i] *= corr;
+            }
+        }
+        /* acc += p · V: for each pair of heads and each ATT_PV_VECS-vector slice of the head
+         * dimension, the two accumulators stay in registers over the block's positions and
+         * share each widened V load. */
+        const int hv = hd / VW * VW;
+        for (int g = 0; g < group; g += 2) {
+            const int two = g + 1 < group;
+            float *a0 = acc + (size_t)g * hd, *a1 = two ? a0 + hd : a0;
+            const float *s0 = sc + (size_t)g * bs, *s1 = two ? s0 + bs : s0;
+            int i0 = 0;
+            for (; i0 + ATT_PV_VECS * VW <= hv; i0 += ATT_PV_VECS * VW)
+                K(att_pv)(a0 + i0, a1 + i0, two, s0, s1, vb + (size_t)i0 * esz, row * (int64_t)esz, np,
+                          is_f32, ATT_PV_VECS);
+            for (; i0 < hv; i0 += VW)
+                K(att_pv)(a0 + i0, a1 + i0, two, s0, s1, vb + (size_t)i0 * esz, row * (int64_t)esz, np,
+                          is_f32, 1);
+        }
+        for (int pp = 0; pp < np; pp++) {
+            const char *vrow = vb + (size_t)pp * row * esz;
+            for (int i = hv; i < hd; i++) {
+                float vv = K(kvload1)(vrow, i, is_f32);
+                for (int g = 0; g < group; g++) acc[(size_t)g * hd + i] += sc[g * bs + pp] * vv;
+            }
+        }
+    }
+    for (int g = 0; g < group; g++) {
+        float *o = a->out + ((int64_t)t * a->n_heads + (int64_t)kvh * group + g) * hd;
+        float inv = 1.0f / l[g];
+        for (int i = 0; i < hd; i++) o[i] = acc[(size_t)g * hd + i] * inv;
+    }
+}
+
+
+/* ---- tiled (prefill) ---- */
+
+/* S^T rows [p, p + PT) × row lanes [r0, r0 + NRV·VW): st[p][r] = Σ_d kw[p][d] · qt[d][r]. */
+CPU_AI void K(att_st_tile)(const float *kw, const float *qt, float *st, int hd, int R, int p, int r0,
+                           const int PT, const int NRV)
+{
+    VF acc[ATT_ST_PT > 4 ? ATT_ST_PT : 4][ATT_ST_RV]; /* PT: ATT_ST_PT, or 4 and 1 for the rest */
+#pragma GCC unroll 16
+    for (int i = 0; i < PT; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) acc[i][v] = V_ZERO();
+    const float *kp = kw + (int64_t)p * hd, *q = qt + r0;
+    for (int d = 0; d < hd; d++, q += R) {
+        VF qv[ATT_ST_RV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) qv[v] = V_LOAD(q + v * VW);
+#pragma GCC unroll 16
+        for (int i = 0; i < PT; i++) {
+            VF kb = V_SET1(kp[(int64_t)i * hd + d]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NRV; v++) acc[i][v] = V_FMA(kb, qv[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < PT; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NRV; v++) V_STORE(st + (int64_t)(p + i) * R + r0 + v * VW, acc[i][v]);
+}
+
+/* S^T of all np positions for row lanes [r0, r0 + NRV·VW). */
+CPU_AI void K(att_st_rows)(const float *kw, const float *qt, float *st, int hd, int R, int np, int r0,
+                           const int NRV)
+{
+    int p = 0;
+    for (; p + ATT_ST_PT <= np; p += ATT_ST_PT) K(att_st_tile)(kw, qt, st, hd, R, p, r0, ATT_ST_PT, NRV);
+    if (ATT_ST_PT > 4)
+        for (; p + 4 <= np; p += 4) K(att_st_tile)(kw, qt, st, hd, R, p, r0, 4, NRV);
+    for (; p < np; p++) K(att_st_tile)(kw, qt, st, hd, R, p, r0, 1, NRV);
+}
+
+/* O rows [r, r + RT) × columns [d0, d0 + NV·VW) += Σ_p st[p][r] · vw[p][d] over np positions. */
+CPU_AI void K(att_o_tile)(float *o, const float *vw, const float *st, int hdp, int R, int r, int d0, int np,
+                          const int RT, const int NV)
+{
+    VF acc[ATT_O_RT][ATT_O_NV];
+#pragma GCC unroll 8
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) acc[i][u] = V_LOAD(o + (int64_t)(r + i) * hdp + d0 + u * VW);
+    for (int p = 0; p < np; p++) {
+        const float *vp = vw + (int64_t)p * hdp + d0, *sp = st + (int64_t)p * R + r;
+        VF vv[ATT_O_NV];
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) vv[u] = V_LOAD(vp + u * VW);
+#pragma GCC unroll 8
+        for (int i = 0; i < RT; i++) {
+            VF pb = V_SET1(sp[i]);
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++) acc[i][u] = V_FMA(pb, vv[u], acc[i][u]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < RT; i++)
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) V_STORE(o + (int64_t)(r + i) * hdp + d0 + u * VW, acc[i][u]);
+}
+
+/* n floats of a KV row (bf16 or f32) widened into dst, then zeros up to n_pad. */
+CPU_AI void K(att_widen)(float *dst, const char *src, int n, int n_pad, int is_f32)
+{
+    int i = 0;
+    for (; i + VW <= n; i += VW) V_STORE(dst + i, K(kvload)(src, i, is_f32));
+    for (; i < n; i++) dst[i] = K(kvload1)(src, i, is_f32);
+    for (; i < n_pad; i++) dst[i] = 0;
+}
+
+/* Masked entries of a tile (position p0 + p past the row's position) set to `val`. */
+static void K(att_mask)(float *st, const int32_t *rpos, int R, int p0, int np, float val)
+{
+    for (int p = 0; p < np; p++)
+        for (int r = 0; r < R; r++)
+            if (p0 + p > rpos[r]) st[(int64_t)p * R + r] = val;
+}
+
+static void K(attn_tile)(const struct cpu_attn *a, int kvh, int t0, int t1, float *scratch)
+{
+    const struct backend_kv_view *kv = a->kv;
+    const int hd = kv->head_dim, group = a->n_heads / kv->n_kv_heads, bs = kv->block_size;
+    const int is_f32 = kv->dtype == DTYPE_F32;
+    const size_t esz = is_f32 ? 4 : 2, row_bytes = (size_t)kv->n_kv_heads * (size_t)hd * esz;
+    const int rows = (t1 - t0) * group, R = (rows + VW - 1) / VW * VW, hdp = (hd + VW - 1) / VW * VW;
+    const int TK = CPU_ATTN_TK;
+    float *qt = scratch, *o = qt + (size_t)hd * R, *st = o + (size_t)R * hdp, *kw = st + (size_t)TK * R;
+    float *vw = kw + (size_t)TK * hd, *m = vw + (size_t)TK * hdp, *l = m + R, *corr = l + R;
+    int32_t *rpos = (int32_t *)(corr + R);
+    /* Rows r = (t - t0) · group + g; padding rows repeat the last position with Q = 0. */
+    int min_pos = INT_MAX, n_ctx = 0;
+    for (int r = 0; r < R; r++) {
+        int rr = r < rows ? r : rows - 1, t = t0 + rr / group;
+        rpos[r] = a->pos[t];
+        min_pos = rpos[r] < min_pos ? rpos[r] : min_pos;
+        n_ctx = rpos[r] + 1 > n_ctx ? rpos[r] + 1 : n_ctx;
+        const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh * group + rr % group) * hd;
+        for (int d = 0; d < hd; d++) qt[(size_t)d * R + r] = r < rows ? q[d] * a->scale : 0.0f;
+        m[r] = -INFINITY;
+        l[r] = 0;
+    }
+    memset(o, 0, sizeof(float) * (size_t)R * hdp);
+    for (int p0 = 0; p0 < n_ctx; p0 += TK) {
+        const int np = n_ctx - p0 < TK ? n_ctx - p0 : TK;
+        for (int p = 0; p < np; p++) {
+            const int pos = p0 + p, blk = a->block_table[pos / bs];
+            const size_t off = (size_t)(pos % bs) * row_bytes + (size_t)kvh * hd * esz;
+            K(att_widen)(kw + (size_t)p * hd, (const char *)cpu_kv_k(kv, blk, a->layer) + off, hd, hd, is_f32);
+            K(att_widen)(vw + (size_t)p * hdp, (const char *)cpu_kv_v(kv, blk, a->layer) + off, hd, hdp, is_f32);
+        }
+        /* S^T = K · Q^T */
+        int r0 = 0;
+        for (; r0 + ATT_ST_RV * VW <= R; r0 += ATT_ST_RV * VW) K(att_st_rows)(kw, qt, st, hd, R, np, r0, ATT_ST_RV);
+        for (; r0 < R; r0 += VW) K(att_st_rows)(kw, qt, st, hd, R, np, r0, 1);
+        const int diag = p0 + np - 1 > min_pos; /* some row masks part of this tile */
+        if (diag) K(att_mask)(st, rpos, R, p0, np, -INFINITY);
+        /* Online softmax, rows in lanes: P = e^(S - m_new), l = l · e^(m - m_new) + Σ P. */
+        for (int r = 0; r < R; r += VW) {
+            VF mo = V_LOAD(m + r), mx = mo, sum = V_ZERO();
+            for (int p = 0; p < np; p++) mx = V_MAX(mx, V_LOAD(st + (int64_t)p * R + r));
+            VF c = K(vexp)(V_SUB(mo, mx));
+            for (int p = 0; p < np; p++) {
+                VF e = K(vexp)(V_SUB(V_LOAD(st + (int64_t)p * R + r), mx));
+                V_STORE(st + (int64_t)p * R + r, e);
+                sum = V_ADD(sum, e);
+            }
+            V_STORE(l + r, V_FMA(V_LOAD(l + r), c, sum));
+            V_STORE(m + r, mx);
+            V_STORE(corr + r, c);
+        }
+        /* vexp clamps at e^-87, not 0: masked entries are zeroed so they add nothing to O (their
+         * share of l is below 1e-36 of it) */
+        if (diag) K(att_mask)(st, rpos, R, p0, np, 0.0f);
+        for (int r = 0; r < rows; r++) {
+            if (corr[r] == 1.0f) continue;
+            VF vc = V_SET1(corr[r]);
+            float *orow = o + (size_t)r * hdp;
+            for (int d = 0; d < hdp; d += VW) V_STORE(orow + d, V_MUL(V_LOAD(orow + d), vc));
+        }
+        /* O += P · V */
+        int r = 0;
+        for (; r + ATT_O_RT <= rows; r += ATT_O_RT) {
+            int d0 = 0;
+            for (; d0 + ATT_O_NV * VW <= hdp; d0 += ATT_O_NV * VW)
+                K(att_o_tile)(o, vw, st, hdp, R, r, d0, np, ATT_O_RT, ATT_O_NV);
+            for (; d0 < hdp; d0 += VW) K(att_o_tile)(o, vw, st, hdp, R, r, d0, np, ATT_O_RT, 1);
+        }
+        for (; r < rows; r++) {
+            int d0 = 0;
+            for (; d0 + ATT_O_NV * VW <= hdp; d0 += ATT_O_NV * VW)
+                K(att_o_tile)(o, vw, st, hdp, R, r, d0, np, 1, ATT_O_NV);
+            for (; d0 < hdp; d0 += VW) K(att_o_tile)(o, vw, st, hdp, R, r, d0, np, 1, 1);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float *out = a->out + ((int64_t)(t0 + r / group) * a->n_heads + (int64_t)kvh * group + r % group) * hd;
+        const float inv = 1.0f / l[r];
+        for (int d = 0; d < hd; d++) out[d] = o[(size_t)r * hdp + d] * inv;
+    }
+}
+
