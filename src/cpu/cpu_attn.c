@@ -94,7 +94,8 @@ static void cpu_attention_run(const struct cpu_attn *a)
     const int n_kv = a->kv->n_kv_heads, group = a->n_heads / n_kv;
     const enum cpu_attn_mode mode = cpu_attn_mode_get();
     int tiled = mode == CPU_ATTN_TILED ||
-                (mode == CPU_ATTN_AUTO && (int64_t)a->n_tokens * group >= CPU_ATTN_TILED_MIN_ROWS);
+                (mode == CPU_ATTN_AUTO && k->attn_tile_auto &&
+                 (int64_t)a->n_tokens * group >= CPU_ATTN_TILED_MIN_ROWS);
     struct cpu_attn_job j = {.a = a, .k = k};
     if (tiled) {
         j.nq = k->attn_rows / group > 0 ? k->attn_rows / group : 1;

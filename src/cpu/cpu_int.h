@@ -55,9 +55,10 @@ struct cpu_kernels {
     /* Tiled prefill attention: query tokens [t0, t1) × the query heads of KV head kvh, against
      * the context in tiles of CPU_ATTN_TK positions (x86_simd_attn.h). scratch:
      * cpu_attn_tile_scratch_floats(a, t1 - t0). attn_rows: the query rows (tokens × group) one
-     * item is sized for (cpu_attn.c). */
+     * item is sized for (cpu_attn.c). attn_tile_auto: whether CAIRN_CPU_ATTN=auto takes the tiled
+     * kernel on this ISA (0 where it has not yet been run on such a CPU: tiled only when asked). */
     void (*attn_tile)(const struct cpu_attn *a, int kvh, int t0, int t1, float *scratch);
-    int attn_rows;
+    int attn_rows, attn_tile_auto;
     /* Probes for `cairn bench`: sum of n floats (read bandwidth); a = b + s*c (triad);
      * iters rounds of CPU_PROBE_FMA_CHAINS independent vector FMAs (returns a value so the
      * work is kept; *lanes gets the vector width). */

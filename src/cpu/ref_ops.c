@@ -184,5 +184,6 @@ const struct cpu_kernels cpu_kernels_ref = {
     .add = ref_k_add,
     .attn = ref_k_attn,
     .attn_tile = ref_k_attn_tile,
+    .attn_tile_auto = 1,
     .attn_rows = 16, /* the tiled split, with the reference doing each (token, head) */
 };

@@ -13,6 +13,7 @@
  * widening per FMA), S tiles of 3 positions × 4 vectors and O tiles of 4 rows × 2 vectors
  * (12 and 8 of 16 ymm). */
 #define ATT_ROWS 32
+#define ATT_AUTO 1 /* tested on AVX2 machines: auto takes it */
 #define ATT_ST_PT 3
 #define ATT_ST_RV 4
 #define ATT_O_RT 4

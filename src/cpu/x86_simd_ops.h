@@ -469,4 +469,5 @@ const struct cpu_kernels K(kernels) = {
     .attn = K(attn),
     .attn_tile = K(attn_tile),
     .attn_rows = ATT_ROWS,
+    .attn_tile_auto = ATT_AUTO,
 };
