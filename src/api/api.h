@@ -97,8 +97,6 @@ int api_call_status(struct api_call *c);
 /* 1 for an SSE stream (read with api_call_read), 0 for a whole body (api_call_body). */
 int api_call_streaming(struct api_call *c);
 const char *api_call_content_type(struct api_call *c);
-/* Value for an x-cairn-warning header, or NULL. */
-const char *api_call_warning(struct api_call *c);
 /* Whole body of a ready non-streaming call (valid until release; never NULL). */
 const char *api_call_body(struct api_call *c, size_t *len);
 /* Copies up to cap stream bytes. Returns bytes copied; 0 with *eof = 0 means nothing yet

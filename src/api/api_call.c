@@ -836,11 +836,6 @@ const char *api_call_content_type(struct api_call *c)
     return c->content_type ? c->content_type : "application/json";
 }
 
-const char *api_call_warning(struct api_call *c)
-{
-    return c->warning[0] ? c->warning : NULL;
-}
-
 const char *api_call_body(struct api_call *c, size_t *len)
 {
     if (!c->body.p && c->status >= 400) {

@@ -106,7 +106,6 @@ struct api_call {
     double t_start;          /* api_call_begin */
     double t_first_token;    /* first token event, 0 before */
     double usage_scale;      /* api_usage_scale of the model (1 = off) */
-    char warning[256];
     const char *content_type;
     api_notify_fn notify;
     void *notify_user;

@@ -8,6 +8,7 @@
  * (the request's keys win). */
 #include "api/api_backend.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,31 @@ static int real_setting_num(struct pool *p, int idx, const char *key, double *ds
     return 1;
 }
 
+/* The sampling defaults a request may leave out: the bit of MODEL_GEN_* it is, its settings key,
+ * and where it lives in engine_sampling and in generation_config.json's defaults (top_k is the
+ * one int). */
+static const struct real_gen_field {
+    unsigned bit;
+    const char *key;
+    size_t s_off, g_off;
+    int is_int;
+} real_gen_fields[] = {
+    {MODEL_GEN_TEMPERATURE, "temperature", offsetof(struct engine_sampling, temperature),
+     offsetof(struct model_gen_defaults, temperature), 0},
+    {MODEL_GEN_TOP_P, "top_p", offsetof(struct engine_sampling, top_p), offsetof(struct model_gen_defaults, top_p), 0},
+    {MODEL_GEN_TOP_K, "top_k", offsetof(struct engine_sampling, top_k), offsetof(struct model_gen_defaults, top_k), 1},
+    {MODEL_GEN_MIN_P, "min_p", offsetof(struct engine_sampling, min_p), offsetof(struct model_gen_defaults, min_p), 0},
+    {MODEL_GEN_REPETITION_PENALTY, "repetition_penalty", offsetof(struct engine_sampling, repetition_penalty),
+     offsetof(struct model_gen_defaults, repetition_penalty), 0},
+};
+
+static void real_gen_store(const struct real_gen_field *f, struct engine_sampling *s, double v)
+{
+    char *dst = (char *)s + f->s_off;
+    if (f->is_int) *(int *)(void *)dst = (int)v;
+    else *(float *)(void *)dst = (float)v;
+}
+
 static void real_sampling_defaults(void *ctx, int idx, struct engine_sampling *s, unsigned given)
 {
     struct pool *p = ctx;
@@ -86,32 +112,34 @@ static void real_sampling_defaults(void *ctx, int idx, struct engine_sampling *s
     double v;
     pthread_mutex_lock(&p->mu);
     /* the settings file first: per model, then global; then generation_config.json */
-    if (!(given & MODEL_GEN_TEMPERATURE) && real_setting_num(p, idx, "temperature", &v)) {
-        s->temperature = (float)v;
-        from_gen &= ~MODEL_GEN_TEMPERATURE;
-    }
-    if (!(given & MODEL_GEN_TOP_P) && real_setting_num(p, idx, "top_p", &v)) {
-        s->top_p = (float)v;
-        from_gen &= ~MODEL_GEN_TOP_P;
-    }
-    if (!(given & MODEL_GEN_TOP_K) && real_setting_num(p, idx, "top_k", &v)) {
-        s->top_k = (int)v;
-        from_gen &= ~MODEL_GEN_TOP_K;
-    }
-    if (!(given & MODEL_GEN_MIN_P) && real_setting_num(p, idx, "min_p", &v)) {
-        s->min_p = (float)v;
-        from_gen &= ~MODEL_GEN_MIN_P;
-    }
-    if (!(given & MODEL_GEN_REPETITION_PENALTY) && real_setting_num(p, idx, "repetition_penalty", &v)) {
-        s->repetition_penalty = (float)v;
-        from_gen &= ~MODEL_GEN_REPETITION_PENALTY;
+    for (size_t i = 0; i < sizeof(real_gen_fields) / sizeof(real_gen_fields[0]); i++) {
+        const struct real_gen_field *f = &real_gen_fields[i];
+        if (!(given & f->bit) && real_setting_num(p, idx, f->key, &v)) {
+            real_gen_store(f, s, v);
+            from_gen &= ~f->bit;
+        }
     }
     pthread_mutex_unlock(&p->mu);
-    if (from_gen & MODEL_GEN_TEMPERATURE) s->temperature = g->temperature;
-    if (from_gen & MODEL_GEN_TOP_P) s->top_p = g->top_p;
-    if (from_gen & MODEL_GEN_TOP_K) s->top_k = g->top_k;
-    if (from_gen & MODEL_GEN_MIN_P) s->min_p = g->min_p;
-    if (from_gen & MODEL_GEN_REPETITION_PENALTY) s->repetition_penalty = g->repetition_penalty;
+    for (size_t i = 0; i < sizeof(real_gen_fields) / sizeof(real_gen_fields[0]); i++) {
+        const struct real_gen_field *f = &real_gen_fields[i];
+        if (!(from_gen & f->bit)) continue;
+        const char *src = (const char *)g + f->g_off;
+        real_gen_store(f, s, f->is_int ? (double)*(const int *)(const void *)src : (double)*(const float *)(const void *)src);
+    }
+}
+
+/* The chat-template kwargs of a render: the model's chat_template_kwargs setting with the
+ * request's kwargs over it (a new reference), or NULL when there is no setting (use kwargs as
+ * they are). *special_in_content (if asked): the special_tokens_in_content setting. */
+static json_t *real_template_kwargs(struct pool *p, int idx, json_t *kwargs, int *special_in_content)
+{
+    pthread_mutex_lock(&p->mu);
+    json_t *set = pool_setting(p, idx, "chat_template_kwargs");
+    json_t *merged = json_is_object(set) ? json_deep_copy(set) : NULL;
+    if (special_in_content) *special_in_content = json_is_true(pool_setting(p, idx, "special_tokens_in_content"));
+    pthread_mutex_unlock(&p->mu);
+    if (merged && json_is_object(kwargs)) json_object_update(merged, kwargs);
+    return merged;
 }
 
 static int real_render(void *ctx, int idx, json_t *messages, json_t *tools, json_t *kwargs,
@@ -121,11 +149,7 @@ static int real_render(void *ctx, int idx, json_t *messages, json_t *tools, json
     struct pool_model *m = &p->models[idx];
     if (!m->tmpl)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "model '%s' has no chat template: use /v1/completions", m->id);
-    pthread_mutex_lock(&p->mu);
-    json_t *set = pool_setting(p, idx, "chat_template_kwargs");
-    json_t *merged = json_is_object(set) ? json_deep_copy(set) : NULL;
-    pthread_mutex_unlock(&p->mu);
-    if (merged && json_is_object(kwargs)) json_object_update(merged, kwargs);
+    json_t *merged = real_template_kwargs(p, idx, kwargs, NULL);
     size_t len;
     int rc = tmpl_render_chat(m->tmpl, messages, tools, add_generation_prompt, m->bos, m->eos,
                               merged ? merged : kwargs, out, &len, err);
@@ -154,12 +178,8 @@ static int real_render_ids(void *ctx, int idx, json_t *messages, json_t *tools, 
     struct pool_model *m = &p->models[idx];
     if (!m->tmpl)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "model '%s' has no chat template: use /v1/completions", m->id);
-    pthread_mutex_lock(&p->mu);
-    json_t *set = pool_setting(p, idx, "chat_template_kwargs");
-    json_t *merged = json_is_object(set) ? json_deep_copy(set) : NULL;
-    int special_in_content = json_is_true(pool_setting(p, idx, "special_tokens_in_content"));
-    pthread_mutex_unlock(&p->mu);
-    if (merged && json_is_object(kwargs)) json_object_update(merged, kwargs);
+    int special_in_content = 0;
+    json_t *merged = real_template_kwargs(p, idx, kwargs, &special_in_content);
     size_t len, n_sp = 0, n = 0;
     struct cairn_span *sp = NULL;
     int rc = tmpl_render_chat_spans(m->tmpl, messages, tools, add_generation_prompt, m->bos, m->eos,

@@ -135,12 +135,11 @@ static void http_mark_answered(struct http_conn *hc, int status)
 }
 
 static enum MHD_Result http_send(struct http_conn *hc, int status, const char *ctype,
-                                 const char *body, size_t len, const char *warning)
+                                 const char *body, size_t len)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    if (warning) MHD_add_response_header(r, "x-cairn-warning", warning);
     enum MHD_Result ret = MHD_queue_response(hc->mc, (unsigned)status, r);
     MHD_destroy_response(r);
     http_mark_answered(hc, status);
@@ -152,7 +151,7 @@ static enum MHD_Result http_send_error(struct http_conn *hc, int status, const c
 {
     char *b = api_error_json(hc->path, status, code, msg, NULL);
     const char *body = b ? b : api_error_json_static(hc->path);
-    enum MHD_Result r = http_send(hc, status, "application/json", body, strlen(body), NULL);
+    enum MHD_Result r = http_send(hc, status, "application/json", body, strlen(body));
     free(b);
     return r;
 }
@@ -184,14 +183,13 @@ static enum MHD_Result http_answer_call(struct http_conn *hc)
     if (!api_call_streaming(c) || status != 200) {
         size_t len;
         const char *b = api_call_body(c, &len);
-        return http_send(hc, status, api_call_content_type(c), b, len, api_call_warning(c));
+        return http_send(hc, status, api_call_content_type(c), b, len);
     }
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, http_stream_reader, hc, NULL);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    if (api_call_warning(c)) MHD_add_response_header(r, "x-cairn-warning", api_call_warning(c));
     enum MHD_Result ret = MHD_queue_response(hc->mc, 200, r);
     MHD_destroy_response(r);
     http_mark_answered(hc, 200);
