@@ -7,6 +7,8 @@
 
 #include "engine/engine.h"
 #include "engine_testutil.h"
+#include "model/model.h"
+#include "test_backend.h"
 #include "testlib.h"
 
 #define MAX_CASES 8
@@ -75,6 +77,25 @@ out:
     free(data);
     fclose(f);
     return ok;
+}
+
+/* Reads the oracle cases of tests/data/oracle/models/<name> into *o and loads the model on the
+ * CPU test backend; NULL (a failed check recorded) when either fails. */
+static inline struct model *oracle_open(const char *name, struct oracle *o)
+{
+    char dir[1024], rel[256], exp[1100];
+    snprintf(rel, sizeof(rel), "tests/data/oracle/models/%s", name);
+    test_src_path(rel, dir, sizeof(dir));
+    snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
+    if (!oracle_read(exp, o)) {
+        CHECK_MSG(0, "%s: cannot read %s", name, exp);
+        return NULL;
+    }
+    struct model *m = NULL;
+    struct cairn_err err = {0};
+    int rc = model_load(dir, test_cpu_be(), &m, &err);
+    CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
+    return rc == CAIRN_OK ? m : NULL;
 }
 
 /* Number of generated tokens that must equal the oracle: up to the first low-margin position. */

@@ -11,18 +11,11 @@
  * recurrence runs in different chunks). Cases with prompts up to 80 tokens keep ASan time low. */
 static void run_hybrid(const char *name)
 {
-    char dir[1024], rel[256], exp[1100];
-    snprintf(rel, sizeof(rel), "tests/data/oracle/models/%s", name);
-    test_src_path(rel, dir, sizeof(dir));
-    snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
     static struct oracle o;
-    CHECK_MSG(oracle_read(exp, &o), "%s: cannot read %s", name, exp);
     uint64_t state_mem0 = cairn_mem_used(CAIRN_MEM_STATE);
-    struct model *m = NULL;
+    struct model *m = oracle_open(name, &o);
+    if (!m) return;
     struct cairn_err err = {0};
-    int rc = model_load(dir, test_cpu_be(), &m, &err);
-    CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
-    if (rc) return;
     CHECK(model_get_info(m)->state_bytes > 0);
     int idx[MAX_CASES], n = 0;
     for (int i = 0; i < o.n_cases; i++)

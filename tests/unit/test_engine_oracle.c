@@ -19,17 +19,10 @@
 
 static void run_model(const char *name, int full)
 {
-    char dir[1024], rel[256], exp[1100];
-    snprintf(rel, sizeof(rel), "tests/data/oracle/models/%s", name);
-    test_src_path(rel, dir, sizeof(dir));
-    snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
     static struct oracle o;
-    CHECK_MSG(oracle_read(exp, &o), "%s: cannot read %s", name, exp);
-    struct model *m = NULL;
+    struct model *m = oracle_open(name, &o);
+    if (!m) return;
     struct cairn_err err = {0};
-    int rc = model_load(dir, test_cpu_be(), &m, &err);
-    CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
-    if (rc) return;
     const struct model_info *info = model_get_info(m);
     int n = o.n_cases;
     int n_gen[MAX_CASES];

@@ -141,17 +141,10 @@ static void check_spec_run(struct engine *e, const char *name, const char *what,
 
 static void run_model(const char *name, int natural)
 {
-    char dir[1024], rel[256], exp[1100];
-    snprintf(rel, sizeof(rel), "tests/data/oracle/models/%s", name);
-    test_src_path(rel, dir, sizeof(dir));
-    snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
     static struct oracle o;
-    CHECK_MSG(oracle_read(exp, &o), "%s: cannot read %s", name, exp);
-    struct model *m = NULL;
+    struct model *m = oracle_open(name, &o);
+    if (!m) return;
     struct cairn_err err = {0};
-    int rc = model_load(dir, test_cpu_be(), &m, &err);
-    CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
-    if (rc) return;
     int vocab = model_get_info(m)->vocab_size;
     static int32_t p[N_REQ][200];
     int len[N_REQ];
