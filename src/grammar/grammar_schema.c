@@ -160,6 +160,19 @@ static struct gram_frag gs_emit_digit(struct gs *s, void *ctx)
 
 static struct gram_frag gs_digits(struct gs *s, long lo, long hi) { return gs_rep(s, gs_emit_digit, NULL, lo, hi); }
 
+/* The lowest and highest L-digit magnitudes within [xa, xc] (decimal strings of la and lc
+ * digits; c_inf: no upper bound), as digit strings of length L (hi not terminated). */
+static void gs_len_bounds(const char *xa, int la, const char *xc, int lc, int c_inf, int L, char *lo, char *hi)
+{
+    if (L == la) memcpy(lo, xa, (size_t)la + 1);
+    else {
+        lo[0] = '1';
+        memset(lo + 1, '0', (size_t)L - 1);
+    }
+    if (L == lc && !c_inf) memcpy(hi, xc, (size_t)lc + 1);
+    else memset(hi, '9', (size_t)L);
+}
+
 /* Magnitudes in [a, c] (c_inf: unbounded above), as decimal text. a <= c. */
 static struct gram_frag gs_uint_range(struct gs *s, unsigned long long a, unsigned long long c, int c_inf)
 {
@@ -170,13 +183,7 @@ static struct gram_frag gs_uint_range(struct gs *s, unsigned long long a, unsign
     struct gram_frag f = {-1, -1};
     for (int L = la; L <= lc && !b->failed; L++) {
         char lo[24], hi[24];
-        if (L == la) memcpy(lo, xa, (size_t)la + 1);
-        else {
-            lo[0] = '1';
-            memset(lo + 1, '0', (size_t)L - 1);
-        }
-        if (L == lc && !c_inf) memcpy(hi, xc, (size_t)lc + 1);
-        else memset(hi, '9', (size_t)L);
+        gs_len_bounds(xa, la, xc, lc, c_inf, L, lo, hi);
         struct gram_frag g = gs_digits_same(s, lo, hi, L);
         f = f.s < 0 ? g : gram_f_alt(b, f, g);
     }
@@ -211,13 +218,7 @@ static struct gram_frag gs_uint_range_mod(struct gs *s, unsigned long long a, un
     }
     for (int L = la; L <= lc && !b->failed; L++) {
         char lo[24], hi[24];
-        if (L == la) memcpy(lo, xa, (size_t)la + 1);
-        else {
-            lo[0] = '1';
-            memset(lo + 1, '0', (size_t)L - 1);
-        }
-        if (L == lc && !c_inf) memcpy(hi, xc, (size_t)lc + 1);
-        else memset(hi, '9', (size_t)L);
+        gs_len_bounds(xa, la, xc, lc, c_inf, L, lo, hi);
         size_t n_st = (size_t)(L + 1) * 4 * (size_t)m;
         for (size_t k = 0; k < n_st; k++) st[k] = -1;
 #define GS_MOD_IX(i, tl, th, r) ((((size_t)(i) * 4) + (size_t)(tl) * 2 + (size_t)(th)) * (size_t)m + (size_t)(r))
