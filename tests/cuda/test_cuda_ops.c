@@ -268,32 +268,32 @@ static void test_matmul(void)
     }
 }
 
-static void test_matmul_multi(void)
+/* matmul_multi over count weights of cols columns (made by the caller, freed here) on n random
+ * rows, each output against the host reference; what: the case's name in failures. */
+static void check_matmul_multi(const char *what, struct test_weight *w, int count, int64_t cols, int n)
 {
-    struct test_weight w[3];
-    const int64_t rows[3] = {24, 40, 8}, cols = 128;
-    const int n = 5;
-    weight_make(&w[0], DTYPE_BF16, rows[0], cols, 0, 0);
-    weight_make(&w[1], DTYPE_Q, rows[1], cols, 4, 64);
-    weight_make(&w[2], DTYPE_F16, rows[2], cols, 0, 0);
+    const struct tensor *wt[4];
+    float *dy[4];
+    CAIRN_ASSERT(count <= 4);
+    for (int i = 0; i < count; i++) {
+        wt[i] = &w[i].t;
+        dy[i] = dev_alloc(sizeof(float) * (size_t)(n * w[i].t.shape[0]));
+    }
     float *x = rnd_vec((size_t)(n * cols), 1.0f);
     float *dx = dev_from(x, sizeof(float) * (size_t)(n * cols));
-    float *dy[3];
-    const struct tensor *wt[3];
-    for (int i = 0; i < 3; i++) {
-        dy[i] = dev_alloc(sizeof(float) * (size_t)(n * rows[i]));
-        wt[i] = &w[i].t;
-    }
     step_begin();
-    be->ops->matmul_multi(be, wt, dy, 3, dx, n);
+    be->ops->matmul_multi(be, wt, dy, count, dx, n);
     step_end();
-    for (int i = 0; i < 3; i++) {
-        size_t m = (size_t)(n * rows[i]);
+    for (int i = 0; i < count; i++) {
+        int64_t rows = w[i].t.shape[0];
+        size_t m = (size_t)(n * rows);
         double *want = malloc(m * sizeof(double)), *scale = malloc(m * sizeof(double));
         float *got = malloc(m * sizeof(float));
         ref_matmul(wt[i], x, n, want, scale);
         dev_to(got, dy[i], m * sizeof(float));
-        check_close("matmul_multi", got, want, scale, m, 1e-5);
+        char name[128];
+        snprintf(name, sizeof(name), "%s #%d %lldx%lld n=%d", what, i, (long long)rows, (long long)cols, n);
+        check_close(name, got, want, scale, m, 1e-5);
         free(want);
         free(scale);
         free(got);
@@ -304,41 +304,26 @@ static void test_matmul_multi(void)
     free(x);
 }
 
+/* Weights of different dtypes in one call (each takes its own kernel). */
+static void test_matmul_multi(void)
+{
+    struct test_weight w[3];
+    const int64_t rows[3] = {24, 40, 8}, cols = 128;
+    weight_make(&w[0], DTYPE_BF16, rows[0], cols, 0, 0);
+    weight_make(&w[1], DTYPE_Q, rows[1], cols, 4, 64);
+    weight_make(&w[2], DTYPE_F16, rows[2], cols, 0, 0);
+    check_matmul_multi("matmul_multi", w, 3, cols, 5);
+}
+
 /* matmul_multi through one GEMV launch: q/k/v-like weights of one layout with row counts that
  * are not multiples of the rows a warp takes, and q4 gate/up-like pairs; n = 1, 2, 5, 8. */
 static void test_gemv_fused_case(enum dtype dt, int bits, int gs, int count, const int64_t *rows, int64_t cols, int n)
 {
     struct test_weight w[4];
-    const struct tensor *wt[4];
-    float *dy[4];
-    for (int i = 0; i < count; i++) {
-        weight_make(&w[i], dt, rows[i], cols, bits, gs);
-        wt[i] = &w[i].t;
-        dy[i] = dev_alloc(sizeof(float) * (size_t)(n * rows[i]));
-    }
-    float *x = rnd_vec((size_t)(n * cols), 1.0f);
-    float *dx = dev_from(x, sizeof(float) * (size_t)(n * cols));
-    step_begin();
-    be->ops->matmul_multi(be, wt, dy, count, dx, n);
-    step_end();
-    for (int i = 0; i < count; i++) {
-        size_t m = (size_t)(n * rows[i]);
-        double *want = malloc(m * sizeof(double)), *scale = malloc(m * sizeof(double));
-        float *got = malloc(m * sizeof(float));
-        ref_matmul(wt[i], x, n, want, scale);
-        dev_to(got, dy[i], m * sizeof(float));
-        char what[96];
-        snprintf(what, sizeof(what), "matmul_multi fused %s q%d g%d #%d %lldx%lld n=%d", dtype_name(dt), bits, gs, i,
-                 (long long)rows[i], (long long)cols, n);
-        check_close(what, got, want, scale, m, 1e-5);
-        free(want);
-        free(scale);
-        free(got);
-        dev_free(dy[i], m * sizeof(float));
-        weight_free(&w[i]);
-    }
-    dev_free(dx, sizeof(float) * (size_t)(n * cols));
-    free(x);
+    for (int i = 0; i < count; i++) weight_make(&w[i], dt, rows[i], cols, bits, gs);
+    char what[64];
+    snprintf(what, sizeof(what), "matmul_multi fused %s q%d g%d", dtype_name(dt), bits, gs);
+    check_matmul_multi(what, w, count, cols, n);
 }
 
 static void test_gemv_fused(void)
