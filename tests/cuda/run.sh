@@ -11,8 +11,9 @@
 #      passing with the solo modes is "batched == solo" (the lines are put side by side);
 #   4. cairn serve --device cuda on a synthetic Qwen3 with the real tokenizer: curl (greedy
 #      repeatable, usage, prefix cache) and the official OpenAI/Anthropic SDKs
-#      (tests/integration/sdk/sdk_check.cjs, when node and the npm packages are there: the lent
-#      H200 image has no node, so there the SDK part says SKIPPED and the curl checks remain).
+#      (tests/integration/sdk/sdk_check.cjs, when node and the npm packages are there; else
+#      sdk_check.py when python3 has the openai package; the lent H200 image has neither, so
+#      there the SDK part says SKIPPED and the curl checks remain).
 # usage: tests/cuda/run.sh [--no-op-test]
 # Env: CAIRN_BUILD (default build-cuda: `make test-cuda` builds it), CAIRN_BIN (default
 # $CAIRN_BUILD/cairn), CAIRN_ORACLE (default tests/data/oracle/models, else
