@@ -102,6 +102,8 @@ cuda_rmsnorm_row_kernel(float *y, const float *x, const float *w, int dim, float
 {
     __shared__ float red[32];
     int n4 = dim / 4;
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     cuda_rms_vec_row((float4 *)(y + (int64_t)blockIdx.x * dim), (const float4 *)(x + (int64_t)blockIdx.x * dim),
                      (const float4 *)w, n4, threadIdx.x, blockDim.x, dim, eps, w_offset, false, red);
 }
@@ -111,6 +113,8 @@ cuda_rmsnorm_warp_kernel(float *y, const float *x, const float *w, int n_rows, i
                          float w_offset)
 {
     int64_t r = (int64_t)blockIdx.x * (CUDA_ELEM_THREADS / CUDA_WARP) + threadIdx.x / CUDA_WARP;
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     if (r >= n_rows) return; /* whole warps leave: the shuffles below see full warps */
     cuda_rms_vec_row((float4 *)(y + r * dim), (const float4 *)(x + r * dim), (const float4 *)w, dim / 4,
                      threadIdx.x % CUDA_WARP, CUDA_WARP, dim, eps, w_offset, true, NULL);
@@ -123,12 +127,13 @@ extern "C" int cuda_k_rmsnorm(cudaStream_t s, float *y, const float *x, const fl
     bool vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (!w || (uintptr_t)w % 16 == 0);
     int n4 = dim / 4;
     if (vec && dim <= CUDA_RMS_WARP_DIM) {
-        cuda_rmsnorm_warp_kernel<<<cuda_blocks_for(n_rows, CUDA_ELEM_THREADS / CUDA_WARP), CUDA_ELEM_THREADS, 0, s>>>(
-            y, x, w, n_rows, dim, eps, w_offset);
+        (void)cuda_launch_pdl(cuda_rmsnorm_warp_kernel, cuda_blocks_for(n_rows, CUDA_ELEM_THREADS / CUDA_WARP),
+                              CUDA_ELEM_THREADS, s, y, x, w, n_rows, dim, eps, w_offset);
     } else if (vec && n4 <= CUDA_RMS_MAX_THREADS * CUDA_RMS_VEC) {
         int threads = (n4 + CUDA_RMS_VEC - 1) / CUDA_RMS_VEC;
         threads = (threads + CUDA_WARP - 1) / CUDA_WARP * CUDA_WARP;
-        cuda_rmsnorm_row_kernel<<<n_rows, threads, 0, s>>>(y, x, w, dim, eps, w_offset);
+        (void)cuda_launch_pdl(cuda_rmsnorm_row_kernel, (unsigned)n_rows, (unsigned)threads, s, y, x, w, dim, eps,
+                              w_offset);
     } else {
         cuda_rmsnorm_kernel<<<n_rows, CUDA_ROW_THREADS, 0, s>>>(y, x, w, dim, eps, w_offset);
     }
@@ -171,6 +176,8 @@ extern "C" int cuda_k_rope(cudaStream_t s, float *x, int n_tokens, int n_heads, 
 
 static __global__ void cuda_silu_mul_kernel(float *out, const float *gate, const float *up, int64_t n)
 {
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     CUDA_GRID_STRIDE(i, n) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -216,7 +223,7 @@ static __global__ void cuda_gather_rows_kernel(float *dst, const float *src, con
 
 extern "C" int cuda_k_silu_mul(cudaStream_t s, float *out, const float *gate, const float *up, int64_t n)
 {
-    if (n > 0) cuda_silu_mul_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(out, gate, up, n);
+    if (n > 0) (void)cuda_launch_pdl(cuda_silu_mul_kernel, cuda_elem_blocks(n), CUDA_ELEM_THREADS, s, out, gate, up, n);
     return (int)cudaGetLastError();
 }
 
@@ -324,6 +331,8 @@ static __global__ void __launch_bounds__(CUDA_QKR_THREADS) cuda_qk_rope_store_ke
     const int nh = p.n_heads, nkv = p.kv.n_kv_heads, hd = p.kv.head_dim, per_tok = nh + 2 * nkv;
     const int t = blockIdx.x / per_tok, h = blockIdx.x % per_tok;
     const int kind = h < nh ? 0 : h < nh + nkv ? 1 : 2; /* q, k, v */
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     const int hh = kind == 0 ? h : kind == 1 ? h - nh : h - nh - nkv;
     float *io = kind == 0 ? p.q + ((int64_t)t * nh + hh) * hd : kind == 1 ? p.k + ((int64_t)t * nkv + hh) * hd : NULL;
     const float *src = kind == 2 ? p.v + ((int64_t)t * nkv + hh) * hd : io;
@@ -374,7 +383,7 @@ extern "C" int cuda_k_qk_rope_store(cudaStream_t s, const struct backend_qk_rope
         .w_offset = r->w_offset,
     };
     if (blocks > INT32_MAX) return (int)cudaErrorInvalidValue;
-    cuda_qk_rope_store_kernel<<<(unsigned)blocks, CUDA_QKR_THREADS, 0, s>>>(p);
+    (void)cuda_launch_pdl(cuda_qk_rope_store_kernel, (unsigned)blocks, CUDA_QKR_THREADS, s, p);
     return (int)cudaGetLastError();
 }
 

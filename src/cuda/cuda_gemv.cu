@@ -3,9 +3,9 @@
  *
  * GEMV: y_i[n, rows_i] = x[n, cols] . W_i[rows_i, cols]^T for n in 1..CUDA_GEMV_MAX_N and up to
  * CUDA_GEMV_MAX_W weights of one layout that read the same x (q/k/v, gate/up: one launch).
- *   Work item: R consecutive rows of one weight (R = 4 for dense n = 1 and n = 2, q4/q8 n = 1
- *   2 (cuda_gemv_q_rows), else 2; dense n = 1 over few long rows: 1 row with twice the loads in
- *   flight), taken by one warp;
+ *   Work item: R consecutive rows of one weight (R = 4 for n = 1 and dense n = 2, but 2 for q8
+ *   at n = 1 (cuda_gemv_q_rows), else 2; dense n = 1 over few long rows: 1 row with twice the
+ *   loads in flight), taken by one warp;
  *   the warps of a persistent grid (the blocks that fit on the SMs at once) walk the items
  *   grid-stride. Each lane streams 16-byte chunks of the R rows (8 bf16/f16, 4 f32, 32 q4 or 16 q8 codes, so a
  *   quantized chunk always lies in one group: group sizes are multiples of 32) with
@@ -16,10 +16,11 @@
  *   rows. Quantized chunks are dequantized in registers: s * sum(code * x) + b * sum(x), with
  *   each group's scale and bias read once per chunk, and each code q made the exact float
  *   1 + q / 2^bits by a shift and one lop3 (cuda_gemv_code; sum(code * x) is recovered from
- *   sum((1 + q / 2^bits) x) - sum(x)): one fma and two integer ops per code. Before, with the
- *   2^23 magic number and a subtraction per code and 4-row items, q4 ran at 21-35 % of the copy
- *   bandwidth on the H200 and q8 at 38-74 %, latency-bound (ncu: 8 warps per SM on 4096-row
- *   weights, 0.35 instructions issued per scheduler cycle).
+ *   sum((1 + q / 2^bits) x) - sum(x)): one fma and two integer ops per code instead of three
+ *   (the 2^23 magic number needed a subtraction per code). It did not show in the H200's
+ *   timings: the q kernels are latency-bound, not issue-bound (ncu, 4096-row q4 weights: 8
+ *   warps per SM, 0.35 instructions issued per scheduler cycle, mostly waiting on L1), at
+ *   18-40 % of the copy bandwidth for q4 and 40-74 % for q8.
  *   accumulate: y += the product, read and written by the lane that owns the element (the
  *   residual adds of o_proj and down_proj, matmul_add).
  *   Bytes per call: the weights once (rows * row_bytes) + x + y; bound by HBM bandwidth.
@@ -189,6 +190,8 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
     int lane = threadIdx.x % CUDA_WARP;
     const int64_t n_items = set.item_end[set.count - 1];
     const int64_t n_chunks = set.w[0].cols / E;
+    bool waited = false; /* PDL: the first weight loads go out before the wait (cuda_common.cuh) */
+    cuda_pdl_trigger();
     for (int64_t it = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
          it += (int64_t)gridDim.x * CUDA_GEMV_WARPS) {
         int wi = 0;
@@ -212,6 +215,10 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 #pragma unroll
                 for (int j = 0; j < R; j++)
                     cv[u][j] = ci < n_chunks ? cuda_gemv_ld((const uint4 *)row[j] + ci) : make_uint4(0, 0, 0, 0);
+            }
+            if (!waited) { /* x and y belong to earlier kernels: not before this */
+                cuda_pdl_wait();
+                waited = true;
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -296,24 +303,25 @@ static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float 
     int64_t blocks = (items + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
     int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * ps;
     blocks = blocks < 1 ? 1 : blocks > cap ? cap : blocks;
-    cuda_gemv_kernel<K, NT, R, U><<<(unsigned)blocks, CUDA_GEMV_THREADS, 0, s>>>(*set, x, n);
+    (void)cuda_launch_pdl(cuda_gemv_kernel<K, NT, R, U>, (unsigned)blocks, CUDA_GEMV_THREADS, s, *set, x, n);
 }
 
-/* Rows per work item of the q4/q8 kernels at n = 1: 2 (CAIRN_CUDA_GEMV_QROWS=1|2|4 to compare).
- * Fewer rows per warp than the dense kernels' 4: a q4 row of 4096 codes is only 128 chunks, so
- * 4-row items left 4096-row weights with 8 warps per SM (H200, ncu: 2 warps per scheduler,
- * 0.35 issued per cycle, mostly waiting on L1); at 2 rows each warp reads each x value for 2
- * rows instead of 4, which L1 still serves (q4: 2 bytes of x per byte of codes). */
-static int cuda_gemv_q_rows(void)
+/* Rows per work item of the q4/q8 kernels at n = 1 (bits: 4 or 8): q8 2, q4 4;
+ * CAIRN_CUDA_GEMV_QROWS=1|2|4 sets both, to compare. Why: 4-row items leave 4096-row weights
+ * with 8 warps per SM (H200, ncu: 2 warps per scheduler, 0.35 instructions issued per cycle,
+ * mostly waiting on L1); 2-row items double the warps. On the H200 that paid for q8 (8B tg128
+ * 194 -> 199 tok/s with the fused ops) but not for q4, whose 2-row GEMVs were slower on every
+ * 8B shape (4096 x 4096: 16.3 us against 12.4; 8B tg128 162 tok/s), so q4 keeps 4. */
+static int cuda_gemv_q_rows(int bits)
 {
-    static int rows = 0;
+    static int rows = -1; /* 0: the defaults */
     int r = __atomic_load_n(&rows, __ATOMIC_RELAXED);
-    if (!r) {
+    if (r < 0) {
         const char *e = getenv("CAIRN_CUDA_GEMV_QROWS");
-        r = e && (atoi(e) == 1 || atoi(e) == 4) ? atoi(e) : 2;
+        r = e && (atoi(e) == 1 || atoi(e) == 2 || atoi(e) == 4) ? atoi(e) : 0;
         __atomic_store_n(&rows, r, __ATOMIC_RELAXED);
     }
-    return r;
+    return r ? r : bits == 8 ? 2 : 4;
 }
 
 template <int K>
@@ -329,8 +337,10 @@ static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const fl
     bool few = !Q && rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
                set->w[0].cols >= CUDA_GEMV_FEW_MIN_COLS;
     if (n <= 1 && few) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 1 && Q && cuda_gemv_q_rows() == 1) cuda_gemv_go<K, 1, 1, CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 1 && Q && cuda_gemv_q_rows() == 2) cuda_gemv_go<K, 1, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 1 && Q && cuda_gemv_q_rows(K == GEMV_Q8 ? 8 : 4) == 1)
+        cuda_gemv_go<K, 1, 1, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 1 && Q && cuda_gemv_q_rows(K == GEMV_Q8 ? 8 : 4) == 2)
+        cuda_gemv_go<K, 1, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else if (n <= 2) cuda_gemv_go<K, 2, R2, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
