@@ -1,5 +1,7 @@
 /* Element-wise and row-wise kernels: embeddings, RMSNorm, RoPE, SwiGLU, residual and bias adds,
- * sigmoid gates, row shuffles, KV stores and MoE routing.
+ * sigmoid gates, row shuffles, KV stores (alone, or with the q/k norms and RoPE in one launch:
+ * qk_rope_store) and MoE routing. RMSNorm, SiLU and qk_rope_store launch with programmatic
+ * dependent launch (cuda_common.cuh): they wait for their inputs first thing.
  *
  * Shapes are those of tensor/backend.h (activations f32 row-major [rows, dim]). All of these
  * are memory-bound and small next to the matmuls: each reads its inputs and writes its output

@@ -23,6 +23,9 @@
  *   18-40 % of the copy bandwidth for q4 and 40-74 % for q8.
  *   accumulate: y += the product, read and written by the lane that owns the element (the
  *   residual adds of o_proj and down_proj, matmul_add).
+ *   Launched with programmatic dependent launch (cuda_common.cuh): the grid may start while
+ *   the kernel before it (an RMSNorm, SiLU, attention) still runs, and each warp issues its
+ *   first R * U weight loads before it waits for that kernel's x.
  *   Bytes per call: the weights once (rows * row_bytes) + x + y; bound by HBM bandwidth.
  *   Accumulation in f32, one accumulator per (row, activation row) and lane, summed across the
  *   warp with shuffles at the end of the item.

@@ -1,9 +1,10 @@
-/* matmul and matmul_multi of the CUDA backend: y[n, out] = x[n, in] . W[out, in]^T.
+/* matmul, matmul_multi and matmul_add of the CUDA backend: y[n, out] = x[n, in] . W[out, in]^T
+ * (matmul_add: y += that).
  *
  * n <= gemv_max_rows (default CUDA_GEMV_MAX_N = 8, decode and small batches): the GEMV kernel
  * (cuda_gemv.cu) streams W once with x in f32 and every weight type dequantized exactly in
  * registers, so decode has f32-level accuracy (the CPU reference's); matmul_multi runs the
- * weights of one layout in one launch.
+ * weights of one layout in one launch, and matmul_add adds in the GEMV's epilogue.
  * Larger n (prefill, big batches): cuBLASLt with f32 accumulation and f32 output:
  *   BF16 W: x converted to bf16 (round to nearest even), BF16 x BF16 -> F32 GEMM;
  *   F16 W:  x converted to f16, F16 x F16 -> F32;
