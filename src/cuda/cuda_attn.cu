@@ -239,6 +239,7 @@ cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
     const struct backend_kv_view &kv = a.kv;
     int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     int warp = tid / CUDA_WARP, lane = tid % CUDA_WARP, sub = lane % geo::lpp, pw = lane / geo::lpp;
+    cuda_pdl_trigger(); /* the o_proj GEMV may launch and load weights (cuda_common.cuh) */
     int ctx = a.pos[r] + 1;
     int n_valid = min((ctx + a.split_len - 1) / a.split_len, a.n_splits);
     if (sp >= n_valid) return; /* the combine counts only the splits that hold positions */

@@ -462,6 +462,8 @@ static const struct backend_ops cuda_backend_ops = {
     .moe_experts = cuda_op_moe_experts,
     .gdn = cuda_op_gdn,
     .copy_rows = cuda_op_copy_rows,
+    .matmul_add = cuda_op_matmul_add,
+    .qk_rope_store = cuda_op_qk_rope_store,
 };
 
 /* The same table with the recording entries of cuda_graph.c (CAIRN_CUDA_GRAPHS unset or 1). */
@@ -539,6 +541,8 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     c->gemv_max_rows = CUDA_GEMV_MAX_N;
     const char *s = getenv("CAIRN_CUDA_GEMV_MAX_ROWS");
     if (s && *s) c->gemv_max_rows = CAIRN_MAX(0, CAIRN_MIN(CUDA_GEMV_MAX_N, atoi(s)));
+    s = getenv("CAIRN_CUDA_FUSE");
+    c->fuse = !(s && strcmp(s, "0") == 0);
     s = getenv("CAIRN_CUDA_SYNC");
     c->sync_each_op = s && *s && strcmp(s, "0") != 0;
     s = getenv("CAIRN_CUDA_ATTN");

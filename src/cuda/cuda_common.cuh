@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cuda/cuda_kernels.h"
 
@@ -94,6 +95,57 @@ static __device__ __forceinline__ float cuda_block_max(float v, float *red)
     __syncthreads();
     v = lane < n_warps ? red[lane] : -INFINITY;
     return cuda_warp_max(v);
+}
+
+/* ---- Programmatic dependent launch (Hopper) ----
+ * A kernel launched with cuda_launch_pdl may start while the kernel before it on the stream is
+ * still running (once every block of that one has called cuda_pdl_trigger or exited), so its
+ * launch and ramp overlap the predecessor's tail. Such a kernel MUST call cuda_pdl_wait before
+ * it reads anything an earlier kernel wrote or writes anything an earlier kernel may read:
+ * the wait returns when the predecessor has completed and its memory is visible (and the
+ * predecessor had itself waited for its own, so every earlier kernel is done). Before the wait
+ * only read-only data may be touched (the GEMV issues its first weight loads there).
+ * cuda_pdl_trigger only lets the next kernel be scheduled: it orders nothing, so any kernel may
+ * call it anywhere. In a stream capture the launches become programmatic graph edges (CUDA
+ * 12.3+). CAIRN_CUDA_PDL=0 launches them as ordinary launches (the results are the same bits:
+ * only the scheduling differs). */
+static __device__ __forceinline__ void cuda_pdl_wait(void)
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+static __device__ __forceinline__ void cuda_pdl_trigger(void)
+{
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+static inline int cuda_pdl_enabled(void)
+{
+    static int on = -1; /* per translation unit; the environment does not change */
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("CAIRN_CUDA_PDL");
+        v = !(e && e[0] == '0');
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+template <typename... P, typename... A>
+static inline cudaError_t cuda_launch_pdl(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t s,
+                                          A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = cuda_pdl_enabled();
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 /* Grid size for n items at `per_block` items per block, capped at the grid-stride limit. */

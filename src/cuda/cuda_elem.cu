@@ -1,5 +1,7 @@
 /* Element-wise and row-wise kernels: embeddings, RMSNorm, RoPE, SwiGLU, residual and bias adds,
- * sigmoid gates, row shuffles, KV stores and MoE routing.
+ * sigmoid gates, row shuffles, KV stores (alone, or with the q/k norms and RoPE in one launch:
+ * qk_rope_store) and MoE routing. RMSNorm, SiLU and qk_rope_store launch with programmatic
+ * dependent launch (cuda_common.cuh): they wait for their inputs first thing.
  *
  * Shapes are those of tensor/backend.h (activations f32 row-major [rows, dim]). All of these
  * are memory-bound and small next to the matmuls: each reads its inputs and writes its output
@@ -102,6 +104,8 @@ cuda_rmsnorm_row_kernel(float *y, const float *x, const float *w, int dim, float
 {
     __shared__ float red[32];
     int n4 = dim / 4;
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     cuda_rms_vec_row((float4 *)(y + (int64_t)blockIdx.x * dim), (const float4 *)(x + (int64_t)blockIdx.x * dim),
                      (const float4 *)w, n4, threadIdx.x, blockDim.x, dim, eps, w_offset, false, red);
 }
@@ -111,6 +115,8 @@ cuda_rmsnorm_warp_kernel(float *y, const float *x, const float *w, int n_rows, i
                          float w_offset)
 {
     int64_t r = (int64_t)blockIdx.x * (CUDA_ELEM_THREADS / CUDA_WARP) + threadIdx.x / CUDA_WARP;
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     if (r >= n_rows) return; /* whole warps leave: the shuffles below see full warps */
     cuda_rms_vec_row((float4 *)(y + r * dim), (const float4 *)(x + r * dim), (const float4 *)w, dim / 4,
                      threadIdx.x % CUDA_WARP, CUDA_WARP, dim, eps, w_offset, true, NULL);
@@ -123,12 +129,13 @@ extern "C" int cuda_k_rmsnorm(cudaStream_t s, float *y, const float *x, const fl
     bool vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (!w || (uintptr_t)w % 16 == 0);
     int n4 = dim / 4;
     if (vec && dim <= CUDA_RMS_WARP_DIM) {
-        cuda_rmsnorm_warp_kernel<<<cuda_blocks_for(n_rows, CUDA_ELEM_THREADS / CUDA_WARP), CUDA_ELEM_THREADS, 0, s>>>(
-            y, x, w, n_rows, dim, eps, w_offset);
+        (void)cuda_launch_pdl(cuda_rmsnorm_warp_kernel, cuda_blocks_for(n_rows, CUDA_ELEM_THREADS / CUDA_WARP),
+                              CUDA_ELEM_THREADS, s, y, x, w, n_rows, dim, eps, w_offset);
     } else if (vec && n4 <= CUDA_RMS_MAX_THREADS * CUDA_RMS_VEC) {
         int threads = (n4 + CUDA_RMS_VEC - 1) / CUDA_RMS_VEC;
         threads = (threads + CUDA_WARP - 1) / CUDA_WARP * CUDA_WARP;
-        cuda_rmsnorm_row_kernel<<<n_rows, threads, 0, s>>>(y, x, w, dim, eps, w_offset);
+        (void)cuda_launch_pdl(cuda_rmsnorm_row_kernel, (unsigned)n_rows, (unsigned)threads, s, y, x, w, dim, eps,
+                              w_offset);
     } else {
         cuda_rmsnorm_kernel<<<n_rows, CUDA_ROW_THREADS, 0, s>>>(y, x, w, dim, eps, w_offset);
     }
@@ -171,6 +178,8 @@ extern "C" int cuda_k_rope(cudaStream_t s, float *x, int n_tokens, int n_heads, 
 
 static __global__ void cuda_silu_mul_kernel(float *out, const float *gate, const float *up, int64_t n)
 {
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     CUDA_GRID_STRIDE(i, n) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -216,7 +225,7 @@ static __global__ void cuda_gather_rows_kernel(float *dst, const float *src, con
 
 extern "C" int cuda_k_silu_mul(cudaStream_t s, float *out, const float *gate, const float *up, int64_t n)
 {
-    if (n > 0) cuda_silu_mul_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(out, gate, up, n);
+    if (n > 0) (void)cuda_launch_pdl(cuda_silu_mul_kernel, cuda_elem_blocks(n), CUDA_ELEM_THREADS, s, out, gate, up, n);
     return (int)cudaGetLastError();
 }
 
@@ -294,6 +303,89 @@ extern "C" int cuda_k_kv_store(cudaStream_t s, const struct backend_kv_view *kv,
     int64_t n = (int64_t)n_tokens * kv->n_kv_heads * kv->head_dim;
     if (n > 0)
         cuda_kv_store_kernel<<<cuda_elem_blocks(n), CUDA_ELEM_THREADS, 0, s>>>(*kv, layer, slots, n, k, v);
+    return (int)cudaGetLastError();
+}
+
+/* ---- qk_rope_store: q/k norms, rope and the KV write of one layer in one launch ----
+ * One block per (token, head) of q, k and v (blocks [0, nh) of a token are its q heads, then
+ * nkv k heads, then nkv v heads). The head is read once into shared memory; q and k heads are
+ * normed (when their weight is given: the sum of squares over the block, cuda_rms_inv, then
+ * (x * inv) * (w + offset) as the rmsnorm kernels do) and rotated with the angles of
+ * cuda_rope_kernel (double sincos, the same products), then written back in place; k and v
+ * heads are stored into the pool as cuda_kv_store_kernel stores them. So each value equals the
+ * unfused sequence's but for the order of the norm's sum of squares. Decode: 48 blocks on the
+ * 8B instead of five launches (two norms, two ropes, the store). */
+#define CUDA_QKR_THREADS 128
+
+struct cuda_qkr {
+    float *q, *k;
+    const float *v, *q_norm, *k_norm, *inv_freq;
+    const int32_t *pos, *slots;
+    struct backend_kv_view kv;
+    int n_heads, rot_dim, layer;
+    float eps, w_offset;
+};
+
+static __global__ void __launch_bounds__(CUDA_QKR_THREADS) cuda_qk_rope_store_kernel(struct cuda_qkr p)
+{
+    __shared__ float hv[CUDA_QKR_MAX_DIM];
+    __shared__ float red[32];
+    const int nh = p.n_heads, nkv = p.kv.n_kv_heads, hd = p.kv.head_dim, per_tok = nh + 2 * nkv;
+    const int t = blockIdx.x / per_tok, h = blockIdx.x % per_tok;
+    const int kind = h < nh ? 0 : h < nh + nkv ? 1 : 2; /* q, k, v */
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
+    const int hh = kind == 0 ? h : kind == 1 ? h - nh : h - nh - nkv;
+    float *io = kind == 0 ? p.q + ((int64_t)t * nh + hh) * hd : kind == 1 ? p.k + ((int64_t)t * nkv + hh) * hd : NULL;
+    const float *src = kind == 2 ? p.v + ((int64_t)t * nkv + hh) * hd : io;
+    const float *nw = kind == 0 ? p.q_norm : kind == 1 ? p.k_norm : NULL;
+    float ss = 0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float x = src[i];
+        hv[i] = x;
+        ss += x * x;
+    }
+    if (nw) { /* uniform over the block: every thread reaches the block sum */
+        ss = cuda_block_sum(ss, red);
+        float inv = cuda_rms_inv(ss, hd, p.eps);
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) hv[i] = hv[i] * inv * (nw[i] + p.w_offset);
+    }
+    __syncthreads();
+    const int half = p.rot_dim / 2, pos = p.pos[t];
+    const int slot = p.slots[t], blk = slot / p.kv.block_size, off = slot % p.kv.block_size;
+    const size_t at = (size_t)blk * p.kv.block_bytes + (size_t)p.layer * p.kv.layer_block_bytes;
+    const int64_t base = ((int64_t)off * nkv + hh) * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float o = hv[i];
+        if (kind < 2 && i < 2 * half) {
+            int j = i < half ? i : i - half;
+            double sn, cs;
+            sincos((double)pos * (double)p.inv_freq[j], &sn, &cs);
+            float c = (float)cs, sf = (float)sn;
+            float a = hv[j], b = hv[j + half];
+            o = i < half ? a * c - b * sf : b * c + a * sf;
+        }
+        if (io) io[i] = o;
+        if (kind == 0) continue;
+        void *pool = (uint8_t *)(kind == 1 ? p.kv.k : p.kv.v) + at;
+        if (p.kv.dtype == DTYPE_F32) ((float *)pool)[base + i] = o;
+        else ((uint16_t *)pool)[base + i] = cuda_f32_bf16(o);
+    }
+}
+
+extern "C" int cuda_k_qk_rope_store(cudaStream_t s, const struct backend_qk_rope_store *r)
+{
+    const struct backend_kv_view *kv = r->kv;
+    int64_t blocks = (int64_t)r->n_tokens * (r->n_heads + 2 * kv->n_kv_heads);
+    if (blocks <= 0) return (int)cudaGetLastError();
+    struct cuda_qkr p = {
+        .q = r->q, .k = r->k, .v = r->v, .q_norm = r->q_norm, .k_norm = r->k_norm,
+        .inv_freq = r->inv_freq, .pos = r->pos, .slots = r->slots, .kv = *kv,
+        .n_heads = r->n_heads, .rot_dim = r->rot_dim, .layer = r->layer, .eps = r->eps,
+        .w_offset = r->w_offset,
+    };
+    if (blocks > INT32_MAX) return (int)cudaErrorInvalidValue;
+    (void)cuda_launch_pdl(cuda_qk_rope_store_kernel, (unsigned)blocks, CUDA_QKR_THREADS, s, p);
     return (int)cudaGetLastError();
 }
 

@@ -3,8 +3,9 @@
  *
  * GEMV: y_i[n, rows_i] = x[n, cols] . W_i[rows_i, cols]^T for n in 1..CUDA_GEMV_MAX_N and up to
  * CUDA_GEMV_MAX_W weights of one layout that read the same x (q/k/v, gate/up: one launch).
- *   Work item: R consecutive rows of one weight (R = 4 for n = 1 and dense n = 2, else 2;
- *   dense n = 1 over few long rows: 1 row with twice the loads in flight), taken by one warp;
+ *   Work item: R consecutive rows of one weight (R = 4 for n = 1 and dense n = 2, but 2 for q8
+ *   at n = 1 (cuda_gemv_q_rows), else 2; dense n = 1 over few long rows: 1 row with twice the
+ *   loads in flight), taken by one warp;
  *   the warps of a persistent grid (the blocks that fit on the SMs at once) walk the items
  *   grid-stride. Each lane streams 16-byte chunks of the R rows (8 bf16/f16, 4 f32, 32 q4 or 16 q8 codes, so a
  *   quantized chunk always lies in one group: group sizes are multiples of 32) with
@@ -13,10 +14,18 @@
  *   (Little's law: ~2.5 MB in flight over the GPU at ~4 TB/s). The activation values of a chunk
  *   are read once (from L1: x is n * cols * 4 bytes, read by every warp) and used for all R
  *   rows. Quantized chunks are dequantized in registers: s * sum(code * x) + b * sum(x), with
- *   each group's scale and bias read once per chunk, and each code made an exact float (shift,
- *   mask, or 2^23, minus 2^23). That is ~7 instructions per q4 code with the fma and the x
- *   sums (PTX of the n = 1 kernel), so q4/q8 are issue-bound, not HBM-bound (H200: q4 at 21-35 %
- *   of the copy bandwidth, q8 38-74 %): a cheaper code-to-float path is the next step.
+ *   each group's scale and bias read once per chunk, and each code q made the exact float
+ *   1 + q / 2^bits by a shift and one lop3 (cuda_gemv_code; sum(code * x) is recovered from
+ *   sum((1 + q / 2^bits) x) - sum(x)): one fma and two integer ops per code instead of three
+ *   (the 2^23 magic number needed a subtraction per code). It did not show in the H200's
+ *   timings: the q kernels are latency-bound, not issue-bound (ncu, 4096-row q4 weights: 8
+ *   warps per SM, 0.35 instructions issued per scheduler cycle, mostly waiting on L1), at
+ *   18-40 % of the copy bandwidth for q4 and 40-74 % for q8.
+ *   accumulate: y += the product, read and written by the lane that owns the element (the
+ *   residual adds of o_proj and down_proj, matmul_add).
+ *   Launched with programmatic dependent launch (cuda_common.cuh): the grid may start while
+ *   the kernel before it (an RMSNorm, SiLU, attention) still runs, and each warp issues its
+ *   first R * U weight loads before it waits for that kernel's x.
  *   Bytes per call: the weights once (rows * row_bytes) + x + y; bound by HBM bandwidth.
  *   Accumulation in f32, one accumulator per (row, activation row) and lane, summed across the
  *   warp with shuffles at the end of the item.
@@ -27,6 +36,8 @@
  * Dequant: one element per thread, rows * cols * 2 bytes written; a q4 8B model's prefill pays
  *   it once per matmul per step, which the GEMM's n * 2 * rows * cols FLOPs dwarf at n >= 64.
  * CPU reference: ref_matmul in cpu/ref_ops.c (double accumulation). */
+#include <stdlib.h>
+
 #include "cuda/cuda_common.cuh"
 
 #define CUDA_GEMV_THREADS 256 /* 8 warps per block */
@@ -54,6 +65,7 @@ struct cuda_gemv_set {
     float *y[CUDA_GEMV_MAX_W];
     int64_t item_end[CUDA_GEMV_MAX_W]; /* cumulative items (R-row groups) up to weight i */
     int count;
+    int accumulate; /* y += x . W^T (each y element is read and written by one lane) */
 };
 
 /* A 16-byte weight load that bypasses L1 (the stream is read once; L1 keeps x). */
@@ -84,12 +96,19 @@ template <int K> static __device__ __forceinline__ void cuda_gemv_widen(uint4 c,
     }
 }
 
-/* Code j (0..PER_WORD-1) of a word as an exact float: the magic-number conversion
- * (0x4B000000 | c is 2^23 + c, minus 2^23) instead of a conversion instruction. */
+/* Code j (0..PER_WORD-1) of a word, q, as the exact float 1 + q / 2^BITS: the code shifted to
+ * the top of the mantissa and or'ed with the exponent of 1.0 (a shift and one lop3), with no
+ * conversion and no subtraction per code. The caller forms sum(q * x) from
+ * sum((1 + q / 2^BITS) * x) - sum(x), times 2^BITS (exact). Accuracy: the f32 sum now carries
+ * the sum(x) term too, so its rounding error is a few times larger relative to sum(q * x)
+ * (both terms are of one magnitude as 1 + q / 2^BITS lies in [1, 2)): about 2^-21 of it,
+ * against 2^-8 for the bf16 weights of a BF16 model. */
 template <int BITS> static __device__ __forceinline__ float cuda_gemv_code(uint32_t word, int j)
 {
-    uint32_t c = (word >> (BITS * j)) & ((1u << BITS) - 1);
-    return __uint_as_float(0x4B000000u | c) - 8388608.0f;
+    constexpr int TOP = 23 - BITS; /* the code's lowest bit in 1.0's mantissa */
+    const int at = BITS * j;
+    uint32_t m = at <= TOP ? word << (TOP - at) : word >> (at - TOP);
+    return __uint_as_float((m & (((1u << BITS) - 1) << TOP)) | 0x3F800000u);
 }
 
 /* acc[j][t] += chunk_j . x[t][i .. i + E) for the R rows j and t < n (NT: bound on n). */
@@ -140,7 +159,7 @@ static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, const
         for (int t = 0; t < NT; t++) {
             if (t >= n) break;
             const float4 *xp = (const float4 *)(x + (int64_t)t * w.cols + i);
-            float cx[R], xs = 0; /* sum code * x per row, sum x */
+            float cx[R], xs = 0; /* sum (1 + code / 2^BITS) * x per row, sum x */
 #pragma unroll
             for (int j = 0; j < R; j++) cx[j] = 0;
 #pragma unroll
@@ -160,7 +179,8 @@ static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, const
                 }
             }
 #pragma unroll
-            for (int j = 0; j < R; j++) acc[j][t] += scale[j] * cx[j] + bias[j] * xs;
+            for (int j = 0; j < R; j++) /* sum(q * x) = 2^BITS (sum((1 + q / 2^BITS) x) - sum(x)) */
+                acc[j][t] += scale[j] * ((cx[j] - xs) * (float)(1 << BITS)) + bias[j] * xs;
         }
     }
 }
@@ -173,6 +193,8 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
     int lane = threadIdx.x % CUDA_WARP;
     const int64_t n_items = set.item_end[set.count - 1];
     const int64_t n_chunks = set.w[0].cols / E;
+    bool waited = false; /* PDL: the first weight loads go out before the wait (cuda_common.cuh) */
+    cuda_pdl_trigger();
     for (int64_t it = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
          it += (int64_t)gridDim.x * CUDA_GEMV_WARPS) {
         int wi = 0;
@@ -197,6 +219,10 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
                 for (int j = 0; j < R; j++)
                     cv[u][j] = ci < n_chunks ? cuda_gemv_ld((const uint4 *)row[j] + ci) : make_uint4(0, 0, 0, 0);
             }
+            if (!waited) { /* x and y belong to earlier kernels: not before this */
+                cuda_pdl_wait();
+                waited = true;
+            }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int64_t ci = c0 + (int64_t)u * CUDA_WARP;
@@ -209,7 +235,10 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 float v = cuda_warp_sum(acc[j][t]);
-                if (lane == 0 && t < n && r0 + j < w.rows) y[(int64_t)t * w.rows + r0 + j] = v;
+                if (lane == 0 && t < n && r0 + j < w.rows) {
+                    float *o = y + (int64_t)t * w.rows + r0 + j;
+                    *o = set.accumulate ? *o + v : v;
+                }
             }
     }
 }
@@ -217,7 +246,8 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 /* Any layout, element by element, one warp per row. */
 template <int NT>
 static __global__ void __launch_bounds__(CUDA_GEMV_THREADS)
-cuda_gemv_scalar_kernel(struct cuda_wdesc w, const float *__restrict__ x, float *__restrict__ y, int n)
+cuda_gemv_scalar_kernel(struct cuda_wdesc w, const float *__restrict__ x, float *__restrict__ y, int n,
+                        int accumulate)
 {
     int lane = threadIdx.x % CUDA_WARP;
     for (int64_t r = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / CUDA_WARP;
@@ -235,7 +265,7 @@ cuda_gemv_scalar_kernel(struct cuda_wdesc w, const float *__restrict__ x, float 
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float v = cuda_warp_sum(acc[t]);
-            if (lane == 0 && t < n) y[(int64_t)t * w.rows + r] = v;
+            if (lane == 0 && t < n) y[(int64_t)t * w.rows + r] = accumulate ? y[(int64_t)t * w.rows + r] + v : v;
         }
     }
 }
@@ -276,7 +306,25 @@ static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float 
     int64_t blocks = (items + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
     int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * ps;
     blocks = blocks < 1 ? 1 : blocks > cap ? cap : blocks;
-    cuda_gemv_kernel<K, NT, R, U><<<(unsigned)blocks, CUDA_GEMV_THREADS, 0, s>>>(*set, x, n);
+    (void)cuda_launch_pdl(cuda_gemv_kernel<K, NT, R, U>, (unsigned)blocks, CUDA_GEMV_THREADS, s, *set, x, n);
+}
+
+/* Rows per work item of the q4/q8 kernels at n = 1 (bits: 4 or 8): q8 2, q4 4;
+ * CAIRN_CUDA_GEMV_QROWS=1|2|4 sets both, to compare. Why: 4-row items leave 4096-row weights
+ * with 8 warps per SM (H200, ncu: 2 warps per scheduler, 0.35 instructions issued per cycle,
+ * mostly waiting on L1); 2-row items double the warps. On the H200 that paid for q8 (8B tg128
+ * 194 -> 199 tok/s with the fused ops) but not for q4, whose 2-row GEMVs were slower on every
+ * 8B shape (4096 x 4096: 16.3 us against 12.4; 8B tg128 162 tok/s), so q4 keeps 4. */
+static int cuda_gemv_q_rows(int bits)
+{
+    static int rows = -1; /* 0: the defaults */
+    int r = __atomic_load_n(&rows, __ATOMIC_RELAXED);
+    if (r < 0) {
+        const char *e = getenv("CAIRN_CUDA_GEMV_QROWS");
+        r = e && (atoi(e) == 1 || atoi(e) == 2 || atoi(e) == 4) ? atoi(e) : 0;
+        __atomic_store_n(&rows, r, __ATOMIC_RELAXED);
+    }
+    return r ? r : bits == 8 ? 2 : 4;
 }
 
 template <int K>
@@ -292,19 +340,24 @@ static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const fl
     bool few = !Q && rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
                set->w[0].cols >= CUDA_GEMV_FEW_MIN_COLS;
     if (n <= 1 && few) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 1 && Q && cuda_gemv_q_rows(K == GEMV_Q8 ? 8 : 4) == 1)
+        cuda_gemv_go<K, 1, 1, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 1 && Q && cuda_gemv_q_rows(K == GEMV_Q8 ? 8 : 4) == 2)
+        cuda_gemv_go<K, 1, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else if (n <= 2) cuda_gemv_go<K, 2, R2, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else cuda_gemv_go<K, 8, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
 }
 
-static void cuda_gemv_scalar(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n)
+static void cuda_gemv_scalar(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n,
+                             int acc)
 {
     unsigned blocks = cuda_blocks_for(w->rows, CUDA_GEMV_WARPS);
-    if (n <= 1) cuda_gemv_scalar_kernel<1><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-    else if (n <= 2) cuda_gemv_scalar_kernel<2><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-    else if (n <= 4) cuda_gemv_scalar_kernel<4><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
-    else cuda_gemv_scalar_kernel<8><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n);
+    if (n <= 1) cuda_gemv_scalar_kernel<1><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n, acc);
+    else if (n <= 2) cuda_gemv_scalar_kernel<2><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n, acc);
+    else if (n <= 4) cuda_gemv_scalar_kernel<4><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n, acc);
+    else cuda_gemv_scalar_kernel<8><<<blocks, CUDA_GEMV_THREADS, 0, s>>>(*w, x, y, n, acc);
 }
 
 /* Whether weights a and b can share one vector launch. */
@@ -315,7 +368,7 @@ static bool cuda_gemv_same_layout(const struct cuda_wdesc *a, const struct cuda_
 }
 
 extern "C" int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, float *const *y,
-                                 int count, const float *x, int n, int n_sms)
+                                 int count, const float *x, int n, int n_sms, int accumulate)
 {
     if (n <= 0 || count <= 0) return (int)cudaGetLastError();
     if (n > CUDA_GEMV_MAX_N || count > CUDA_GEMV_MAX_W) return (int)cudaErrorInvalidValue;
@@ -327,10 +380,11 @@ extern "C" int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, flo
               (uintptr_t)w[i].data % 16 == 0;
     if (!vec) { /* one scalar launch per weight; a mixed set is split by the caller */
         for (int i = 0; i < count; i++)
-            if (w[i].rows > 0) cuda_gemv_scalar(s, &w[i], x, y[i], n);
+            if (w[i].rows > 0) cuda_gemv_scalar(s, &w[i], x, y[i], n, accumulate);
         return (int)cudaGetLastError();
     }
     set.count = 0;
+    set.accumulate = accumulate;
     for (int i = 0; i < count; i++) {
         if (w[i].rows <= 0) continue;
         set.w[set.count] = w[i];
@@ -349,9 +403,9 @@ extern "C" int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, flo
 }
 
 extern "C" int cuda_k_gemv(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n,
-                           int n_sms)
+                           int n_sms, int accumulate)
 {
-    return cuda_k_gemv_multi(s, w, &y, 1, x, n, n_sms);
+    return cuda_k_gemv_multi(s, w, &y, 1, x, n, n_sms, accumulate);
 }
 
 extern "C" int cuda_k_gemv_fusable(const struct cuda_wdesc *a, const struct cuda_wdesc *b)

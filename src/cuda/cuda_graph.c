@@ -46,6 +46,7 @@ enum cuda_gop {
     CUDA_G_GATHER_ROWS,
     CUDA_G_KV_STORE,
     CUDA_G_ATTENTION,
+    CUDA_G_QK_ROPE_STORE,
 };
 
 /* One recorded op: zeroed before it is filled, so that records compare with memcmp. */
@@ -69,7 +70,7 @@ struct cuda_grec {
             const struct tensor *w[CUDA_GEMV_MAX_W];
             struct cuda_wdesc d[CUDA_GEMV_MAX_W];
             float *y[CUDA_GEMV_MAX_W];
-            int count, n, multi;
+            int count, n, multi; /* multi: 0 matmul, 1 matmul_multi, 2 matmul_add */
             const float *x;
         } mm;
         struct {
@@ -105,6 +106,14 @@ struct cuda_grec {
             const int32_t *slots;
             const float *k, *v;
         } kvs;
+        struct { /* backend_qk_rope_store field by field */
+            float *q, *k;
+            const float *v, *q_norm, *k_norm, *inv_freq;
+            const int32_t *pos, *slots;
+            int n_tokens, n_heads, rot_dim, layer;
+            float eps, w_offset;
+            struct backend_kv_view kv; /* no padding */
+        } qkr;
         struct { /* backend_attn field by field (its padding would not compare) */
             const float *q;
             float *out;
@@ -199,8 +208,10 @@ static void cuda_graph_replay(struct backend *be, const struct cuda_grec *recs, 
                             r->u.rmsnorm.dim, r->u.rmsnorm.eps, r->u.rmsnorm.w_offset);
             break;
         case CUDA_G_MATMUL:
-            if (r->u.mm.multi)
+            if (r->u.mm.multi == 1)
                 cuda_op_matmul_multi(be, r->u.mm.w, r->u.mm.y, r->u.mm.count, r->u.mm.x, r->u.mm.n);
+            else if (r->u.mm.multi == 2)
+                cuda_op_matmul_add(be, r->u.mm.w[0], r->u.mm.x, r->u.mm.y[0], r->u.mm.n);
             else
                 cuda_op_matmul(be, r->u.mm.w[0], r->u.mm.x, r->u.mm.y[0], r->u.mm.n);
             break;
@@ -236,6 +247,17 @@ static void cuda_graph_replay(struct backend *be, const struct cuda_grec *recs, 
                 .scale = r->u.attn.scale,
             };
             cuda_op_attention(be, &a);
+            break;
+        }
+        case CUDA_G_QK_ROPE_STORE: {
+            struct backend_qk_rope_store q = {
+                .q = r->u.qkr.q, .k = r->u.qkr.k, .v = r->u.qkr.v, .q_norm = r->u.qkr.q_norm,
+                .k_norm = r->u.qkr.k_norm, .pos = r->u.qkr.pos, .inv_freq = r->u.qkr.inv_freq,
+                .slots = r->u.qkr.slots, .kv = &r->u.qkr.kv, .n_tokens = r->u.qkr.n_tokens,
+                .n_heads = r->u.qkr.n_heads, .rot_dim = r->u.qkr.rot_dim, .layer = r->u.qkr.layer,
+                .eps = r->u.qkr.eps, .w_offset = r->u.qkr.w_offset,
+            };
+            cuda_op_qk_rope_store(be, &q);
             break;
         }
         default: CAIRN_ASSERT(!"cuda graphs: unknown record");
@@ -421,7 +443,8 @@ static void cuda_gop_matmul_any(struct backend *be, const struct tensor *const *
     if (n <= c->gemv_max_rows && count <= CUDA_GEMV_MAX_W) r = cuda_graph_rec(be, CUDA_G_MATMUL);
     else cuda_graph_go_eager(be);
     if (!r) {
-        if (multi) cuda_op_matmul_multi(be, w, y, count, x, n);
+        if (multi == 1) cuda_op_matmul_multi(be, w, y, count, x, n);
+        else if (multi == 2) cuda_op_matmul_add(be, w[0], x, y[0], n);
         else cuda_op_matmul(be, w[0], x, y[0], n);
         return;
     }
@@ -445,6 +468,35 @@ static void cuda_gop_matmul_multi(struct backend *be, const struct tensor *const
                                   const float *x, int n)
 {
     cuda_gop_matmul_any(be, w, y, count, x, n, 1);
+}
+
+static void cuda_gop_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
+{
+    cuda_gop_matmul_any(be, &w, &y, 1, x, n, 2);
+}
+
+static void cuda_gop_qk_rope_store(struct backend *be, const struct backend_qk_rope_store *q)
+{
+    struct cuda_grec *r = cuda_graph_rec(be, CUDA_G_QK_ROPE_STORE);
+    if (!r) {
+        cuda_op_qk_rope_store(be, q);
+        return;
+    }
+    r->u.qkr.q = q->q;
+    r->u.qkr.k = q->k;
+    r->u.qkr.v = q->v;
+    r->u.qkr.q_norm = q->q_norm;
+    r->u.qkr.k_norm = q->k_norm;
+    r->u.qkr.inv_freq = q->inv_freq;
+    r->u.qkr.pos = q->pos;
+    r->u.qkr.slots = q->slots;
+    r->u.qkr.n_tokens = q->n_tokens;
+    r->u.qkr.n_heads = q->n_heads;
+    r->u.qkr.rot_dim = q->rot_dim;
+    r->u.qkr.layer = q->layer;
+    r->u.qkr.eps = q->eps;
+    r->u.qkr.w_offset = q->w_offset;
+    r->u.qkr.kv = *q->kv;
 }
 
 static void cuda_gop_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_dim, int rot_dim,
@@ -632,4 +684,6 @@ void cuda_graphs_fill_ops(struct backend_ops *ops)
     ops->moe_experts = cuda_gop_moe_experts;
     ops->gdn = cuda_gop_gdn;
     ops->copy_rows = cuda_gop_copy_rows;
+    ops->matmul_add = cuda_gop_matmul_add;
+    ops->qk_rope_store = cuda_gop_qk_rope_store;
 }

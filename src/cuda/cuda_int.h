@@ -39,6 +39,7 @@ enum cuda_ws_slot {
     CUDA_WS_DEQ,     /* matmul: a quantized weight dequantized to bf16 for cuBLASLt */
     CUDA_WS_ATTN,    /* attention: split-K partials, or the tiled kernel's tile list */
     CUDA_WS_MOE,     /* moe_experts: token lists per expert (int32) */
+    CUDA_WS_ACC,     /* matmul_add of a GEMM-sized step: the product before it is added */
     CUDA_WS_N,
 };
 
@@ -58,6 +59,8 @@ struct cuda_impl {
     size_t l2_bytes;
     char dev_name[256];
     int gemv_max_rows;          /* matmuls of up to this many rows use the GEMV kernel */
+    int fuse;                   /* the fused ops fuse (CAIRN_CUDA_FUSE=0: they run the plain
+                                 * sequence, for comparison) */
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
     int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
@@ -164,6 +167,7 @@ int cuda_attn_ctx_bucket(const struct backend_attn *a);
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
 void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, float *const *y,
                           int count, const float *x, int n);
+void cuda_op_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
 
 /* cuda_ops.c: the ops other than matmul, in the order of backend_ops. */
 void cuda_op_embed(struct backend *be, const struct tensor *w, const int32_t *ids, int n,
@@ -186,6 +190,7 @@ void cuda_op_gather_rows(struct backend *be, float *dst, const float *src, const
 void cuda_op_kv_store(struct backend *be, const struct backend_kv_view *kv, int layer,
                       const int32_t *slots, int n_tokens, const float *k, const float *v);
 void cuda_op_attention(struct backend *be, const struct backend_attn *a);
+void cuda_op_qk_rope_store(struct backend *be, const struct backend_qk_rope_store *r);
 void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,
                        int norm_topk, int32_t *ids, float *w);
 void cuda_op_moe_experts(struct backend *be, const struct backend_moe *m);

@@ -61,15 +61,16 @@ static inline CUDA_HD size_t cuda_q_row_bytes(int64_t cols, int bits, int group_
 
 /* ---- cuda_gemv.cu: matmul pieces ---- */
 /* y[n, rows] = x[n, cols] . W^T for n in 1..CUDA_GEMV_MAX_N (weights streamed once); n_sms:
- * the GPU's multiprocessors (the persistent grid's size). */
+ * the GPU's multiprocessors (the persistent grid's size). accumulate: y += x . W^T instead
+ * (the residual add of o_proj and down_proj in the GEMV's epilogue). */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_W 4
 int cuda_k_gemv(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n,
-                int n_sms);
-/* y[i][n, rows_i] = x . w[i]^T for count <= CUDA_GEMV_MAX_W weights of one layout
- * (cuda_k_gemv_fusable pairwise), in one launch. */
+                int n_sms, int accumulate);
+/* y[i][n, rows_i] = x . w[i]^T (or += with accumulate) for count <= CUDA_GEMV_MAX_W weights of
+ * one layout (cuda_k_gemv_fusable pairwise), in one launch. */
 int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, float *const *y, int count,
-                      const float *x, int n, int n_sms);
+                      const float *x, int n, int n_sms, int accumulate);
 /* Whether two weights can share a cuda_k_gemv_multi launch (type, cols, bits, group size). */
 int cuda_k_gemv_fusable(const struct cuda_wdesc *a, const struct cuda_wdesc *b);
 /* dst[i] = (bf16 or f16) src[i], round to nearest even. */
@@ -95,6 +96,9 @@ int cuda_k_gather_rows(cudaStream_t s, float *dst, const float *src, const int32
                        int dim);
 int cuda_k_kv_store(cudaStream_t s, const struct backend_kv_view *kv, int layer,
                     const int32_t *slots, int n_tokens, const float *k, const float *v);
+/* The fused qk_rope_store op (tensor/backend.h) for head_dim <= CUDA_QKR_MAX_DIM. */
+#define CUDA_QKR_MAX_DIM 512
+int cuda_k_qk_rope_store(cudaStream_t s, const struct backend_qk_rope_store *r);
 int cuda_k_moe_route(cudaStream_t s, const float *logits, int n, int n_experts, int top_k,
                      int norm_topk, int32_t *ids, float *w);
 /* dst[i] = x[list[i] / top_k] for i < cnt (rows of dim). */

@@ -1,9 +1,10 @@
-/* matmul and matmul_multi of the CUDA backend: y[n, out] = x[n, in] . W[out, in]^T.
+/* matmul, matmul_multi and matmul_add of the CUDA backend: y[n, out] = x[n, in] . W[out, in]^T
+ * (matmul_add: y += that).
  *
  * n <= gemv_max_rows (default CUDA_GEMV_MAX_N = 8, decode and small batches): the GEMV kernel
  * (cuda_gemv.cu) streams W once with x in f32 and every weight type dequantized exactly in
  * registers, so decode has f32-level accuracy (the CPU reference's); matmul_multi runs the
- * weights of one layout in one launch.
+ * weights of one layout in one launch, and matmul_add adds in the GEMV's epilogue.
  * Larger n (prefill, big batches): cuBLASLt with f32 accumulation and f32 output:
  *   BF16 W: x converted to bf16 (round to nearest even), BF16 x BF16 -> F32 GEMM;
  *   F16 W:  x converted to f16, F16 x F16 -> F32;
@@ -202,12 +203,12 @@ cleanup:
 
 /* The GEMV kernel over n rows of x, CUDA_GEMV_MAX_N at a time. */
 static void cuda_mm_gemv_rows(struct cuda_impl *c, const struct cuda_wdesc *d, const float *x,
-                              float *y, int n)
+                              float *y, int n, int accumulate)
 {
     for (int t0 = 0; t0 < n && c->err_status == CAIRN_OK; t0 += CUDA_GEMV_MAX_N) {
         int nt = CAIRN_MIN(CUDA_GEMV_MAX_N, n - t0);
         (void)cuda_check_launch(c, cuda_k_gemv(c->stream, d, x + (int64_t)t0 * d->cols,
-                                               y + (int64_t)t0 * d->rows, nt, c->n_sms));
+                                               y + (int64_t)t0 * d->rows, nt, c->n_sms, accumulate));
     }
 }
 
@@ -249,7 +250,7 @@ static void cuda_mm_gemm(struct cuda_impl *c, const struct cuda_wdesc *d, const 
         cudaDataType_t t = d->type == CUDA_W_F16 ? CUDA_R_16F : CUDA_R_16BF;
         rc = cuda_mm_lt(c, t, wp, lda, t, xb, y, d->rows, n, d->cols);
     }
-    if (rc == 1) cuda_mm_gemv_rows(c, d, x, y, n);
+    if (rc == 1) cuda_mm_gemv_rows(c, d, x, y, n, 0);
 }
 
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
@@ -259,12 +260,32 @@ void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, 
     struct cuda_wdesc d = cuda_wdesc_of(w);
     CAIRN_ASSERT(w->n_dims == 2);
     if (n <= c->gemv_max_rows) {
-        cuda_mm_gemv_rows(c, &d, x, y, n);
+        cuda_mm_gemv_rows(c, &d, x, y, n, 0);
         return;
     }
     const uint16_t *xb = NULL;
     if (d.type != CUDA_W_F32 && !(xb = cuda_mm_convert_x(c, d.type, x, (int64_t)n * d.cols))) return;
     cuda_mm_gemm(c, &d, x, xb, y, n);
+}
+
+/* y += x . W^T: the GEMV adds in its epilogue (decode: no add kernel, y read once). GEMM-sized
+ * steps multiply into a workspace and add it, as matmul then add would (the GEMM's own beta = 1
+ * would be overwritten by its algorithm tuning, which runs the product several times). */
+void cuda_op_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    if (c->err_status != CAIRN_OK || n <= 0) return;
+    CAIRN_ASSERT(w->n_dims == 2);
+    if (n <= c->gemv_max_rows && c->fuse) {
+        struct cuda_wdesc d = cuda_wdesc_of(w);
+        cuda_mm_gemv_rows(c, &d, x, y, n, 1);
+        return;
+    }
+    size_t bytes = sizeof(float) * (size_t)n * (size_t)w->shape[0];
+    float *t = cuda_ws_get(c, CUDA_WS_ACC, bytes);
+    if (!t) return;
+    cuda_op_matmul(be, w, x, t, n);
+    if (c->err_status == CAIRN_OK) (void)cuda_check_launch(c, cuda_k_add(c->stream, y, t, (int64_t)n * w->shape[0]));
 }
 
 /* GEMV-sized steps: runs of weights of one layout (q/k/v, gate/up) share one launch, so the
@@ -284,7 +305,7 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
         for (int i0 = 0; i0 < count && c->err_status == CAIRN_OK;) {
             int i1 = i0 + 1;
             while (i1 < count && cuda_k_gemv_fusable(&d[i0], &d[i1])) i1++;
-            (void)cuda_check_launch(c, cuda_k_gemv_multi(c->stream, d + i0, y + i0, i1 - i0, x, n, c->n_sms));
+            (void)cuda_check_launch(c, cuda_k_gemv_multi(c->stream, d + i0, y + i0, i1 - i0, x, n, c->n_sms, 0));
             i0 = i1;
         }
         return;

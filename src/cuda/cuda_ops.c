@@ -82,6 +82,28 @@ void cuda_op_kv_store(struct backend *be, const struct backend_kv_view *kv, int 
     CUDA_OP(be, cuda_k_kv_store(CUDA_S(be), kv, layer, slots, n_tokens, k, v));
 }
 
+/* One launch for the q/k norms, both ropes and the KV write; the plain ops where the kernel
+ * does not apply (a head wider than its shared row) or with CAIRN_CUDA_FUSE=0. */
+void cuda_op_qk_rope_store(struct backend *be, const struct backend_qk_rope_store *r)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    const struct backend_kv_view *kv = r->kv;
+    int hd = kv->head_dim;
+    CAIRN_ASSERT(kv->dtype == DTYPE_BF16 || kv->dtype == DTYPE_F32);
+    CAIRN_ASSERT(r->layer >= 0 && r->layer < kv->n_layers);
+    CAIRN_ASSERT(r->rot_dim >= 0 && r->rot_dim <= hd && r->rot_dim % 2 == 0);
+    if (c->fuse && hd <= CUDA_QKR_MAX_DIM) {
+        CUDA_OP(be, cuda_k_qk_rope_store(CUDA_S(be), r));
+        return;
+    }
+    int T = r->n_tokens, nh = r->n_heads, nkv = kv->n_kv_heads;
+    if (r->q_norm) cuda_op_rmsnorm(be, r->q, r->q, r->q_norm, T * nh, hd, r->eps, r->w_offset);
+    if (r->k_norm) cuda_op_rmsnorm(be, r->k, r->k, r->k_norm, T * nkv, hd, r->eps, r->w_offset);
+    cuda_op_rope(be, r->q, T, nh, hd, r->rot_dim, r->pos, r->inv_freq);
+    cuda_op_rope(be, r->k, T, nkv, hd, r->rot_dim, r->pos, r->inv_freq);
+    cuda_op_kv_store(be, kv, r->layer, r->slots, T, r->k, r->v);
+}
+
 /* Context bucket: split plans change every CUDA_ATTN_CTX_BUCKET positions, not every step
  * (a graph of a decode step stays valid that long; the kernels stop at each row's own
  * context, read from its position). */

@@ -10,6 +10,9 @@
  * then only ops run, between the backend's step_begin and step_end:
  *   per layer:  h = rmsnorm(x); x += mixer(h)   (mixer by layer kind: attention / linear attn)
  *               h = rmsnorm(x); x += ffn(h)     (dense SwiGLU, or the family's MoE)
+ *   where the backend has the optional fused ops (tensor/backend.h), o_proj and down_proj add
+ *   into x themselves (matmul_add) and an attention layer's q/k norms, RoPE and KV write are one
+ *   op (qk_rope_store); otherwise the plain ops run, as on the CPU.
  * then the rows whose hidden states are asked for (model_seq.n_hidden, for an MTP head) are
  * gathered, normed and downloaded, and the rows whose logits are asked for are gathered, normed
  * and multiplied by lm_head in chunks of ws.logit_rows, each chunk's rows downloaded into
@@ -39,24 +42,69 @@ void model_linear_apply(struct model *m, const struct model_linear *l, const flo
     model_linears_apply(m, &l, &y, 1, x, n_tokens);
 }
 
+/* resid[T, out] += l(x): the backend's fused matmul_add when it has one (and l has no bias),
+ * else l(x) into tmp and an add. */
+static void model_linear_residual(struct model *m, const struct model_linear *l, const float *x, float *tmp,
+                                  float *resid, int n_tokens)
+{
+    if (m->be->ops->matmul_add && !l->bias) {
+        MODEL_OP(m, matmul_add, &l->w, x, resid, n_tokens);
+        return;
+    }
+    model_linear_apply(m, l, x, tmp, n_tokens);
+    MODEL_OP(m, add, resid, tmp, (int64_t)n_tokens * l->w.shape[0]);
+}
+
+/* q/k norms, rope on q and k, and the KV write: one op when the backend fuses them. */
+static void model_qk_rope_store(struct model *m, const struct model_layer *L, const struct backend_kv_view *kv,
+                                int T)
+{
+    const struct model_config *c = &m->cfg;
+    struct model_ws *w = &m->ws;
+    int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    if (m->be->ops->qk_rope_store) {
+        struct backend_qk_rope_store r = {
+            .q = w->q,
+            .k = w->k,
+            .v = w->v,
+            .q_norm = L->attn.q_norm,
+            .k_norm = L->attn.k_norm,
+            .pos = w->pos,
+            .inv_freq = m->inv_freq,
+            .slots = w->slots,
+            .kv = kv,
+            .n_tokens = T,
+            .n_heads = nh,
+            .rot_dim = c->rot_dim,
+            .layer = L->kv_index,
+            .eps = c->rms_eps,
+            .w_offset = m->norm_offset,
+        };
+        MODEL_OP(m, qk_rope_store, &r);
+        return;
+    }
+    if (L->attn.q_norm) MODEL_OP(m, rmsnorm, w->q, w->q, L->attn.q_norm, T * nh, hd, c->rms_eps, m->norm_offset);
+    if (L->attn.k_norm) MODEL_OP(m, rmsnorm, w->k, w->k, L->attn.k_norm, T * nkv, hd, c->rms_eps, m->norm_offset);
+    MODEL_OP(m, rope, w->q, T, nh, hd, c->rot_dim, w->pos, m->inv_freq);
+    MODEL_OP(m, rope, w->k, T, nkv, hd, c->rot_dim, w->pos, m->inv_freq);
+    MODEL_OP(m, kv_store, kv, L->kv_index, w->slots, T, w->k, w->v);
+}
+
+/* Attention of layer il on h; its output projection added to resid. */
 static void model_attn_forward(struct model *m, int il, const struct backend_kv_view *kv, int n_seqs,
-                               const float *h, float *out)
+                               const float *h, float *resid)
 {
     const struct model_config *c = &m->cfg;
     struct model_ws *w = &m->ws;
     const struct model_layer *L = &m->layers[il];
-    int T = w->h_seq_off[n_seqs], nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    int T = w->h_seq_off[n_seqs], nh = c->n_heads, hd = c->head_dim;
     int qd = nh * hd;
     const struct model_linear *qkv[3] = {&L->attn.q, &L->attn.k, &L->attn.v};
     float *qkv_out[3] = {m->attn_gated ? w->q_raw : w->q, w->k, w->v};
     model_linears_apply(m, qkv, qkv_out, 3, h, T);
     /* q_proj rows of gated attention are [head][query hd | gate hd]: split off the gates. */
     if (m->attn_gated) MODEL_OP(m, split_halves, w->q, w->qgate, w->q_raw, T * nh, hd);
-    if (L->attn.q_norm) MODEL_OP(m, rmsnorm, w->q, w->q, L->attn.q_norm, T * nh, hd, c->rms_eps, m->norm_offset);
-    if (L->attn.k_norm) MODEL_OP(m, rmsnorm, w->k, w->k, L->attn.k_norm, T * nkv, hd, c->rms_eps, m->norm_offset);
-    MODEL_OP(m, rope, w->q, T, nh, hd, c->rot_dim, w->pos, m->inv_freq);
-    MODEL_OP(m, rope, w->k, T, nkv, hd, c->rot_dim, w->pos, m->inv_freq);
-    MODEL_OP(m, kv_store, kv, L->kv_index, w->slots, T, w->k, w->v);
+    model_qk_rope_store(m, L, kv, T);
     struct backend_attn a = {
         .q = w->q,
         .out = w->att,
@@ -76,10 +124,11 @@ static void model_attn_forward(struct model *m, int il, const struct backend_kv_
     };
     MODEL_OP(m, attention, &a);
     if (m->attn_gated) MODEL_OP(m, mul_sigmoid, w->att, w->qgate, (int64_t)T * qd);
-    model_linear_apply(m, &L->attn.o, w->att, out, T);
+    model_linear_residual(m, &L->attn.o, w->att, w->out, resid, T);
 }
 
-void model_mlp_forward(struct model *m, int il, const float *h, float *out, int T)
+/* The dense MLP on h: into out, or (resid != NULL) added to resid, with out as scratch. */
+static void model_mlp_apply(struct model *m, int il, const float *h, float *out, float *resid, int T)
 {
     struct model_ws *w = &m->ws;
     const struct model_layer *L = &m->layers[il];
@@ -88,7 +137,13 @@ void model_mlp_forward(struct model *m, int il, const float *h, float *out, int 
     float *gate_up_out[2] = {w->gate, w->up};
     model_linears_apply(m, gate_up, gate_up_out, 2, h, T);
     MODEL_OP(m, silu_mul, w->gate, w->gate, w->up, (int64_t)T * inter);
-    model_linear_apply(m, &L->mlp.down, w->gate, out, T);
+    if (resid) model_linear_residual(m, &L->mlp.down, w->gate, out, resid, T);
+    else model_linear_apply(m, &L->mlp.down, w->gate, out, T);
+}
+
+void model_mlp_forward(struct model *m, int il, const float *h, float *out, int T)
+{
+    model_mlp_apply(m, il, h, out, NULL, T);
 }
 
 static int model_forward_check(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs,
@@ -231,19 +286,22 @@ int model_layer_forward(struct model *m, int il, const struct backend_kv_view *k
     MODEL_OP(m, rmsnorm, w->h, w->x, L->attn_norm, T, hid, c->rms_eps, m->norm_offset);
     switch (L->kind) {
     case MODEL_LAYER_ATTN:
-        model_attn_forward(m, il, kv, n_seqs, w->h, w->out);
+        model_attn_forward(m, il, kv, n_seqs, w->h, w->x); /* adds into x itself */
         break;
     case MODEL_LAYER_LINEAR_ATTN:
         rc = m->fam->linear_attn ? m->fam->linear_attn(m, il, seqs, n_seqs, w->h, w->out, err)
                                  : cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "linear attention not implemented");
+        if (rc == CAIRN_OK) MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
         break;
     }
     if (rc != CAIRN_OK) return rc;
-    MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
     MODEL_OP(m, rmsnorm, w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
-    if (m->fam->ffn) m->fam->ffn(m, il, w->h, w->out, T);
-    else model_mlp_forward(m, il, w->h, w->out, T);
-    MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
+    if (m->fam->ffn) {
+        m->fam->ffn(m, il, w->h, w->out, T);
+        MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
+    } else {
+        model_mlp_apply(m, il, w->h, w->out, w->x, T);
+    }
     return CAIRN_OK;
 }
 

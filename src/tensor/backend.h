@@ -24,6 +24,11 @@
  * - Memory: every buffer is accounted (base/mem.h) under the tag the caller names; a backend
  *   with its own memory (a GPU) also counts it on its own budget (backend_mem_stats).
  *
+ * - Fused ops: the entries under "optional fused ops" may be NULL. Each is defined as a
+ *   sequence of the plain ops (results equal to it within rounding); forward.c issues the fused
+ *   op when the backend has it and the plain sequence otherwise, so a backend adds one only
+ *   where it pays (the GPU, whose decode step is otherwise a long chain of tiny kernels).
+ *
  * Threading: one backend may be used by several models (one scheduler thread each). A backend
  * serializes steps itself: step_begin takes the backend's lock, step_end releases it; buffer and
  * weight calls may run on any thread, outside a step. */
@@ -137,6 +142,29 @@ struct backend_moe {
     float *scratch;               /* device, backend_moe_scratch_floats(...) floats */
 };
 
+/* One attention layer's q/k preparation and KV write for the tokens of a step (the optional
+ * qk_rope_store op): for each token t, each q head and k head is RMS-normed over head_dim with
+ * q_norm / k_norm (each may be NULL: no norm) then rotated (rope), in place; then k and v are
+ * stored into the pool at slots[t]. Equal to rmsnorm(q), rmsnorm(k), rope(q), rope(k),
+ * kv_store(k, v) with the same arguments. */
+struct backend_qk_rope_store {
+    float *q;                     /* device [n_tokens, n_heads, head_dim] */
+    float *k;                     /* device [n_tokens, n_kv_heads, head_dim] */
+    const float *v;               /* device [n_tokens, n_kv_heads, head_dim] */
+    const float *q_norm;          /* device [head_dim] or NULL */
+    const float *k_norm;          /* device [head_dim] or NULL */
+    const int32_t *pos;           /* device [n_tokens] */
+    const float *inv_freq;        /* device [rot_dim / 2] */
+    const int32_t *slots;         /* device [n_tokens] */
+    const struct backend_kv_view *kv;
+    int n_tokens;
+    int n_heads;
+    int rot_dim;
+    int layer;
+    float eps;
+    float w_offset;
+};
+
 struct backend_mem_stats {
     uint64_t device_total;        /* bytes of device memory (0 on the CPU: see base/mem.h) */
     uint64_t device_free;
@@ -235,6 +263,13 @@ struct backend_ops {
      * rows must not overlap. */
     void (*copy_rows)(struct backend *be, float *dst, int64_t dst_stride, const float *src,
                       int64_t src_stride, int n_rows, int width);
+
+    /* ---- optional fused ops (may be NULL; see DESIGN) ---- */
+    /* y[n, out] += x[n, in] . W^T: matmul into a temporary, then add (the residual adds after
+     * o_proj and down_proj). */
+    void (*matmul_add)(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
+    /* struct backend_qk_rope_store above. */
+    void (*qk_rope_store)(struct backend *be, const struct backend_qk_rope_store *r);
 };
 
 /* weight_prepare's hint_release bits. */

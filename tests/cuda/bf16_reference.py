@@ -14,6 +14,9 @@ MLX folders (*-mlx-qB-gG) are loaded by dequantizing each NAME.weight/.scales/.b
 plain architecture's state dict.
 
 usage: bf16_reference.py ORACLE_MODELS_DIR [NAME...]
+       bf16_reference.py --one NAME MODEL_DIR EXPECTED   (a model kept outside the oracle tree,
+                                                         such as models/demo with
+                                                         tests/data/demo/expected.safetensors)
 stdout: one line per model, "NAME<TAB>max_abs_dlogit<TAB>n_rows"; details on stderr.
 """
 import json
@@ -67,8 +70,8 @@ def load_model(path):
     return model.cuda().eval()
 
 
-def run(path):
-    exp = os.path.join(path, "expected.safetensors")
+def run(path, exp=None):
+    exp = exp or os.path.join(path, "expected.safetensors")
     with safe_open(exp, "pt") as f:
         cases = json.loads(f.metadata()["cases"])
     want = load_file(exp)
@@ -93,6 +96,13 @@ def main():
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
+    if sys.argv[1] == "--one":
+        if len(sys.argv) != 5:
+            print(__doc__, file=sys.stderr)
+            return 2
+        worst, rows = run(sys.argv[3], sys.argv[4])
+        print(f"{sys.argv[2]}\t{worst:.4e}\t{rows}", flush=True)
+        return 0
     root = sys.argv[1]
     names = sys.argv[2:] or sorted(n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, "expected.safetensors")))
     failed = 0

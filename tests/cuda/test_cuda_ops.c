@@ -1,7 +1,9 @@
 /* Every op of the CUDA backend's table on cuda:0 against a double-precision host reference,
  * over odd shapes and every weight dtype (F32, F16, BF16, MLX q2-q8 with groups 32/64/128),
  * both KV dtypes, decode and prefill rows, split-K and single-split attention; plus the error
- * paths (out of memory, the device budget, a latched error failing one step only).
+ * paths (out of memory, the device budget, a latched error failing one step only). The optional
+ * fused ops: matmul_add against the host reference, qk_rope_store against the unfused ops it
+ * stands for (rmsnorm, rope, kv_store), both KV dtypes, partial rotary, with and without norms.
  *
  * The reference is written here from tensor/backend.h's contract (weights widened with
  * tensor_row_to_f32, gdn_forward of model/gdn.c for DeltaNet), independent of the kernels.
@@ -1332,6 +1334,169 @@ static void bench_gemv(void)
         }
 }
 
+/* ---- the optional fused ops (tensor/backend.h) against their unfused definitions ---- */
+
+/* matmul_add: y0 + x . W^T for every weight kind (vector and scalar GEMV paths, the GEMM path
+ * at n > 8), against the host reference; the scale adds |y0| to sum |w x|. */
+static void test_matmul_add_case(enum dtype dt, int64_t rows, int64_t cols, int bits, int gs, int n)
+{
+    struct test_weight w;
+    weight_make(&w, dt, rows, cols, bits, gs);
+    size_t m = (size_t)(n * rows);
+    float *x = rnd_vec((size_t)(n * cols), 1.0f), *y0 = rnd_vec(m, 4.0f), *got = malloc(m * sizeof(float));
+    double *want = malloc(m * sizeof(double)), *scale = malloc(m * sizeof(double));
+    ref_matmul(&w.t, x, n, want, scale);
+    for (size_t i = 0; i < m; i++) {
+        want[i] += y0[i];
+        scale[i] += fabs(y0[i]);
+    }
+    float *dx = dev_from(x, sizeof(float) * (size_t)(n * cols)), *dy = dev_from(y0, m * sizeof(float));
+    step_begin();
+    be->ops->matmul_add(be, &w.t, dx, dy, n);
+    step_end();
+    dev_to(got, dy, m * sizeof(float));
+    char what[96];
+    snprintf(what, sizeof(what), "matmul_add %s q%d g%d %lldx%lld n=%d", dtype_name(dt), bits, gs, (long long)rows,
+             (long long)cols, n);
+    check_close(what, got, want, scale, m, mm_tol(dt, n));
+    dev_free(dx, sizeof(float) * (size_t)(n * cols));
+    dev_free(dy, m * sizeof(float));
+    free(x);
+    free(y0);
+    free(got);
+    free(want);
+    free(scale);
+    weight_free(&w);
+}
+
+static void test_matmul_add(void)
+{
+    CHECK(be->ops->matmul_add != NULL);
+    if (!be->ops->matmul_add) return;
+    static const int ns[] = {1, 2, 5, 8, 9};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(ns); i++) {
+        int n = ns[i];
+        test_matmul_add_case(DTYPE_F32, 37, 96, 0, 0, n);
+        test_matmul_add_case(DTYPE_F16, 41, 136, 0, 0, n);
+        test_matmul_add_case(DTYPE_BF16, 67, 264, 0, 0, n);
+        test_matmul_add_case(DTYPE_BF16, 11, 33, 0, 0, n); /* scalar kernel */
+        test_matmul_add_case(DTYPE_BF16, 9, 4104, 0, 0, n); /* few long rows: one row per warp */
+        static const int gss[] = {32, 64, 128};
+        for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++) {
+            test_matmul_add_case(DTYPE_Q, 35, 256, 4, gss[g], n);
+            test_matmul_add_case(DTYPE_Q, 29, 384, 8, gss[g], n);
+        }
+        test_matmul_add_case(DTYPE_Q, 17, 128, 3, 32, n);
+    }
+}
+
+/* qk_rope_store against rmsnorm(q), rmsnorm(k), rope(q), rope(k), kv_store on the same inputs:
+ * q and k as rewritten in place, and both pools. hd: head_dim (80: not a multiple of the
+ * kernel's threads), rot < hd: partial rotary; norms: q/k norm weights given (qwen3). */
+static void test_qk_rope_store_case(enum dtype kdt, int hd, int rot, int norms)
+{
+    const int T = 3, nh = 6, nkv = 2, n_layers = 2, layer = 1, block_size = 4, n_blocks = 5;
+    const int32_t pos[3] = {0, 37, 131071}, slots[3] = {13, 2, 19};
+    size_t esz = dtype_size(kdt), nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd;
+    struct backend_kv_view kv[2];
+    for (int p = 0; p < 2; p++) {
+        kv[p] = (struct backend_kv_view){.n_blocks = n_blocks, .n_layers = n_layers, .block_size = block_size,
+                                         .n_kv_heads = nkv, .head_dim = hd, .dtype = kdt};
+        kv[p].layer_block_bytes = (size_t)block_size * nkv * hd * esz;
+        kv[p].block_bytes = kv[p].layer_block_bytes * n_layers;
+        kv[p].k = dev_alloc(kv[p].block_bytes * n_blocks);
+        kv[p].v = dev_alloc(kv[p].block_bytes * n_blocks);
+    }
+    size_t pool = kv[0].block_bytes * n_blocks;
+    float *q = rnd_vec(nq, 2.0f), *k = rnd_vec(nk, 2.0f), *v = rnd_vec(nk, 2.0f);
+    float *qn = rnd_vec((size_t)hd, 1.0f), *kn = rnd_vec((size_t)hd, 1.0f), *inv = malloc(sizeof(float) * (size_t)(rot / 2));
+    for (int i = 0; i < rot / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / rot);
+    float *dq[2], *dk[2], *dv = dev_from(v, nk * 4), *dqn = dev_from(qn, (size_t)hd * 4), *dkn = dev_from(kn, (size_t)hd * 4);
+    float *dinv = dev_from(inv, sizeof(float) * (size_t)(rot / 2));
+    int32_t *dpos = dev_from(pos, sizeof(pos)), *dslots = dev_from(slots, sizeof(slots));
+    for (int p = 0; p < 2; p++) {
+        dq[p] = dev_from(q, nq * 4);
+        dk[p] = dev_from(k, nk * 4);
+    }
+    step_begin();
+    struct backend_qk_rope_store r = {
+        .q = dq[0], .k = dk[0], .v = dv, .q_norm = norms ? dqn : NULL, .k_norm = norms ? dkn : NULL,
+        .pos = dpos, .inv_freq = dinv, .slots = dslots, .kv = &kv[0], .n_tokens = T, .n_heads = nh,
+        .rot_dim = rot, .layer = layer, .eps = 1e-6f, .w_offset = norms == 2 ? 1.0f : 0.0f,
+    };
+    be->ops->qk_rope_store(be, &r);
+    if (norms) {
+        be->ops->rmsnorm(be, dq[1], dq[1], dqn, T * nh, hd, 1e-6f, r.w_offset);
+        be->ops->rmsnorm(be, dk[1], dk[1], dkn, T * nkv, hd, 1e-6f, r.w_offset);
+    }
+    be->ops->rope(be, dq[1], T, nh, hd, rot, dpos, dinv);
+    be->ops->rope(be, dk[1], T, nkv, hd, rot, dpos, dinv);
+    be->ops->kv_store(be, &kv[1], layer, dslots, T, dk[1], dv);
+    step_end();
+    char what[96];
+    snprintf(what, sizeof(what), "qk_rope_store %s hd=%d rot=%d norms=%d", dtype_name(kdt), hd, rot, norms);
+    /* f32 values: equal but for the norm's summation order (1e-5 of values of order 1-10) */
+    float *got = malloc(nq * 4), *ref = malloc(nq * 4);
+    double *want = malloc(sizeof(double) * (nq > pool ? nq : pool)), *scale = malloc(sizeof(double) * (nq > pool ? nq : pool));
+    const float *const outs[2][2] = {{dq[0], dq[1]}, {dk[0], dk[1]}};
+    const size_t counts[2] = {nq, nk};
+    for (int o = 0; o < 2; o++) {
+        dev_to(got, outs[o][0], counts[o] * 4);
+        dev_to(ref, outs[o][1], counts[o] * 4);
+        for (size_t i = 0; i < counts[o]; i++) {
+            want[i] = ref[i];
+            scale[i] = 1.0 + fabs(ref[i]);
+        }
+        char name[128];
+        snprintf(name, sizeof(name), "%s: %s", what, o ? "k" : "q");
+        check_close(name, got, want, scale, counts[o], 1e-5);
+    }
+    /* pools: as floats (bf16 values may round to neighbours where the f32 values differ) */
+    uint8_t *pg = malloc(pool), *pr = malloc(pool);
+    size_t ne = pool / esz;
+    float *fg = malloc(ne * 4);
+    for (int which = 0; which < 2; which++) {
+        dev_to(pg, which ? kv[0].v : kv[0].k, pool);
+        dev_to(pr, which ? kv[1].v : kv[1].k, pool);
+        for (size_t i = 0; i < ne; i++) {
+            double rv = kdt == DTYPE_F32 ? ((float *)pr)[i] : bf16_to_f32(((uint16_t *)pr)[i]);
+            fg[i] = kdt == DTYPE_F32 ? ((float *)pg)[i] : bf16_to_f32(((uint16_t *)pg)[i]);
+            want[i] = rv;
+            scale[i] = 1.0 + fabs(rv);
+        }
+        char name[128];
+        snprintf(name, sizeof(name), "%s: %s pool", what, which ? "v" : "k");
+        check_close(name, fg, want, scale, ne, kdt == DTYPE_F32 ? 1e-5 : 8e-3);
+    }
+    for (int p = 0; p < 2; p++) {
+        dev_free(kv[p].k, pool);
+        dev_free(kv[p].v, pool);
+        dev_free(dq[p], nq * 4);
+        dev_free(dk[p], nk * 4);
+    }
+    dev_free(dv, nk * 4);
+    dev_free(dqn, (size_t)hd * 4);
+    dev_free(dkn, (size_t)hd * 4);
+    dev_free(dinv, sizeof(float) * (size_t)(rot / 2));
+    dev_free(dpos, sizeof(pos));
+    dev_free(dslots, sizeof(slots));
+    free(q), free(k), free(v), free(qn), free(kn), free(inv), free(got), free(ref), free(want), free(scale);
+    free(pg), free(pr), free(fg);
+}
+
+static void test_qk_rope_store(void)
+{
+    CHECK(be->ops->qk_rope_store != NULL);
+    if (!be->ops->qk_rope_store) return;
+    static const enum dtype kdts[] = {DTYPE_F32, DTYPE_BF16};
+    for (size_t d = 0; d < CAIRN_ARRAY_LEN(kdts); d++)
+        for (int norms = 0; norms <= 2; norms++) {
+            test_qk_rope_store_case(kdts[d], 128, 128, norms);
+            test_qk_rope_store_case(kdts[d], 64, 32, norms);
+            test_qk_rope_store_case(kdts[d], 80, 80, norms);
+        }
+}
+
 int main(int argc, char **argv)
 {
     struct cairn_err err;
@@ -1353,6 +1518,8 @@ int main(int argc, char **argv)
     test_matmul();
     test_matmul_multi();
     test_gemv_fused();
+    test_matmul_add();
+    test_qk_rope_store();
     test_embed();
     test_rmsnorm();
     test_rope();

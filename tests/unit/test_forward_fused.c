@@ -1,0 +1,94 @@
+/* forward.c's fused branch (tensor/backend.h's optional matmul_add and qk_rope_store) on the CPU.
+ *
+ * The CPU backend leaves the fused ops NULL, so its forward pass never takes that branch; the GPU
+ * does. Here a shim backend shares the CPU backend's state (impl) and its op table, plus fused ops
+ * written as the plain op sequences tensor/backend.h defines them by: matmul into a scratch buffer
+ * then add; rmsnorm of q and k, rope of both, kv_store. The same kernels then run in the same
+ * order as on the plain CPU path, so the shim's logits must equal the plain path's bit for bit
+ * (equal max |dlogit| against the oracle, in all three check modes) and pass the oracle at the
+ * CPU's 2e-3: any argument forward.c passes wrongly to a fused op (a layer, a pointer, a norm
+ * weight, the residual it adds into) changes them. Counters prove the fused ops were called.
+ * Models: qwen3-tiny (q/k norms, no qkv bias) and qwen2-tiny-mlx-q4-g64 (qkv bias, no q/k norms,
+ * q4 weights): both ways of each branch. */
+#include <string.h>
+
+#include "model/check.h"
+#include "model/model.h"
+#include "test_backend.h"
+#include "testlib.h"
+
+static const struct backend_ops *plain;
+static long n_matmul_add, n_qk_rope_store;
+
+static void shim_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
+{
+    size_t bytes = sizeof(float) * (size_t)n * (size_t)w->shape[0];
+    void *tmp = NULL;
+    struct cairn_err err = {0};
+    n_matmul_add++;
+    CAIRN_ASSERT(plain->buf_alloc(be, bytes, CAIRN_MEM_SCRATCH, &tmp, &err) == CAIRN_OK);
+    plain->matmul(be, w, x, tmp, n);
+    plain->add(be, y, tmp, (int64_t)n * w->shape[0]);
+    plain->buf_free(be, tmp, bytes, CAIRN_MEM_SCRATCH);
+}
+
+static void shim_qk_rope_store(struct backend *be, const struct backend_qk_rope_store *r)
+{
+    const struct backend_kv_view *kv = r->kv;
+    int T = r->n_tokens, nh = r->n_heads, nkv = kv->n_kv_heads, hd = kv->head_dim;
+    n_qk_rope_store++;
+    if (r->q_norm) plain->rmsnorm(be, r->q, r->q, r->q_norm, T * nh, hd, r->eps, r->w_offset);
+    if (r->k_norm) plain->rmsnorm(be, r->k, r->k, r->k_norm, T * nkv, hd, r->eps, r->w_offset);
+    plain->rope(be, r->q, T, nh, hd, r->rot_dim, r->pos, r->inv_freq);
+    plain->rope(be, r->k, T, nkv, hd, r->rot_dim, r->pos, r->inv_freq);
+    plain->kv_store(be, kv, r->layer, r->slots, T, r->k, r->v);
+}
+
+/* The oracle check of the model on backend be, all three modes; *max_abs: its max |dlogit|
+ * (left as it was if the check could not run). */
+static void check_on(const char *name, struct backend *be, double *max_abs)
+{
+    char dir[1024], rel[512], exp[1100];
+    snprintf(rel, sizeof(rel), "tests/data/oracle/models/%s", name);
+    test_src_path(rel, dir, sizeof(dir));
+    snprintf(exp, sizeof(exp), "%s/expected.safetensors", dir);
+    struct cairn_err err = {0};
+    struct model *m = NULL;
+    int rc = model_load(dir, be, &m, &err);
+    CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
+    if (rc != CAIRN_OK) return;
+    struct model_check_opts o = {.tol = 2e-3, .kv_dtype = DTYPE_F32, .chunk = 32, .block_size = 16, .modes = 0};
+    struct model_check_result r;
+    rc = model_check_run(m, exp, &o, &r, &err);
+    CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
+    CHECK_MSG(rc != CAIRN_OK || r.n_failed == 0, "%s on %s: %d of %d runs failed (max %g)", name,
+              be->ops == plain ? "cpu" : "the fused shim", r.n_failed, r.n_runs, r.max_abs);
+    model_free(m);
+    if (rc == CAIRN_OK) *max_abs = r.max_abs;
+}
+
+int main(void)
+{
+    struct backend *cpu = test_cpu_be();
+    plain = cpu->ops;
+    CHECK(!plain->matmul_add && !plain->qk_rope_store); /* else this test proves nothing new */
+    struct backend_ops ops = *plain;
+    ops.matmul_add = shim_matmul_add;
+    ops.qk_rope_store = shim_qk_rope_store;
+    struct backend shim = *cpu; /* the same impl: the shim runs the CPU's kernels */
+    shim.ops = &ops;
+    static const char *const models[] = {"qwen3-tiny", "qwen2-tiny-mlx-q4-g64"};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(models); i++) {
+        double want = -1, got = -1;
+        long adds0 = n_matmul_add, qkr0 = n_qk_rope_store;
+        check_on(models[i], cpu, &want);
+        CHECK(n_matmul_add == adds0 && n_qk_rope_store == qkr0);
+        check_on(models[i], &shim, &got);
+        CHECK_MSG(n_matmul_add > adds0 && n_qk_rope_store > qkr0, "%s: fused ops not called (%ld, %ld)",
+                  models[i], n_matmul_add - adds0, n_qk_rope_store - qkr0);
+        CHECK_MSG(got == want && want >= 0, "%s: fused path max|dlogit| %.9g, plain %.9g", models[i], got, want);
+        printf("%-24s plain and fused max|dlogit| %.6e %.6e (%ld matmul_add, %ld qk_rope_store)\n", models[i],
+               want, got, n_matmul_add - adds0, n_qk_rope_store - qkr0);
+    }
+    return test_summary("test_forward_fused");
+}
