@@ -111,6 +111,8 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     cairn_sha256_final(&h, ident);
     rc = kv_cache_init(&e->cache, &e->pool, ident, e->info.state_bytes, &o->tiers, err);
     if (rc) goto fail;
+    rc = kv_cache_fetch_enable(&e->cache, engine_sched_fetch_notify, e, err);
+    if (rc) goto fail;
     if (e->info.state_bytes) {
         if (!o->snapshot_bytes) o->snapshot_bytes = o->kv_bytes / 2;
         uint64_t n_snap = o->snapshot_bytes / e->info.state_bytes;
@@ -196,6 +198,7 @@ void engine_destroy(struct engine *e)
 void engine_seq_free(struct engine *e, struct engine_seq *s)
 {
     if (!s) return;
+    if (s->fetch) kv_cache_fetch_cancel(&e->cache, s->fetch); /* scheduler thread only sets it */
     spec_sched_seq_free(e, s);
     sampler_free(&s->sampler);
     stop_free(&s->stop);

@@ -277,6 +277,16 @@ struct engine_stats {
     uint64_t n_spec_parks;    /* times a request parked (its drafts stopped paying) */
     double spec_cost_slope;   /* measured cost of one more token in a step, relative to a
                                * one-token step (spec_ctl.h) */
+    /* prefix restore from the lower tiers (kv_cache.h, kv_restore.h) */
+    int n_fetching;           /* requests waiting for their prefix to be read (in n_waiting) */
+    uint64_t n_fetches;       /* fetch jobs started (prefix hits on disk) */
+    uint64_t n_fetched_blocks; /* blocks installed from them */
+    uint64_t n_plans_restore; /* prefix hits in the tiers restored whole */
+    uint64_t n_plans_recompute; /* prefix hits of which some blocks were recomputed instead,
+                               * because that was estimated faster */
+    uint64_t n_blocks_recomputed; /* tier blocks those left to recompute */
+    double tier_fast_read_bps; /* measured: RAM-tier copies into the KV pool, bytes/s */
+    double tier_slow_read_bps; /* measured: disk reads of prefix fetches, bytes/s */
 };
 void engine_get_stats(struct engine *e, struct engine_stats *st);
 

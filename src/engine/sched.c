@@ -8,8 +8,13 @@
  * - A step packs, within max_batch_tokens: (A) the decodes of running sequences, oldest first;
  *   (B) the next prefill chunk of running sequences still prefilling; (C) new sequences from the
  *   head of the waiting queue (strict FCFS: the head is never skipped, so nobody starves), up to
- *   max_running. Admission first takes the longest cached prefix (kv_cache_match, at most
- *   n_tokens - 1 tokens so the last position is computed for its logits).
+ *   max_running. Admission first takes the longest cached prefix (at most n_tokens - 1 tokens so
+ *   the last position is computed for its logits) in up to three phases (kv_cache.h): plan
+ *   (device, then the lower tiers; restore what beats recomputing at the measured speeds); if a
+ *   block to restore is on disk, the request leaves the queue for the fetching list while the
+ *   fetch thread reads its chain, and the others keep stepping; when the job is done it goes
+ *   back to the head of the queue and the match installs the fetched blocks. RAM-tier (hot)
+ *   hits are copied here, on this thread: a memcpy or an upload, no I/O.
  * - Blocks are allocated for the tokens a step processes. When none is left (every block is held
  *   by running sequences), the newest running sequence (highest id) not yet in this step is
  *   preempted: its blocks are released (full ones stay cached, so it usually comes back cheaply)
@@ -117,6 +122,72 @@ static struct engine_seq *sched_waiting_pop_front(struct engine *e)
     return s;
 }
 
+/* ---- the fetching list (requests whose prefix is being read) ---- */
+
+static void sched_fetching_push(struct engine *e, struct engine_seq *s)
+{
+    s->next = NULL;
+    if (e->fetch_tail) e->fetch_tail->next = s;
+    else e->fetch_head = s;
+    e->fetch_tail = s;
+    e->n_fetching++;
+}
+
+/* Unlinks the fetching request with this id and finishes it CANCELLED (engine_seq_free gives
+ * its job up). Returns 1 if it was there. */
+static int sched_fetching_remove(struct engine *e, uint64_t id)
+{
+    struct engine_seq **pp = &e->fetch_head, *prev = NULL;
+    for (; *pp; prev = *pp, pp = &(*pp)->next) {
+        struct engine_seq *s = *pp;
+        if (s->id != id) continue;
+        *pp = s->next;
+        if (e->fetch_tail == s) e->fetch_tail = prev;
+        e->n_fetching--;
+        s->next = NULL;
+        sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* Moves requests whose fetch is done back to the head of the queue, in fetch order (they were
+ * at the head when they left it). */
+static void sched_fetching_collect(struct engine *e)
+{
+    struct engine_seq *done_head = NULL, *done_tail = NULL;
+    struct engine_seq **pp = &e->fetch_head, *prev = NULL;
+    while (*pp) {
+        struct engine_seq *s = *pp;
+        if (!kv_cache_fetch_done(&e->cache, s->fetch)) {
+            prev = s;
+            pp = &s->next;
+            continue;
+        }
+        *pp = s->next;
+        if (e->fetch_tail == s) e->fetch_tail = prev;
+        e->n_fetching--;
+        s->next = NULL;
+        if (done_tail) done_tail->next = s;
+        else done_head = s;
+        done_tail = s;
+        e->n_waiting++;
+    }
+    if (!done_head) return;
+    done_tail->next = e->wait_head;
+    if (!e->wait_head) e->wait_tail = done_tail;
+    e->wait_head = done_head;
+}
+
+void engine_sched_fetch_notify(void *ctx)
+{
+    struct engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    e->fetch_ready = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* ---- inbox: new requests, cancellations, stop ---- */
 
 static void sched_cancel_id(struct engine *e, uint64_t id)
@@ -129,6 +200,7 @@ static void sched_cancel_id(struct engine *e, uint64_t id)
             return;
         }
     }
+    if (sched_fetching_remove(e, id)) return;
     struct engine_seq **pp = &e->wait_head, *prev = NULL;
     while (*pp) {
         struct engine_seq *s = *pp;
@@ -155,6 +227,13 @@ static void sched_cancel_all(struct engine *e)
     }
     struct engine_seq *s;
     while ((s = sched_waiting_pop_front(e))) sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+    while ((s = e->fetch_head)) {
+        e->fetch_head = s->next;
+        e->n_fetching--;
+        s->next = NULL;
+        sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+    }
+    e->fetch_tail = NULL;
 }
 
 /* ---- block allocation and preemption ---- */
@@ -214,13 +293,35 @@ static int sched_alloc_upto(struct engine *e, struct engine_seq *s, int upto, in
 
 /* ---- admission ---- */
 
-/* Prefix lookup for a sequence that holds no blocks; sets n_computed to what was reused. */
+/* Phases 1-2 of an admission: plans the prefix of the queue's head s and, when blocks to restore
+ * are on disk, starts their fetch. Returns 1 if s now waits for it (the caller moves it to the
+ * fetching list). A fetch that cannot start leaves the plan to the device and RAM tiers. */
+static int sched_plan_prefix(struct engine *e, struct engine_seq *s)
+{
+    int max_blocks = (s->n_tokens - 1) / e->opts.block_size;
+    struct kv_cache_plan p;
+    kv_cache_plan(&e->cache, s->tokens, s->n_tokens, s->salt, max_blocks, e->prefill_tok_s, &p);
+    s->planned = 1;
+    s->match_limit = p.n_device + p.n_restore;
+    if (p.n_slow == 0) return 0;
+    return kv_cache_fetch_start(&e->cache, s->tokens, s->salt, &p, &s->fetch) == CAIRN_OK;
+}
+
+/* Prefix lookup (phase 3) for a sequence that holds no blocks; sets n_computed to what was
+ * reused. Consumes the plan and the fetched job. */
 static void sched_match_prefix(struct engine *e, struct engine_seq *s)
 {
     int bs = e->opts.block_size;
     int max_blocks = (s->n_tokens - 1) / bs;
+    if (s->planned && s->match_limit < max_blocks) max_blocks = s->match_limit;
     int n = 0;
-    if (max_blocks > 0) n = kv_cache_match(&e->cache, s->tokens, s->n_tokens, s->salt, max_blocks, s->blocks);
+    struct kv_fetch_job *job = s->fetch;
+    s->fetch = NULL;
+    s->planned = 0;
+    if (max_blocks > 0)
+        n = kv_cache_match_fetched(&e->cache, s->tokens, s->n_tokens, s->salt, max_blocks, s->blocks, job);
+    else
+        kv_cache_match_fetched(&e->cache, s->tokens, 0, s->salt, 0, s->blocks, job); /* frees it */
     s->n_blocks = s->n_published = n;
     s->n_computed = n * bs;
     memset(s->parent, 0, 32);
@@ -427,6 +528,11 @@ static void sched_step(struct engine *e)
     /* (C) admissions, strict FCFS */
     while (budget > 0 && e->n_running < e->opts.max_running && e->wait_head) {
         struct engine_seq *s = e->wait_head;
+        if (!s->planned && sched_plan_prefix(e, s)) {
+            sched_waiting_pop_front(e);
+            sched_fetching_push(e, s); /* back at the head when its blocks are in memory */
+            continue;
+        }
         sched_match_prefix(e, s);
         int c = sched_chunk(e, s, budget);
         int r = sched_alloc_upto(e, s, s->n_computed + c, 0);
@@ -469,7 +575,7 @@ static void sched_step(struct engine *e)
     CAIRN_ASSERT(n_rows <= e->n_logit_rows);
     /* let engine_submit see the queue as it is now, not as it was before admissions */
     pthread_mutex_lock(&e->mu);
-    e->n_waiting_seen = e->n_waiting;
+    e->n_waiting_seen = e->n_waiting + e->n_fetching;
     pthread_mutex_unlock(&e->mu);
     double t0 = cairn_now();
     struct cairn_err err = {0};
@@ -538,7 +644,15 @@ static void sched_publish_stats(struct engine *e)
 {
     struct engine_stats *st = &e->stats;
     st->n_running = e->n_running;
-    st->n_waiting = e->n_waiting;
+    st->n_waiting = e->n_waiting + e->n_fetching;
+    st->n_fetching = e->n_fetching;
+    st->n_fetches = e->cache.n_fetches;
+    st->n_fetched_blocks = e->cache.n_fetched_blocks;
+    st->n_plans_restore = e->cache.n_plans_restore;
+    st->n_plans_recompute = e->cache.n_plans_recompute;
+    st->n_blocks_recomputed = e->cache.n_blocks_recomputed;
+    st->tier_fast_read_bps = e->cache.fast_read_bps;
+    st->tier_slow_read_bps = e->cache.slow_read_bps;
     st->n_blocks_total = e->pool.n_blocks;
     st->n_blocks_used = kv_cache_n_used(&e->cache);
     st->n_blocks_cached = kv_cache_n_cached(&e->cache);
@@ -565,7 +679,7 @@ static void sched_publish_stats(struct engine *e)
     st->n_spec_steps = e->n_spec_steps;
     st->n_spec_parks = e->n_spec_parks;
     st->spec_cost_slope = e->spec_extra_rows ? spec_cost_slope(&e->spec_cost) : 0;
-    e->n_waiting_seen = e->n_waiting;
+    e->n_waiting_seen = e->n_waiting + e->n_fetching;
 }
 
 void *engine_sched_main(void *arg)
@@ -575,8 +689,9 @@ void *engine_sched_main(void *arg)
     sched_publish_stats(e);
     for (;;) {
         while (!e->stopping && !e->inbox_head && !e->n_cancel && e->clear_req == e->clear_done &&
-               e->n_running == 0 && !e->wait_head)
+               e->n_running == 0 && !e->wait_head && !e->fetch_ready)
             pthread_cond_wait(&e->cv, &e->mu);
+        e->fetch_ready = 0; /* the fetching list is looked at below */
         /* take the inbox */
         struct engine_seq *in = e->inbox_head;
         int n_in = e->n_inbox;
@@ -605,6 +720,7 @@ void *engine_sched_main(void *arg)
             e->n_waiting++;
         }
         for (int i = 0; i < n_ids; i++) sched_cancel_id(e, ids[i]);
+        if (e->fetch_head) sched_fetching_collect(e);
         if (stopping) {
             sched_cancel_all(e);
             pthread_mutex_lock(&e->mu);
