@@ -161,6 +161,16 @@ char *api_info_status(struct api *a, int *status)
                             json_pack("{s:I,s:I,s:I,s:I,s:f}", "drafted", (json_int_t)st.n_spec_drafted, "accepted",
                                       (json_int_t)st.n_spec_accepted, "verify_steps", (json_int_t)st.n_spec_steps,
                                       "parks", (json_int_t)st.n_spec_parks, "step_cost_slope", st.spec_cost_slope));
+        /* restore vs recompute of prefix hits in the lower tiers (kv/kv_restore.h) */
+        json_object_set_new(
+            m, "prefix_restore",
+            json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "fetching", st.n_fetching, "fetches",
+                      (json_int_t)st.n_fetches, "fetched_blocks", (json_int_t)st.n_fetched_blocks,
+                      "restored", (json_int_t)st.n_plans_restore, "recomputed",
+                      (json_int_t)st.n_plans_recompute, "blocks_recomputed",
+                      (json_int_t)st.n_blocks_recomputed, "hot_read_bytes_per_s", st.tier_fast_read_bps,
+                      "ssd_read_bytes_per_s", st.tier_slow_read_bps, "prefill_tokens_per_s",
+                      st.prefill_tok_s));
         struct kv_tiers_stats ts;
         if (loaded && a->be.tier_stats && a->be.tier_stats(a->be.ctx, idx, &ts))
             json_object_set_new(m, "tiers", api_info_tiers_json(&ts));
