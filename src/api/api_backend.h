@@ -115,7 +115,9 @@ struct api_real_opts {
     const char *model_dir;        /* each subfolder (or org/name) with config.json is a model */
     const char *const *models;    /* explicit model folders (--model, repeatable) */
     int n_models;
-    uint64_t kv_bytes;            /* device KV budget per model; 0 = engine default */
+    uint64_t kv_bytes;            /* device KV budget per model (--kv-cache-size); 0 = on a device,
+                                   * what its budget has left at load (api/pool.h); on the CPU,
+                                   * the engine default */
     int max_batch_tokens;         /* 0 = engine default */
     int max_running;              /* 0 = engine default */
     int max_waiting;              /* 0 = engine default */

@@ -15,7 +15,11 @@
  *   tier and workspaces from the guard first; the hold is corrected to what was measured after
  *   the load. On a device backend (a GPU) there are two budgets: the host guard holds the mapped
  *   weight files and the hot tier, the device guard (--max-device-memory) the uploaded weights,
- *   KV pool, snapshots and workspaces; a load must fit both, and evicts for the one it misses. When it does not fit (or --max-loaded-models is reached) the least recently used
+ *   KV pool, snapshots and workspaces; a load must fit both, and evicts for the one it misses.
+ *   Without --kv-cache-size the KV pool on a device is sized at admission from what the device
+ *   budget has left after the model's weights, workspaces and snapshots (pool_size_device_kv):
+ *   when that is less than a full context an idle model is evicted first (if any); the pool is
+ *   at least one block per running sequence, below that the load fails like any shortfall. When it does not fit (or --max-loaded-models is reached) the least recently used
  *   idle model is unloaded first; a model with running, queued or parked requests, or a user
  *   between pool_get and pool_put, is never unloaded, nor a pinned one. If nothing can be
  *   unloaded but busy models or requests may free memory, the load waits (up to memory_wait_s);
@@ -81,6 +85,8 @@ struct pool_model {
     char *bos, *eos;
     int context_length;
     uint64_t mapped_charged;     /* bytes charged to CAIRN_MEM_MAPPED */
+    uint64_t kv_bytes_device;    /* KV pool sized from the device budget at admission (no
+                                  * --kv-cache-size on a device); 0 = not sized */
     double load_s;
     struct grammar_vocab *gvocab; /* token byte strings for constrained decoding, built on the
                                    * first constrained request (under pool->gvocab_mu); freed

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "cuda/cuda.h"
@@ -276,6 +278,15 @@ static void cuda_q_repack(const struct tensor *w, int64_t cols, int64_t r0, int6
     }
 }
 
+/* Drops the whole pages inside [p, p + bytes) of a private file mapping from this process. */
+static void cuda_drop_host_pages(const void *p, size_t bytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, e = a + bytes;
+    a = (a + page - 1) / page * page;
+    e = e / page * page;
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 static int cuda_weight_prepare(struct backend *be, struct tensor *w, int hint_release,
                                size_t *extra_bytes, struct cairn_err *err)
 {
@@ -327,9 +338,19 @@ cleanup:
                          dtype_name(w->dtype));
         return st;
     }
-    /* hint_release: the host pages stay; only the model knows whether they are a file's pages
-     * that can be dropped (it does so for the CPU's packed copies too). */
-    (void)hint_release;
+    /* RELEASE_HOST: the host bytes are pages of the read-only file mapping and the device has
+     * its copy now: drop them from this process (a later host read, e.g. a lookup, faults them
+     * back from the page cache), so the host budget need not count the mapping (api/pool.c). */
+    if (hint_release & BACKEND_WEIGHT_RELEASE_HOST) {
+        if (wt == CUDA_W_Q) {
+            size_t groups_bytes = (size_t)rows * (size_t)(cols / w->group_size) * 2;
+            cuda_drop_host_pages(w->data, (size_t)rows * (size_t)cols * (size_t)w->bits / 8);
+            cuda_drop_host_pages(w->scales, groups_bytes);
+            cuda_drop_host_pages(w->biases, groups_bytes);
+        } else {
+            cuda_drop_host_pages(w->data, bytes);
+        }
+    }
     w->be_data = d;
     *extra_bytes = bytes;
     return CAIRN_OK;
