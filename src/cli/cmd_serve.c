@@ -353,6 +353,10 @@ int cmd_serve(int argc, char **argv)
         ro.models = models;
         ro.n_models = n_models;
         ro.device = dev;
+        /* test hook: the device-budget seam on the CPU (api_real_opts.device_budget), so the GPU
+         * memory scripts (tests/cuda/serve_memory.sh) can be rehearsed without a GPU */
+        const char *seam = getenv("CAIRN_TEST_DEVICE_BUDGET");
+        if (seam && !strcmp(seam, "1") && ro.max_device_memory) ro.device_budget = 1;
         rc = api_backend_real_create(&ro, &be, &err);
     }
     if (rc) {
