@@ -27,6 +27,8 @@ struct api_model_desc {
     int loaded;
     int context_length;     /* 0 until known */
     int64_t created;        /* unix time (folder mtime) */
+    int failed;             /* its device stalled or failed; reloads on the next request */
+    char failure[300];      /* why, when failed */
 };
 
 struct api_backend {
@@ -134,6 +136,8 @@ struct api_real_opts {
     uint64_t max_device_memory;   /* device budget (a GPU backend); 0 = max_device_memory_pct of
                                    * the device's total, or engine_guard_default_device_limit */
     double max_device_memory_pct;
+    double step_timeout_s;        /* --step-timeout: the device's wait bound (backend.h); 0 = the
+                                   * settings' global.step_timeout, else 30 s */
     int device_budget;            /* tests: a device budget even on the CPU (the seam; needs
                                    * max_device_memory) */
     int max_loaded_models;        /* 0 = no limit */

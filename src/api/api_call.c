@@ -777,7 +777,7 @@ struct api_call *api_call_begin(struct api *a, const struct api_call_in *in)
         out = api_admin_call(a, method, path + 11, body, body_len, &st);
     } else if (!strcmp(path, "/health")) {
         if (!is_get) st = 405;
-        else out = api_strdup(API_SHUTTING(a) ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}");
+        else out = API_SHUTTING(a) ? api_strdup("{\"status\":\"shutting_down\"}") : api_info_health(a);
         if (API_SHUTTING(a) && is_get) st = 503;
     } else if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) {
         if (!is_get) st = 405;

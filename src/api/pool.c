@@ -299,6 +299,32 @@ int pool_load_async(struct pool *p, int idx, struct cairn_err *err)
     return CAIRN_OK;
 }
 
+int pool_model_failure(struct pool *p, int idx, char *why, size_t n)
+{
+    struct pool_model *m = &p->models[idx];
+    if (m->state == POOL_LOADED && m->e && engine_failed(m->e, why, n)) return 1;
+    if (!m->failure[0] || m->state == POOL_LOADED || m->state == POOL_LOADING) return 0;
+    if (why && n) snprintf(why, n, "%s", m->failure);
+    return 1;
+}
+
+/* Unloads a loaded model whose engine failed once its last request is gone (pinned or not).
+ * Pool thread, under pool->mu. Returns 1 if it unloaded one. */
+static int pool_unload_failed(struct pool *p)
+{
+    for (int i = 0; i < p->n_models; i++) {
+        struct pool_model *m = &p->models[i];
+        char why[sizeof(m->failure)];
+        if (m->state != POOL_LOADED || m->n_users || m->n_active || !engine_failed(m->e, why, sizeof(why)))
+            continue;
+        snprintf(m->failure, sizeof(m->failure), "%s", why);
+        m->n_failures++;
+        pool_unload_locked(p, i, "its device stalled or failed");
+        return 1;
+    }
+    return 0;
+}
+
 /* An idle model: loaded, no users, no requests, not pinned. Under pool->mu. */
 static int pool_idle(struct pool *p, int i)
 {
@@ -737,6 +763,7 @@ static void pool_admit_and_load(struct pool *p, int idx)
     }
     m->state = POOL_LOADED;
     m->phase = NULL;
+    m->failure[0] = 0; /* a failed model serves again */
     m->load_s = cairn_now() - t0;
     m->t_state = m->last_used = cairn_now();
     m->n_loads++;
@@ -760,7 +787,7 @@ static void *pool_thread_main(void *arg)
             continue;
         }
         double now = cairn_now();
-        int did = 0;
+        int did = pool_unload_failed(p);
         for (int i = 0; i < p->n_models && !did; i++) {
             if (!p->models[i].want_unload) continue;
             p->models[i].want_unload = 0;
@@ -874,6 +901,11 @@ int pool_create(const struct api_real_opts *opts, struct pool **out, struct cair
         LOG_INFO("pool", "settings: %s", p->settings_path);
     } else {
         p->settings = json_object();
+    }
+    if (p->opts.device) { /* the stall watchdog's bound: the flag, else the global setting */
+        json_t *st = pool_setting(p, -1, "step_timeout");
+        double t = p->opts.step_timeout_s > 0 ? p->opts.step_timeout_s : json_is_number(st) ? json_number_value(st) : 0;
+        if (t > 0) p->opts.device->step_timeout_s = t;
     }
     if (pthread_create(&p->thread, NULL, pool_thread_main, p) != 0) {
         rc = cairn_err_set(err, CAIRN_ERR_INTERNAL, "cannot start the model pool thread");

@@ -29,6 +29,11 @@
  *   ends after memory_wait_s with ENGINE_FINISH_ERROR and error_code CAIRN_ERR_NOMEM. When
  *   waiting cannot help it fails at once with CAIRN_ERR_NOMEM and the numbers.
  * - TTL: an idle model whose ttl (settings, or --ttl) has passed since its last use is unloaded.
+ * - Failure (the stall watchdog): a loaded model whose engine failed (engine_failed: a step
+ *   passed --step-timeout or the device faulted; its requests already ended with 503s) is
+ *   unloaded by the pool thread once its last request is gone, pinned or not, and shows as
+ *   "failed" with the reason (pool_model_failure) until the next load: the next request to it
+ *   (or an admin load) loads it again, so a client's retry recovers without an operator.
  *
  * Locking: pool->mu guards the model states, counters, settings and the request list; lock order
  * call->mu (API) -> pool->mu -> engine->mu (engine_submit / engine_cancel) and the guard's mutex.
@@ -69,6 +74,10 @@ struct pool_model {
     char load_error[600];        /* the last failed load */
     int load_error_code;
     uint64_t n_load_failures;    /* waiters see a new failure */
+    char failure[300];           /* why the model failed (its device stalled or faulted: the
+                                  * engine's CAIRN_ERR_DEVICE); "" = not failed. Set when the pool
+                                  * thread unloads the failed engine, cleared by the next load */
+    uint64_t n_failures;         /* such failures so far */
     int n_users;                 /* between pool_get and pool_put */
     int n_active;                /* requests admitted: parked, queued or running */
     double last_used;
@@ -140,6 +149,9 @@ int pool_load_async(struct pool *p, int idx, struct cairn_err *err);
 /* Asks the pool thread to unload an idle, unpinned model (admin; does not wait).
  * CAIRN_ERR_BUSY when it has requests or is pinned. */
 int pool_unload(struct pool *p, int idx, struct cairn_err *err);
+/* 1 if model idx failed (see Failure in the DESIGN note), with the reason in why[n]. Under
+ * pool->mu. */
+int pool_model_failure(struct pool *p, int idx, char *why, size_t n);
 
 int pool_submit(struct pool *p, int idx, const struct engine_request *req, uint64_t *id,
                 struct cairn_err *err);

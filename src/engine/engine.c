@@ -2,6 +2,7 @@
  * stats. The scheduler thread itself is in sched.c; engine_create (with a real model) is in
  * engine_model.c so that this file links without the model room. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -307,6 +308,11 @@ int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id
     s->slot = -1;
 
     pthread_mutex_lock(&e->mu);
+    if (e->failed) {
+        rc = cairn_err_set(err, CAIRN_ERR_DEVICE, "the model failed and must be reloaded: %s", e->fail_reason);
+        pthread_mutex_unlock(&e->mu);
+        goto fail;
+    }
     if (e->stopping || e->n_inbox + e->n_waiting_seen >= e->opts.max_waiting) {
         int stopping = e->stopping;
         pthread_mutex_unlock(&e->mu);
@@ -326,6 +332,15 @@ int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id
 fail:
     engine_seq_free(e, s);
     return rc;
+}
+
+int engine_failed(struct engine *e, char *reason, size_t n)
+{
+    pthread_mutex_lock(&e->mu);
+    int failed = e->failed;
+    if (failed && reason && n) snprintf(reason, n, "%s", e->fail_reason);
+    pthread_mutex_unlock(&e->mu);
+    return failed;
 }
 
 void engine_cancel(struct engine *e, uint64_t id)

@@ -237,7 +237,7 @@ void engine_destroy(struct engine *e);
 
 /* Queues a request. Errors: CAIRN_ERR_INVALID (bad parameter, names it), CAIRN_ERR_LIMIT (prompt
  * longer than the context), CAIRN_ERR_NOMEM (could never fit in the KV budget: HTTP 507),
- * CAIRN_ERR_BUSY (queue full: HTTP 429). On success *id identifies it; no event has run yet. */
+ * CAIRN_ERR_BUSY (queue full: HTTP 429), CAIRN_ERR_DEVICE (the engine failed: HTTP 503). On success *id identifies it; no event has run yet. */
 int engine_submit(struct engine *e, const struct engine_request *req, uint64_t *id,
                   struct cairn_err *err);
 /* Cancels a request; its blocks are released at the next step and it gets DONE (CANCELLED).
@@ -289,6 +289,11 @@ struct engine_stats {
     double tier_slow_read_bps; /* measured: disk reads of prefix fetches, bytes/s */
 };
 void engine_get_stats(struct engine *e, struct engine_stats *st);
+/* 1 once a step failed with CAIRN_ERR_DEVICE (the device stalled past the backend's step timeout
+ * or failed for good), with the reason in reason[n] (may be NULL). From then on the engine fails
+ * every running, queued and new request (ENGINE_FINISH_ERROR, error_code CAIRN_ERR_DEVICE;
+ * engine_submit: CAIRN_ERR_DEVICE) and steps no more: destroy it and load the model again. */
+int engine_failed(struct engine *e, char *reason, size_t n);
 
 /* Drops every cached (unreferenced) block of the device tier, passing them to tiers.on_evict. */
 void engine_cache_clear(struct engine *e);

@@ -3,8 +3,8 @@
  *
  * Speculative decoding's part of the scheduler is in spec_sched.c (spec_sched.h).
  *
- * Locking: `mu` guards the inbox (incoming, cancel ids, stop flag), fetch_ready, n_pending and
- * `stats`. Everything
+ * Locking: `mu` guards the inbox (incoming, cancel ids, stop flag), fetch_ready, failed and
+ * fail_reason, n_pending and `stats`. Everything
  * else (waiting, running, the pool, the cache, every struct engine_seq once taken from the inbox)
  * belongs to the scheduler thread alone. Callbacks run without `mu` held. */
 #ifndef CAIRN_ENGINE_ENGINE_INT_H
@@ -84,6 +84,8 @@ struct engine {
     int n_inbox;
     int n_waiting_seen;        /* scheduler's waiting count, published at each step */
     int fetch_ready;           /* the fetch thread finished a job since the scheduler looked */
+    int failed;                /* the device stalled or failed (CAIRN_ERR_DEVICE): sticky */
+    char fail_reason[256];     /* why, for engine_failed and the errors of later submits */
     uint64_t clear_req, clear_done;
     uint64_t next_id;
     struct engine_stats stats;

@@ -24,9 +24,13 @@
  *   prefill chunk ends on a block boundary (chunks are cut at the prompt's last full block
  *   boundary so that one always exists).
  * - Finished, cancelled and failed sequences release their blocks and get exactly one DONE.
+ * - A step that fails with CAIRN_ERR_DEVICE (the backend's bounded wait timed out, or a sticky
+ *   device error) fails the engine for good: every running, queued and fetching request ends
+ *   with error_code CAIRN_ERR_DEVICE, and so does anything submitted after (engine_failed).
  * - Speculative decoding (spec_sched.h) extends packed decodes with drafts, verified after the
  *   forward; a verify entry has chunk 1 + n_draft and as many logits rows.
  * Callbacks run here, with e->mu NOT held (they may call engine_cancel). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +44,7 @@
 /* ---- events ---- */
 
 static void sched_emit_done(struct engine *e, struct engine_seq *s, enum engine_finish fin,
-                            const char *error)
+                            const char *error, int error_code)
 {
     double now = cairn_now();
     struct engine_event ev;
@@ -51,6 +55,7 @@ static void sched_emit_done(struct engine *e, struct engine_seq *s, enum engine_
     ev.stop_text = fin == ENGINE_FINISH_STOP ? stop_matched(&s->stop) : NULL;
     ev.stop_token = fin == ENGINE_FINISH_STOP && !ev.stop_text ? s->stop.stop_token : -1;
     ev.error = error;
+    ev.error_code = error_code;
     ev.usage = s->usage;
     if (s->t_first_sched > 0) ev.usage.queue_s = s->t_first_sched - s->t_submit;
     else ev.usage.queue_s = now - s->t_submit;
@@ -73,12 +78,18 @@ static void sched_release_blocks(struct engine *e, struct engine_seq *s)
     memset(s->parent, 0, sizeof(s->parent));
 }
 
-/* Finishes a sequence that is in no list any more. */
-static void sched_finish(struct engine *e, struct engine_seq *s, enum engine_finish fin, const char *error)
+/* Finishes a sequence that is in no list any more; error_code as engine_event's. */
+static void sched_finish_code(struct engine *e, struct engine_seq *s, enum engine_finish fin, const char *error,
+                              int error_code)
 {
     sched_release_blocks(e, s);
-    sched_emit_done(e, s, fin, error);
+    sched_emit_done(e, s, fin, error, error_code);
     engine_seq_free(e, s);
+}
+
+static void sched_finish(struct engine *e, struct engine_seq *s, enum engine_finish fin, const char *error)
+{
+    sched_finish_code(e, s, fin, error, 0);
 }
 
 /* ---- lists ---- */
@@ -232,6 +243,34 @@ static void sched_cancel_all(struct engine *e)
         e->n_fetching--;
         s->next = NULL;
         sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+    }
+    e->fetch_tail = NULL;
+}
+
+/* The device stalled or failed (CAIRN_ERR_DEVICE): the engine is failed for good; every running,
+ * queued and fetching request ends with the reason (the API's 503). */
+static void sched_fail_all(struct engine *e, const char *reason)
+{
+    pthread_mutex_lock(&e->mu);
+    if (!e->failed) {
+        e->failed = 1;
+        snprintf(e->fail_reason, sizeof(e->fail_reason), "%s", reason);
+        LOG_ERROR("engine", "model failed, its requests end: %s", reason);
+    }
+    char msg[sizeof(e->fail_reason) + 64];
+    snprintf(msg, sizeof(msg), "the model failed: %s", e->fail_reason);
+    pthread_mutex_unlock(&e->mu);
+    struct engine_seq *s;
+    while (e->n_running > 0) {
+        s = e->running[--e->n_running];
+        sched_finish_code(e, s, ENGINE_FINISH_ERROR, msg, CAIRN_ERR_DEVICE);
+    }
+    while ((s = sched_waiting_pop_front(e))) sched_finish_code(e, s, ENGINE_FINISH_ERROR, msg, CAIRN_ERR_DEVICE);
+    while ((s = e->fetch_head)) {
+        e->fetch_head = s->next;
+        e->n_fetching--;
+        s->next = NULL;
+        sched_finish_code(e, s, ENGINE_FINISH_ERROR, msg, CAIRN_ERR_DEVICE);
     }
     e->fetch_tail = NULL;
 }
@@ -582,6 +621,10 @@ static void sched_step(struct engine *e)
     int rc = e->ops.forward(e->ops.ctx, &e->pool, e->batch, n_sched, &err);
     double dt = cairn_now() - t0;
     e->n_steps++;
+    if (rc == CAIRN_ERR_DEVICE) {
+        sched_fail_all(e, err.msg[0] ? err.msg : cairn_status_str(rc));
+        return;
+    }
     if (rc) {
         LOG_ERROR("engine", "forward failed: %s", err.msg);
         for (int i = 0; i < n_sched; i++) {
@@ -706,6 +749,7 @@ void *engine_sched_main(void *arg)
         e->cancel_local = ids;
         e->cap_cancel_local = cap;
         int stopping = e->stopping;
+        int failed = e->failed;
         int clear = e->clear_req != e->clear_done;
         uint64_t clear_to = e->clear_req;
         pthread_mutex_unlock(&e->mu);
@@ -740,7 +784,8 @@ void *engine_sched_main(void *arg)
             return NULL;
         }
         if (clear) kv_cache_clear(&e->cache);
-        sched_step(e);
+        if (failed) sched_fail_all(e, ""); /* what raced in before submit saw the failure */
+        else sched_step(e);
 
         pthread_mutex_lock(&e->mu);
         sched_publish_stats(e);
