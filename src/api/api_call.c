@@ -211,6 +211,7 @@ static const char *api_status_code_name(int st)
     case CAIRN_ERR_BUSY: return "queue_full";
     case CAIRN_ERR_NOMEM: return "insufficient_memory";
     case CAIRN_ERR_LIMIT: return "context_length_exceeded";
+    case CAIRN_ERR_DEVICE: return "model_failed";
     default: return NULL;
     }
 }
@@ -223,7 +224,8 @@ static int api_http_status_of(int st)
     case CAIRN_ERR_INVALID:
     case CAIRN_ERR_LIMIT: return 400;
     case CAIRN_ERR_NOT_FOUND: return 404;
-    case CAIRN_ERR_CANCELLED: return 503;
+    case CAIRN_ERR_CANCELLED:
+    case CAIRN_ERR_DEVICE: return 503; /* the model's device stalled or failed: reload, retry */
     default: return 500;
     }
 }
