@@ -11,6 +11,9 @@
  *   status: CAIRN_ERR_NOMEM for an allocation failure, CAIRN_ERR_INTERNAL otherwise. Ops
  *   return nothing (backend.h): they latch, and step_end / sync report the latch and clear it.
  *   Once an op has latched, later ops of the step are skipped (their inputs are garbage).
+ * - Waits: every wait for the stream is cuda_stream_wait, bounded by the backend's step timeout
+ *   (an event polled, never an unbounded synchronize); a timeout or a sticky fault marks the
+ *   context dead (CAIRN_ERR_DEVICE) and nothing runs on it again.
  * - Memory: cuda_dev_alloc / cuda_dev_free are the one way device memory is taken. They keep
  *   the device budget (bytes held by cairn, and the CAIRN_CUDA_MEM_LIMIT cap) and count the
  *   bytes under a base/mem.h tag as well, so /api/status sees device memory where it went.

@@ -178,7 +178,8 @@ struct engine_event {
     int32_t stop_token;       /* EOS/stop id that ended it, or -1 */
     const char *error;        /* ENGINE_FINISH_ERROR: message */
     int error_code;           /* ENGINE_FINISH_ERROR: a cairn status, 0 if none in particular
-                               * (CAIRN_ERR_NOMEM: the memory guard said no, HTTP 507) */
+                               * (CAIRN_ERR_NOMEM: the memory guard said no, HTTP 507;
+                               * CAIRN_ERR_DEVICE: the device stalled or failed, HTTP 503) */
 };
 
 typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);
