@@ -27,6 +27,8 @@ struct api_model_desc {
     int loaded;
     int context_length;     /* 0 until known */
     int64_t created;        /* unix time (folder mtime) */
+    int failed;             /* its device stalled or failed; reloads on the next request */
+    char failure[300];      /* why, when failed */
 };
 
 struct api_backend {
@@ -115,7 +117,9 @@ struct api_real_opts {
     const char *model_dir;        /* each subfolder (or org/name) with config.json is a model */
     const char *const *models;    /* explicit model folders (--model, repeatable) */
     int n_models;
-    uint64_t kv_bytes;            /* device KV budget per model; 0 = engine default */
+    uint64_t kv_bytes;            /* device KV budget per model (--kv-cache-size); 0 = on a device,
+                                   * what its budget has left at load (api/pool.h); on the CPU,
+                                   * the engine default */
     int max_batch_tokens;         /* 0 = engine default */
     int max_running;              /* 0 = engine default */
     int max_waiting;              /* 0 = engine default */
@@ -132,6 +136,8 @@ struct api_real_opts {
     uint64_t max_device_memory;   /* device budget (a GPU backend); 0 = max_device_memory_pct of
                                    * the device's total, or engine_guard_default_device_limit */
     double max_device_memory_pct;
+    double step_timeout_s;        /* --step-timeout: the device's wait bound (backend.h); 0 = the
+                                   * settings' global.step_timeout, else 30 s */
     int device_budget;            /* tests: a device budget even on the CPU (the seam; needs
                                    * max_device_memory) */
     int max_loaded_models;        /* 0 = no limit */

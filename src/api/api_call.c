@@ -211,6 +211,7 @@ static const char *api_status_code_name(int st)
     case CAIRN_ERR_BUSY: return "queue_full";
     case CAIRN_ERR_NOMEM: return "insufficient_memory";
     case CAIRN_ERR_LIMIT: return "context_length_exceeded";
+    case CAIRN_ERR_DEVICE: return "model_failed";
     default: return NULL;
     }
 }
@@ -223,7 +224,8 @@ static int api_http_status_of(int st)
     case CAIRN_ERR_INVALID:
     case CAIRN_ERR_LIMIT: return 400;
     case CAIRN_ERR_NOT_FOUND: return 404;
-    case CAIRN_ERR_CANCELLED: return 503;
+    case CAIRN_ERR_CANCELLED:
+    case CAIRN_ERR_DEVICE: return 503; /* the model's device stalled or failed: reload, retry */
     default: return 500;
     }
 }
@@ -777,7 +779,7 @@ struct api_call *api_call_begin(struct api *a, const struct api_call_in *in)
         out = api_admin_call(a, method, path + 11, body, body_len, &st);
     } else if (!strcmp(path, "/health")) {
         if (!is_get) st = 405;
-        else out = api_strdup(API_SHUTTING(a) ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}");
+        else out = API_SHUTTING(a) ? api_strdup("{\"status\":\"shutting_down\"}") : api_info_health(a);
         if (API_SHUTTING(a) && is_get) st = 503;
     } else if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) {
         if (!is_get) st = 405;

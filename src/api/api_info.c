@@ -122,6 +122,25 @@ static json_t *api_info_tiers_json(const struct kv_tiers_stats *ts)
     return o;
 }
 
+char *api_info_health(struct api *a)
+{
+    struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
+    if (!d) return NULL;
+    int n = a->be.list_models(a->be.ctx, d, API_INFO_MAX_MODELS);
+    if (n > API_INFO_MAX_MODELS) n = API_INFO_MAX_MODELS;
+    json_t *failed = json_array();
+    for (int i = 0; i < n; i++)
+        if (d[i].failed) json_array_append_new(failed, json_pack("{s:s,s:s}", "id", d[i].id, "reason", d[i].failure));
+    free(d);
+    json_t *o = json_object();
+    json_object_set_new(o, "status", json_string(json_array_size(failed) ? "degraded" : "ok"));
+    if (json_array_size(failed)) json_object_set_new(o, "failed_models", failed);
+    else json_decref(failed);
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return out;
+}
+
 char *api_info_status(struct api *a, int *status)
 {
     struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
@@ -142,6 +161,7 @@ char *api_info_status(struct api *a, int *status)
         if (loaded && !api_info_peek(a, d[i].id, &idx)) loaded = 0;
         if (loaded) loaded = a->be.stats(a->be.ctx, idx, &st);
         json_object_set_new(m, "loaded", json_boolean(loaded));
+        if (d[i].failed) json_object_set_new(m, "failed", json_string(d[i].failure));
         json_object_set_new(m, "context_length", json_integer(d[i].context_length));
         json_object_set_new(m, "running", json_integer(st.n_running));
         json_object_set_new(m, "waiting", json_integer(st.n_waiting));
@@ -161,6 +181,16 @@ char *api_info_status(struct api *a, int *status)
                             json_pack("{s:I,s:I,s:I,s:I,s:f}", "drafted", (json_int_t)st.n_spec_drafted, "accepted",
                                       (json_int_t)st.n_spec_accepted, "verify_steps", (json_int_t)st.n_spec_steps,
                                       "parks", (json_int_t)st.n_spec_parks, "step_cost_slope", st.spec_cost_slope));
+        /* restore vs recompute of prefix hits in the lower tiers (kv/kv_restore.h) */
+        json_object_set_new(
+            m, "prefix_restore",
+            json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "fetching", st.n_fetching, "fetches",
+                      (json_int_t)st.n_fetches, "fetched_blocks", (json_int_t)st.n_fetched_blocks,
+                      "restored", (json_int_t)st.n_plans_restore, "recomputed",
+                      (json_int_t)st.n_plans_recompute, "blocks_recomputed",
+                      (json_int_t)st.n_blocks_recomputed, "hot_read_bytes_per_s", st.tier_fast_read_bps,
+                      "ssd_read_bytes_per_s", st.tier_slow_read_bps, "prefill_tokens_per_s",
+                      st.prefill_tok_s));
         struct kv_tiers_stats ts;
         if (loaded && a->be.tier_stats && a->be.tier_stats(a->be.ctx, idx, &ts))
             json_object_set_new(m, "tiers", api_info_tiers_json(&ts));

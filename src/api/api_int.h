@@ -181,6 +181,9 @@ void api_sub_free(struct api_sub *s);
  * api_info_models answers in Anthropic's shape when `anthropic` (anthropic-version sent). */
 char *api_info_models(struct api *a, const char *id, int anthropic, int *status);
 char *api_info_status(struct api *a, int *status);
+/* /health: {"status":"ok"}, or "degraded" with failed_models [{id, reason}] when a model's
+ * device stalled or failed (the others serve; HTTP 200 either way). */
+char *api_info_health(struct api *a);
 char *api_info_metrics(struct api *a, int *status);
 char *api_info_cache_clear(struct api *a, const char *body, size_t len, int *status);
 

@@ -30,6 +30,7 @@ static int real_list(void *ctx, struct api_model_desc *out, int max)
             out[n].created = m->created;
             out[n].loaded = m->state == POOL_LOADED;
             out[n].context_length = m->state == POOL_LOADED ? m->context_length : 0;
+            out[n].failed = pool_model_failure(p, i, out[n].failure, sizeof(out[n].failure));
         }
         n++;
     }

@@ -299,6 +299,32 @@ int pool_load_async(struct pool *p, int idx, struct cairn_err *err)
     return CAIRN_OK;
 }
 
+int pool_model_failure(struct pool *p, int idx, char *why, size_t n)
+{
+    struct pool_model *m = &p->models[idx];
+    if (m->state == POOL_LOADED && m->e && engine_failed(m->e, why, n)) return 1;
+    if (!m->failure[0] || m->state == POOL_LOADED || m->state == POOL_LOADING) return 0;
+    if (why && n) snprintf(why, n, "%s", m->failure);
+    return 1;
+}
+
+/* Unloads a loaded model whose engine failed once its last request is gone (pinned or not).
+ * Pool thread, under pool->mu. Returns 1 if it unloaded one. */
+static int pool_unload_failed(struct pool *p)
+{
+    for (int i = 0; i < p->n_models; i++) {
+        struct pool_model *m = &p->models[i];
+        char why[sizeof(m->failure)];
+        if (m->state != POOL_LOADED || m->n_users || m->n_active || !engine_failed(m->e, why, sizeof(why)))
+            continue;
+        snprintf(m->failure, sizeof(m->failure), "%s", why);
+        m->n_failures++;
+        pool_unload_locked(p, i, "its device stalled or failed");
+        return 1;
+    }
+    return 0;
+}
+
 /* An idle model: loaded, no users, no requests, not pinned. Under pool->mu. */
 static int pool_idle(struct pool *p, int i)
 {
@@ -392,6 +418,7 @@ static void pool_engine_opts(struct pool *p, int idx, struct engine_opts *o)
     memset(o, 0, sizeof(*o));
     engine_opts_default(o);
     if (p->opts.kv_bytes) o->kv_bytes = p->opts.kv_bytes;
+    else if (p->models[idx].kv_bytes_device) o->kv_bytes = p->models[idx].kv_bytes_device;
     if (p->opts.max_batch_tokens) o->max_batch_tokens = p->opts.max_batch_tokens;
     if (p->opts.max_running) o->max_running = p->opts.max_running;
     if (p->opts.max_waiting) o->max_waiting = p->opts.max_waiting;
@@ -470,6 +497,52 @@ void pool_load_estimate(struct pool *p, int idx, uint64_t host[CAIRN_MEM_N_TAGS]
     }
     host[CAIRN_MEM_MAPPED] = files;
     if (pool_use_tiers(p, idx)) host[CAIRN_MEM_HOT] = p->opts.tiers_opts->hot_max_bytes;
+}
+
+/* A device without --kv-cache-size: sizes model idx's KV pool from what the device budget has
+ * left (limit less every other hold) after its weights and workspaces and, for a hybrid, the
+ * snapshots that pool brings (engine.c's rule, kv_bytes / 2 of them), in whole blocks, at least
+ * one block per running sequence (below that the reservation fails: evict or 507 with the
+ * numbers). Returns 1 when the pool holds a full context of one sequence, 0 when it is smaller
+ * (the caller then evicts an idle model first, if there is one: a prompt longer than a small
+ * pool gets the engine's 507). Under pool->mu. */
+static int pool_size_device_kv(struct pool *p, int idx)
+{
+    struct pool_model *m = &p->models[idx];
+    if (!p->dguard || p->opts.kv_bytes) return 1;
+    struct model_config c;
+    memset(&c, 0, sizeof(c));
+    if (model_config_load(m->dir, &c, NULL) != CAIRN_OK) return 1; /* the load reports it */
+    struct model_info mi;
+    pool_config_info(&c, &mi);
+    struct engine_opts o;
+    m->kv_bytes_device = 1; /* the estimate's other categories do not depend on it */
+    pool_engine_opts(p, idx, &o);
+    int ctx = o.context_length > 0 && o.context_length < c.max_position ? o.context_length : c.max_position;
+    model_config_free(&c);
+    uint64_t host[CAIRN_MEM_N_TAGS], dev[CAIRN_MEM_N_TAGS];
+    pool_load_estimate(p, idx, host, dev);
+    uint64_t fixed = 0;
+    for (int t = 0; t < CAIRN_MEM_N_TAGS; t++)
+        if (t != CAIRN_MEM_KV && t != CAIRN_MEM_STATE) fixed += dev[t];
+    struct engine_guard_stats gs;
+    engine_guard_get_stats(p->dguard, &gs);
+    uint64_t avail = gs.limit > gs.reserved ? gs.limit - gs.reserved : 0;
+    uint64_t left = avail > fixed ? avail - fixed : 0;
+    uint64_t per_block = engine_guard_kv_bytes(&mi, o.block_size, o.kv_dtype, o.block_size);
+    uint64_t kv = left;
+    for (int i = 0; i < 64 && kv > 0; i++) { /* a hybrid's snapshots grow with the pool */
+        uint64_t n_blocks = per_block ? kv / per_block : 0;
+        uint64_t snap = engine_guard_snapshot_bytes(mi.state_bytes, kv / 2, o.max_running, n_blocks);
+        if (kv + snap <= left) break;
+        uint64_t over = kv + snap - left;
+        kv = kv > over + kv / 64 ? kv - over - kv / 64 : 0;
+    }
+    if (per_block) kv = kv / per_block * per_block; /* whole blocks: what the engine will hold */
+    uint64_t min_kv = per_block * (uint64_t)o.max_running;
+    if (kv < min_kv) kv = min_kv;
+    m->kv_bytes_device = kv ? kv : 1;
+    return kv >= engine_guard_kv_bytes(&mi, o.block_size, o.kv_dtype, ctx > 0 ? ctx : o.block_size);
 }
 
 /* Loads model idx on the pool thread (pool->mu not held). */
@@ -601,6 +674,11 @@ static void pool_admit_and_load(struct pool *p, int idx)
             pool_load_fail(p, idx, CAIRN_ERR_CANCELLED, "the server is shutting down");
             return;
         }
+        if (p->dguard && !p->opts.kv_bytes) { /* what is left changes as models go */
+            int full = pool_size_device_kv(p, idx);
+            if (!full && pool_evict_lru_in(p, idx, 1, "device memory for a full context")) continue;
+            pool_load_estimate(p, idx, need, dneed);
+        }
         int max = p->opts.max_loaded_models;
         if (max > 0 && pool_n_loaded(p) > max) { /* this one counts as loading */
             if (pool_evict_lru(p, idx, "--max-loaded-models")) continue;
@@ -645,7 +723,11 @@ static void pool_admit_and_load(struct pool *p, int idx)
         /* the hold becomes what was measured (loads run one at a time on this thread) */
         const struct model_info *mi = model_get_info(m->m);
         uint64_t owned = cairn_mem_used(CAIRN_MEM_WEIGHTS) - w0;
-        uint64_t mapped = mi->weight_bytes > owned ? mi->weight_bytes - owned : 0;
+        /* weights the backend copied to the device: their file pages were released after the
+         * upload (RELEASE_HOST), so the host keeps only the rest of the mapping */
+        uint64_t dw = p->dguard ? cairn_mem_used_in(CAIRN_MEM_DEVICE, CAIRN_MEM_WEIGHTS) : 0;
+        uint64_t uploaded = dw > d0[CAIRN_MEM_WEIGHTS] ? dw - d0[CAIRN_MEM_WEIGHTS] : 0;
+        uint64_t mapped = mi->weight_bytes > owned + uploaded ? mi->weight_bytes - owned - uploaded : 0;
         uint64_t scratch = cairn_mem_used(CAIRN_MEM_SCRATCH) - s0;
         uint64_t kv = cairn_mem_used(CAIRN_MEM_KV) - k0;
         uint64_t per_block = engine_guard_kv_bytes(mi, o.block_size, o.kv_dtype, o.block_size);
@@ -681,6 +763,7 @@ static void pool_admit_and_load(struct pool *p, int idx)
     }
     m->state = POOL_LOADED;
     m->phase = NULL;
+    m->failure[0] = 0; /* a failed model serves again */
     m->load_s = cairn_now() - t0;
     m->t_state = m->last_used = cairn_now();
     m->n_loads++;
@@ -704,7 +787,7 @@ static void *pool_thread_main(void *arg)
             continue;
         }
         double now = cairn_now();
-        int did = 0;
+        int did = pool_unload_failed(p);
         for (int i = 0; i < p->n_models && !did; i++) {
             if (!p->models[i].want_unload) continue;
             p->models[i].want_unload = 0;
@@ -818,6 +901,11 @@ int pool_create(const struct api_real_opts *opts, struct pool **out, struct cair
         LOG_INFO("pool", "settings: %s", p->settings_path);
     } else {
         p->settings = json_object();
+    }
+    if (p->opts.device) { /* the stall watchdog's bound: the flag, else the global setting */
+        json_t *st = pool_setting(p, -1, "step_timeout");
+        double t = p->opts.step_timeout_s > 0 ? p->opts.step_timeout_s : json_is_number(st) ? json_number_value(st) : 0;
+        if (t > 0) p->opts.device->step_timeout_s = t;
     }
     if (pthread_create(&p->thread, NULL, pool_thread_main, p) != 0) {
         rc = cairn_err_set(err, CAIRN_ERR_INTERNAL, "cannot start the model pool thread");

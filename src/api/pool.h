@@ -15,7 +15,11 @@
  *   tier and workspaces from the guard first; the hold is corrected to what was measured after
  *   the load. On a device backend (a GPU) there are two budgets: the host guard holds the mapped
  *   weight files and the hot tier, the device guard (--max-device-memory) the uploaded weights,
- *   KV pool, snapshots and workspaces; a load must fit both, and evicts for the one it misses. When it does not fit (or --max-loaded-models is reached) the least recently used
+ *   KV pool, snapshots and workspaces; a load must fit both, and evicts for the one it misses.
+ *   Without --kv-cache-size the KV pool on a device is sized at admission from what the device
+ *   budget has left after the model's weights, workspaces and snapshots (pool_size_device_kv):
+ *   when that is less than a full context an idle model is evicted first (if any); the pool is
+ *   at least one block per running sequence, below that the load fails like any shortfall. When it does not fit (or --max-loaded-models is reached) the least recently used
  *   idle model is unloaded first; a model with running, queued or parked requests, or a user
  *   between pool_get and pool_put, is never unloaded, nor a pinned one. If nothing can be
  *   unloaded but busy models or requests may free memory, the load waits (up to memory_wait_s);
@@ -25,6 +29,11 @@
  *   ends after memory_wait_s with ENGINE_FINISH_ERROR and error_code CAIRN_ERR_NOMEM. When
  *   waiting cannot help it fails at once with CAIRN_ERR_NOMEM and the numbers.
  * - TTL: an idle model whose ttl (settings, or --ttl) has passed since its last use is unloaded.
+ * - Failure (the stall watchdog): a loaded model whose engine failed (engine_failed: a step
+ *   passed --step-timeout or the device faulted; its requests already ended with 503s) is
+ *   unloaded by the pool thread once its last request is gone, pinned or not, and shows as
+ *   "failed" with the reason (pool_model_failure) until the next load: the next request to it
+ *   (or an admin load) loads it again, so a client's retry recovers without an operator.
  *
  * Locking: pool->mu guards the model states, counters, settings and the request list; lock order
  * call->mu (API) -> pool->mu -> engine->mu (engine_submit / engine_cancel) and the guard's mutex.
@@ -65,6 +74,10 @@ struct pool_model {
     char load_error[600];        /* the last failed load */
     int load_error_code;
     uint64_t n_load_failures;    /* waiters see a new failure */
+    char failure[300];           /* why the model failed (its device stalled or faulted: the
+                                  * engine's CAIRN_ERR_DEVICE); "" = not failed. Set when the pool
+                                  * thread unloads the failed engine, cleared by the next load */
+    uint64_t n_failures;         /* such failures so far */
     int n_users;                 /* between pool_get and pool_put */
     int n_active;                /* requests admitted: parked, queued or running */
     double last_used;
@@ -81,6 +94,8 @@ struct pool_model {
     char *bos, *eos;
     int context_length;
     uint64_t mapped_charged;     /* bytes charged to CAIRN_MEM_MAPPED */
+    uint64_t kv_bytes_device;    /* KV pool sized from the device budget at admission (no
+                                  * --kv-cache-size on a device); 0 = not sized */
     double load_s;
     struct grammar_vocab *gvocab; /* token byte strings for constrained decoding, built on the
                                    * first constrained request (under pool->gvocab_mu); freed
@@ -134,6 +149,9 @@ int pool_load_async(struct pool *p, int idx, struct cairn_err *err);
 /* Asks the pool thread to unload an idle, unpinned model (admin; does not wait).
  * CAIRN_ERR_BUSY when it has requests or is pinned. */
 int pool_unload(struct pool *p, int idx, struct cairn_err *err);
+/* 1 if model idx failed (see Failure in the DESIGN note), with the reason in why[n]. Under
+ * pool->mu. */
+int pool_model_failure(struct pool *p, int idx, char *why, size_t n);
 
 int pool_submit(struct pool *p, int idx, const struct engine_request *req, uint64_t *id,
                 struct cairn_err *err);

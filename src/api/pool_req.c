@@ -403,7 +403,10 @@ json_t *pool_model_json(struct pool *p, int idx)
     double now = cairn_now(), wall = (double)time(NULL);
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(m->id));
-    json_object_set_new(o, "state", json_string(pool_state_name(m->state)));
+    char failure[sizeof(m->failure)];
+    int failed = pool_model_failure(p, idx, failure, sizeof(failure));
+    json_object_set_new(o, "state", json_string(failed ? "failed" : pool_state_name(m->state)));
+    if (failed) json_object_set_new(o, "failure", json_string(failure));
     if (m->state == POOL_LOADING) {
         const char *ph = __atomic_load_n(&m->phase, __ATOMIC_RELAXED);
         uint64_t done = __atomic_load_n(&m->progress.bytes_done, __ATOMIC_RELAXED);

@@ -36,6 +36,8 @@ static const struct settings_key {
     {"chat_template_kwargs", SET_OBJECT, 0, 0, 1, 0},
     {"kv_dtype", SET_DTYPE, 0, 0, 0, 0},
     {"tiers", SET_BOOL, 0, 0, 0, 0},
+    /* the stall watchdog's bound on device waits (--step-timeout), global: read at start */
+    {"step_timeout", SET_NUMBER, 0.001, 1e6, 0, 0},
     /* true: control-token text inside messages becomes control tokens, as before issue 19's
      * fix (injectable: only for clients that rely on it); default false */
     {"special_tokens_in_content", SET_BOOL, 0, 0, 1, 0},

@@ -20,6 +20,7 @@ const char *cairn_status_str(int status)
     case CAIRN_ERR_BUSY: return "busy";
     case CAIRN_ERR_CANCELLED: return "cancelled";
     case CAIRN_ERR_INTERNAL: return "internal error";
+    case CAIRN_ERR_DEVICE: return "device failed";
     default: return "unknown status";
     }
 }

@@ -20,6 +20,8 @@ enum cairn_status {
     CAIRN_ERR_BUSY = -8,        /* queue full, try later */
     CAIRN_ERR_CANCELLED = -9,   /* the caller cancelled */
     CAIRN_ERR_INTERNAL = -10,   /* a bug: an invariant failed */
+    CAIRN_ERR_DEVICE = -11,     /* the device stalled past --step-timeout or failed for good: the
+                                 * model's requests fail (HTTP 503) and it must be reloaded */
 };
 
 const char *cairn_status_str(int status);

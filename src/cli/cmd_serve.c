@@ -66,6 +66,10 @@ static void serve_usage(FILE *f)
             "  --ttl SECONDS                unload a model idle this long (0 = never; wins over\n"
             "                               the settings file)\n"
             "  --memory-wait SECONDS        how long loads and requests wait for memory (default 60)\n"
+            "  --step-timeout SECONDS       bound of every wait on the device (default 30): a step\n"
+            "                               past it fails its model's requests with 503s and the\n"
+            "                               model reloads on its next request (settings key\n"
+            "                               global.step_timeout)\n"
             "  --settings FILE              settings file (default $CAIRN_HOME/settings.json or\n"
             "                               ~/.cairn/settings.json)\n"
             "  --admin-key KEY              /admin/api/ also needs x-admin-key: KEY\n");
@@ -77,7 +81,7 @@ int cmd_serve(int argc, char **argv)
         O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
         O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
-        O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_MAX_MEM, O_MAX_LOADED, O_TTL, O_MEM_WAIT,
+        O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_MAX_MEM, O_MAX_LOADED, O_TTL, O_MEM_WAIT, O_STEP_TIMEOUT,
         O_SETTINGS, O_ADMIN_KEY, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST, O_MAX_DEV_MEM,
     };
     static const struct option opts[] = {
@@ -105,6 +109,7 @@ int cmd_serve(int argc, char **argv)
         {"max-loaded-models", required_argument, 0, O_MAX_LOADED},
         {"ttl", required_argument, 0, O_TTL},
         {"memory-wait", required_argument, 0, O_MEM_WAIT},
+        {"step-timeout", required_argument, 0, O_STEP_TIMEOUT},
         {"settings", required_argument, 0, O_SETTINGS},
         {"admin-key", required_argument, 0, O_ADMIN_KEY},
         /* hidden, for tests */
@@ -246,6 +251,16 @@ int cmd_serve(int argc, char **argv)
             }
             break;
         }
+        case O_STEP_TIMEOUT: {
+            char *end;
+            double d = strtod(optarg, &end);
+            if (end == optarg || *end || !(d > 0) || d > 1e6) {
+                fprintf(stderr, "cairn serve: bad --step-timeout '%s' (seconds > 0)\n", optarg);
+                return 2;
+            }
+            ro.step_timeout_s = d;
+            break;
+        }
         case O_SETTINGS: ro.settings_path = optarg; break;
         case O_ADMIN_KEY: hc.admin_key = optarg; break;
         case O_FAKE: fake = optarg; break;
@@ -353,6 +368,10 @@ int cmd_serve(int argc, char **argv)
         ro.models = models;
         ro.n_models = n_models;
         ro.device = dev;
+        /* test hook: the device-budget seam on the CPU (api_real_opts.device_budget), so the GPU
+         * memory scripts (tests/cuda/serve_memory.sh) can be rehearsed without a GPU */
+        const char *seam = getenv("CAIRN_TEST_DEVICE_BUDGET");
+        if (seam && !strcmp(seam, "1") && ro.max_device_memory) ro.device_budget = 1;
         rc = api_backend_real_create(&ro, &be, &err);
     }
     if (rc) {

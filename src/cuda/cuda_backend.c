@@ -1,9 +1,14 @@
 /* The CUDA backend's lifetime, memory, weights and steps: everything of the op table except the
  * ops themselves (cuda_ops.c, cuda_matmul.c). See cuda_int.h for the design. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "base/file.h"
 #include "base/log.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_int.h"
@@ -58,11 +63,56 @@ int cuda_check_result(struct cuda_impl *c, struct cairn_err *err, enum cuda_res_
     return e.status;
 }
 
+int cuda_stream_wait_at(struct cuda_impl *c, struct cairn_err *err, const char *file, int line)
+{
+    struct cairn_err e;
+    if (c->dead) {
+        cairn_err_set(&e, CAIRN_ERR_DEVICE, "cuda:%d: %s; this context is not reused: restart the server to use "
+                      "the GPU again", c->device, c->dead_why);
+        goto fail;
+    }
+    if (!c->wait_event && cudaEventCreateWithFlags(&c->wait_event, cudaEventDisableTiming) != cudaSuccess) {
+        c->wait_event = NULL;
+        return cuda_check_result(c, err, CUDA_RES_RT, (int)cudaStreamSynchronize(c->stream),
+                                 "cudaStreamSynchronize (no event for a bounded wait)", file, line);
+    }
+    int st = cuda_check_result(c, err, CUDA_RES_RT, (int)cudaEventRecord(c->wait_event, c->stream),
+                               "cudaEventRecord", file, line);
+    if (st != CAIRN_OK) return st;
+    double limit = backend_step_timeout(c->pub), t0 = cairn_now();
+    for (;;) {
+        cudaError_t r = cudaEventQuery(c->wait_event);
+        if (r == cudaSuccess) return CAIRN_OK;
+        double dt = cairn_now() - t0;
+        if (r != cudaErrorNotReady) {
+            snprintf(c->dead_why, sizeof(c->dead_why), "the device failed (%s) while waiting at %s:%d",
+                     cudaGetErrorString(r), file, line);
+            break;
+        }
+        if (dt > limit) {
+            snprintf(c->dead_why, sizeof(c->dead_why), "a step did not finish within %.3g s (--step-timeout)", limit);
+            break;
+        }
+        if (dt < 0.002) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 50 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    c->dead = 1;
+    cairn_err_set(&e, CAIRN_ERR_DEVICE, "cuda:%d: %s", c->device, c->dead_why);
+    LOG_ERROR("cuda", "%s", e.msg);
+fail:
+    if (err) *err = e;
+    cuda_latch(c, &e);
+    return CAIRN_ERR_DEVICE;
+}
+
 int cuda_check_launch_at(struct cuda_impl *c, int code, const char *text, const char *file, int line)
 {
     int st = cuda_check_result(c, NULL, CUDA_RES_RT, code, text, file, line);
-    if (st == CAIRN_OK && c->sync_each_op)
-        st = cuda_check_result(c, NULL, CUDA_RES_RT, (int)cudaStreamSynchronize(c->stream), text, file, line);
+    if (st == CAIRN_OK && c->sync_each_op) st = cuda_stream_wait_at(c, NULL, file, line);
     return st;
 }
 
@@ -95,7 +145,7 @@ int cuda_dev_alloc(struct cuda_impl *c, size_t bytes, enum cairn_mem_tag tag, in
     }
     if (zero) {
         int st = cuda_check(NULL, err, cudaMemsetAsync(p, 0, take, c->stream));
-        if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamSynchronize(c->stream));
+        if (st == CAIRN_OK) st = cuda_stream_wait(c, err);
         if (st != CAIRN_OK) {
             cudaFree(p);
             __atomic_sub_fetch(&c->mem_used, take, __ATOMIC_RELAXED);
@@ -129,7 +179,7 @@ void *cuda_ws_get(struct cuda_impl *c, enum cuda_ws_slot slot, size_t bytes)
     }
     cuda_graphs_invalidate(c); /* graphs name the old workspace */
     /* The old workspace may still be read by queued work. */
-    if (cuda_check(c, NULL, cudaStreamSynchronize(c->stream)) != CAIRN_OK) return NULL;
+    if (cuda_stream_wait(c, NULL) != CAIRN_OK) return NULL;
     cuda_dev_free(c, w->ptr, w->bytes, CAIRN_MEM_SCRATCH);
     w->ptr = NULL;
     w->bytes = 0;
@@ -193,7 +243,7 @@ static int cuda_copy(struct backend *be, void *dst, const void *src, size_t byte
     cuda_graphs_before_copy(be); /* a copy inside a step comes after the ops recorded so far */
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaMemcpyAsync(dst, src, bytes, kind, c->stream));
-    if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamSynchronize(c->stream));
+    if (st == CAIRN_OK) st = cuda_stream_wait(c, err);
     return st;
 }
 
@@ -276,6 +326,15 @@ static void cuda_q_repack(const struct tensor *w, int64_t cols, int64_t r0, int6
     }
 }
 
+/* Drops the whole pages inside [p, p + bytes) of a private file mapping from this process. */
+static void cuda_drop_host_pages(const void *p, size_t bytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, e = a + bytes;
+    a = (a + page - 1) / page * page;
+    e = e / page * page;
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 static int cuda_weight_prepare(struct backend *be, struct tensor *w, int hint_release,
                                size_t *extra_bytes, struct cairn_err *err)
 {
@@ -327,9 +386,19 @@ cleanup:
                          dtype_name(w->dtype));
         return st;
     }
-    /* hint_release: the host pages stay; only the model knows whether they are a file's pages
-     * that can be dropped (it does so for the CPU's packed copies too). */
-    (void)hint_release;
+    /* RELEASE_HOST: the host bytes are pages of the read-only file mapping and the device has
+     * its copy now: drop them from this process (a later host read, e.g. a lookup, faults them
+     * back from the page cache), so the host budget need not count the mapping (api/pool.c). */
+    if (hint_release & BACKEND_WEIGHT_RELEASE_HOST) {
+        if (wt == CUDA_W_Q) {
+            size_t groups_bytes = (size_t)rows * (size_t)(cols / w->group_size) * 2;
+            cuda_drop_host_pages(w->data, (size_t)rows * (size_t)cols * (size_t)w->bits / 8);
+            cuda_drop_host_pages(w->scales, groups_bytes);
+            cuda_drop_host_pages(w->biases, groups_bytes);
+        } else {
+            cuda_drop_host_pages(w->data, bytes);
+        }
+    }
     w->be_data = d;
     *extra_bytes = bytes;
     return CAIRN_OK;
@@ -382,7 +451,7 @@ static int cuda_sync(struct backend *be, struct cairn_err *err)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     cuda_graphs_before_copy(be);
-    (void)cuda_check(c, NULL, cudaStreamSynchronize(c->stream));
+    (void)cuda_stream_wait(c, NULL);
     return cuda_take_latched(c, err);
 }
 
@@ -391,6 +460,12 @@ static int cuda_step_begin(struct backend *be, struct cairn_err *err)
     struct cuda_impl *c = cuda_impl_of(be);
     pthread_mutex_lock(&c->step_lock);
     c->err_status = CAIRN_OK;
+    if (c->dead) { /* a timed-out or faulted context runs nothing more */
+        int dst = cuda_stream_wait(c, err);
+        c->err_status = CAIRN_OK;
+        pthread_mutex_unlock(&c->step_lock);
+        return dst;
+    }
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st != CAIRN_OK) pthread_mutex_unlock(&c->step_lock);
     else cuda_graphs_step_begin(c);
@@ -414,7 +489,8 @@ static void cuda_destroy(struct backend *be)
     struct cuda_impl *c = cuda_impl_of(be);
     if (c) {
         (void)cudaSetDevice(c->device);
-        if (c->stream) (void)cudaStreamSynchronize(c->stream);
+        if (c->stream) (void)cuda_stream_wait(c, NULL); /* bounded; at once when dead */
+        if (c->wait_event) (void)cudaEventDestroy(c->wait_event);
         for (int i = 0; i < CUDA_WS_N; i++) cuda_dev_free(c, c->ws[i].ptr, c->ws[i].bytes, CAIRN_MEM_SCRATCH);
         cuda_dev_free(c, c->lt_ws, CUDA_LT_WS_BYTES, CAIRN_MEM_SCRATCH);
         cuda_dev_free(c, c->attn_counters, CUDA_ATTN_COUNTERS * sizeof(int), CAIRN_MEM_SCRATCH);
@@ -531,6 +607,7 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     be->kind = BACKEND_CUDA;
     be->host_visible = 0;
     be->impl = c;
+    c->pub = be;
     snprintf(be->name, sizeof(be->name), "cuda:%d", device);
     c->device = device;
     pthread_mutex_init(&c->step_lock, NULL);

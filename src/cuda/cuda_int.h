@@ -11,6 +11,9 @@
  *   status: CAIRN_ERR_NOMEM for an allocation failure, CAIRN_ERR_INTERNAL otherwise. Ops
  *   return nothing (backend.h): they latch, and step_end / sync report the latch and clear it.
  *   Once an op has latched, later ops of the step are skipped (their inputs are garbage).
+ * - Waits: every wait for the stream is cuda_stream_wait, bounded by the backend's step timeout
+ *   (an event polled, never an unbounded synchronize); a timeout or a sticky fault marks the
+ *   context dead (CAIRN_ERR_DEVICE) and nothing runs on it again.
  * - Memory: cuda_dev_alloc / cuda_dev_free are the one way device memory is taken. They keep
  *   the device budget (bytes held by cairn, and the CAIRN_CUDA_MEM_LIMIT cap) and count the
  *   bytes under a base/mem.h tag as well, so /api/status sees device memory where it went.
@@ -77,6 +80,10 @@ struct cuda_impl {
     struct cuda_graphs *graphs; /* decode graphs (cuda_graph.c); NULL: CAIRN_CUDA_GRAPHS=0 */
     uint64_t g_gen;             /* atomic: bumped when device memory a graph may name is freed */
     int g_capturing;            /* a graph capture is in progress on the stream */
+    struct backend *pub;        /* the struct backend holding this (its step_timeout_s) */
+    cudaEvent_t wait_event;     /* recorded on the stream by cuda_stream_wait; lazily created */
+    int dead;                   /* a wait timed out or hit a sticky error: no more steps */
+    char dead_why[256];         /* what happened, for the errors of later calls */
 };
 
 /* Recorded runs of ops kept as graphs (cuda_graph.c). */
@@ -127,6 +134,13 @@ int cuda_check_launch_at(struct cuda_impl *c, int code, const char *text, const 
 
 int cuda_check_result(struct cuda_impl *c, struct cairn_err *err, enum cuda_res_kind kind, int code,
                       const char *text, const char *file, int line);
+/* Waits for the stream, bounded by the backend's step timeout (backend.h): polls an event
+ * (spinning for the first 2 ms, then sleeping 50 us at a time) instead of an unbounded
+ * cudaStreamSynchronize. Past the timeout, or on an error other than "not ready" (a sticky
+ * fault), returns CAIRN_ERR_DEVICE (into err and the latch) and marks the context dead: every
+ * later wait and step_begin fails at once, so a timed-out context is never reused. */
+#define cuda_stream_wait(c, err) cuda_stream_wait_at((c), (err), __FILE__, __LINE__)
+int cuda_stream_wait_at(struct cuda_impl *c, struct cairn_err *err, const char *file, int line);
 /* Latches an error that is not a CUDA result (a workspace that cannot grow). */
 void cuda_latch(struct cuda_impl *c, const struct cairn_err *err);
 

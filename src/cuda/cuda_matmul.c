@@ -172,7 +172,7 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
                      cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
                 if (!ok) { /* a candidate that fails is skipped; a sticky device fault is latched */
                     (void)cudaGetLastError();
-                    if (cuda_check(c, NULL, cudaStreamSynchronize(c->stream))) goto cleanup;
+                    if (cuda_stream_wait(c, NULL)) goto cleanup;
                     continue;
                 }
                 if (best == 0 || ms < best) {

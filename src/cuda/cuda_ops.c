@@ -201,7 +201,7 @@ void cuda_op_moe_experts(struct backend *be, const struct backend_moe *m)
     if (cuda_check(c, NULL, cudaMemcpyAsync(ids, m->ids, n_ids * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                             c->stream)))
         return;
-    if (cuda_check(c, NULL, cudaStreamSynchronize(c->stream))) return;
+    if (cuda_stream_wait(c, NULL)) return;
     memset(off, 0, sizeof(int32_t) * ((size_t)E + 1));
     for (size_t i = 0; i < n_ids; i++) {
         if (ids[i] < 0 || ids[i] >= E) {

@@ -2,6 +2,7 @@
  * stats. The scheduler thread itself is in sched.c; engine_create (with a real model) is in
  * engine_model.c so that this file links without the model room. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -111,6 +112,8 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     cairn_sha256_final(&h, ident);
     rc = kv_cache_init(&e->cache, &e->pool, ident, e->info.state_bytes, &o->tiers, err);
     if (rc) goto fail;
+    rc = kv_cache_fetch_enable(&e->cache, engine_sched_fetch_notify, e, err);
+    if (rc) goto fail;
     if (e->info.state_bytes) {
         if (!o->snapshot_bytes) o->snapshot_bytes = o->kv_bytes / 2;
         uint64_t n_snap = o->snapshot_bytes / e->info.state_bytes;
@@ -196,6 +199,7 @@ void engine_destroy(struct engine *e)
 void engine_seq_free(struct engine *e, struct engine_seq *s)
 {
     if (!s) return;
+    if (s->fetch) kv_cache_fetch_cancel(&e->cache, s->fetch); /* scheduler thread only sets it */
     spec_sched_seq_free(e, s);
     sampler_free(&s->sampler);
     stop_free(&s->stop);
@@ -304,6 +308,11 @@ int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id
     s->slot = -1;
 
     pthread_mutex_lock(&e->mu);
+    if (e->failed) {
+        rc = cairn_err_set(err, CAIRN_ERR_DEVICE, "the model failed and must be reloaded: %s", e->fail_reason);
+        pthread_mutex_unlock(&e->mu);
+        goto fail;
+    }
     if (e->stopping || e->n_inbox + e->n_waiting_seen >= e->opts.max_waiting) {
         int stopping = e->stopping;
         pthread_mutex_unlock(&e->mu);
@@ -323,6 +332,15 @@ int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id
 fail:
     engine_seq_free(e, s);
     return rc;
+}
+
+int engine_failed(struct engine *e, char *reason, size_t n)
+{
+    pthread_mutex_lock(&e->mu);
+    int failed = e->failed;
+    if (failed && reason && n) snprintf(reason, n, "%s", e->fail_reason);
+    pthread_mutex_unlock(&e->mu);
+    return failed;
 }
 
 void engine_cancel(struct engine *e, uint64_t id)

@@ -178,7 +178,8 @@ struct engine_event {
     int32_t stop_token;       /* EOS/stop id that ended it, or -1 */
     const char *error;        /* ENGINE_FINISH_ERROR: message */
     int error_code;           /* ENGINE_FINISH_ERROR: a cairn status, 0 if none in particular
-                               * (CAIRN_ERR_NOMEM: the memory guard said no, HTTP 507) */
+                               * (CAIRN_ERR_NOMEM: the memory guard said no, HTTP 507;
+                               * CAIRN_ERR_DEVICE: the device stalled or failed, HTTP 503) */
 };
 
 typedef void (*engine_event_fn)(void *user, const struct engine_event *ev);
@@ -237,7 +238,7 @@ void engine_destroy(struct engine *e);
 
 /* Queues a request. Errors: CAIRN_ERR_INVALID (bad parameter, names it), CAIRN_ERR_LIMIT (prompt
  * longer than the context), CAIRN_ERR_NOMEM (could never fit in the KV budget: HTTP 507),
- * CAIRN_ERR_BUSY (queue full: HTTP 429). On success *id identifies it; no event has run yet. */
+ * CAIRN_ERR_BUSY (queue full: HTTP 429), CAIRN_ERR_DEVICE (the engine failed: HTTP 503). On success *id identifies it; no event has run yet. */
 int engine_submit(struct engine *e, const struct engine_request *req, uint64_t *id,
                   struct cairn_err *err);
 /* Cancels a request; its blocks are released at the next step and it gets DONE (CANCELLED).
@@ -277,8 +278,23 @@ struct engine_stats {
     uint64_t n_spec_parks;    /* times a request parked (its drafts stopped paying) */
     double spec_cost_slope;   /* measured cost of one more token in a step, relative to a
                                * one-token step (spec_ctl.h) */
+    /* prefix restore from the lower tiers (kv_cache.h, kv_restore.h) */
+    int n_fetching;           /* requests waiting for their prefix to be read (in n_waiting) */
+    uint64_t n_fetches;       /* fetch jobs started (prefix hits on disk) */
+    uint64_t n_fetched_blocks; /* blocks installed from them */
+    uint64_t n_plans_restore; /* prefix hits in the tiers restored whole */
+    uint64_t n_plans_recompute; /* prefix hits of which some blocks were recomputed instead,
+                               * because that was estimated faster */
+    uint64_t n_blocks_recomputed; /* tier blocks those left to recompute */
+    double tier_fast_read_bps; /* measured: RAM-tier copies into the KV pool, bytes/s */
+    double tier_slow_read_bps; /* measured: disk reads of prefix fetches, bytes/s */
 };
 void engine_get_stats(struct engine *e, struct engine_stats *st);
+/* 1 once a step failed with CAIRN_ERR_DEVICE (the device stalled past the backend's step timeout
+ * or failed for good), with the reason in reason[n] (may be NULL). From then on the engine fails
+ * every running, queued and new request (ENGINE_FINISH_ERROR, error_code CAIRN_ERR_DEVICE;
+ * engine_submit: CAIRN_ERR_DEVICE) and steps no more: destroy it and load the model again. */
+int engine_failed(struct engine *e, char *reason, size_t n);
 
 /* Drops every cached (unreferenced) block of the device tier, passing them to tiers.on_evict. */
 void engine_cache_clear(struct engine *e);

@@ -3,7 +3,8 @@
  *
  * Speculative decoding's part of the scheduler is in spec_sched.c (spec_sched.h).
  *
- * Locking: `mu` guards the inbox (incoming, cancel ids, stop flag), n_pending and `stats`. Everything
+ * Locking: `mu` guards the inbox (incoming, cancel ids, stop flag), fetch_ready, failed and
+ * fail_reason, n_pending and `stats`. Everything
  * else (waiting, running, the pool, the cache, every struct engine_seq once taken from the inbox)
  * belongs to the scheduler thread alone. Callbacks run without `mu` held. */
 #ifndef CAIRN_ENGINE_ENGINE_INT_H
@@ -49,6 +50,10 @@ struct engine_seq {
     double t_submit, t_first_sched, t_first_token;
     int slot;                  /* index of its logits row this step */
     struct spec_seq *spec;     /* speculation state (spec_sched.h), or NULL: never drafts */
+    /* prefix restore (kv_cache.h's planned admission) */
+    int planned;               /* match_limit holds this admission attempt's plan */
+    int match_limit;           /* blocks the plan restores or finds on the device */
+    struct kv_fetch_job *fetch; /* its blocks being read off the scheduler thread, or NULL */
 };
 
 struct engine {
@@ -78,6 +83,9 @@ struct engine {
     int stopping;
     int n_inbox;
     int n_waiting_seen;        /* scheduler's waiting count, published at each step */
+    int fetch_ready;           /* the fetch thread finished a job since the scheduler looked */
+    int failed;                /* the device stalled or failed (CAIRN_ERR_DEVICE): sticky */
+    char fail_reason[256];     /* why, for engine_failed and the errors of later submits */
     uint64_t clear_req, clear_done;
     uint64_t next_id;
     struct engine_stats stats;
@@ -87,6 +95,8 @@ struct engine {
     int cap_cancel_local;
     int n_waiting;
     struct engine_seq *wait_head, *wait_tail;
+    struct engine_seq *fetch_head, *fetch_tail; /* waiting for their prefix (seq->fetch) */
+    int n_fetching;
     struct engine_seq **running; /* [max_running], in admission order */
     int n_running;
     uint64_t next_order;
@@ -102,6 +112,8 @@ struct engine {
 };
 
 void *engine_sched_main(void *arg);
+/* kv_fetch_done_fn for the engine's cache (ctx = the engine): wakes the scheduler. */
+void engine_sched_fetch_notify(void *ctx);
 void engine_seq_free(struct engine *e, struct engine_seq *s);
 /* Commits a sampled token to s (tokens, usage, stop rules) and emits its TOKEN event; returns 1
  * if the sequence finished (*fin filled). sched.c; spec_sched.c calls it per verified token. */

@@ -8,8 +8,13 @@
  * - A step packs, within max_batch_tokens: (A) the decodes of running sequences, oldest first;
  *   (B) the next prefill chunk of running sequences still prefilling; (C) new sequences from the
  *   head of the waiting queue (strict FCFS: the head is never skipped, so nobody starves), up to
- *   max_running. Admission first takes the longest cached prefix (kv_cache_match, at most
- *   n_tokens - 1 tokens so the last position is computed for its logits).
+ *   max_running. Admission first takes the longest cached prefix (at most n_tokens - 1 tokens so
+ *   the last position is computed for its logits) in up to three phases (kv_cache.h): plan
+ *   (device, then the lower tiers; restore what beats recomputing at the measured speeds); if a
+ *   block to restore is on disk, the request leaves the queue for the fetching list while the
+ *   fetch thread reads its chain, and the others keep stepping; when the job is done it goes
+ *   back to the head of the queue and the match installs the fetched blocks. RAM-tier (hot)
+ *   hits are copied here, on this thread: a memcpy or an upload, no I/O.
  * - Blocks are allocated for the tokens a step processes. When none is left (every block is held
  *   by running sequences), the newest running sequence (highest id) not yet in this step is
  *   preempted: its blocks are released (full ones stay cached, so it usually comes back cheaply)
@@ -19,9 +24,13 @@
  *   prefill chunk ends on a block boundary (chunks are cut at the prompt's last full block
  *   boundary so that one always exists).
  * - Finished, cancelled and failed sequences release their blocks and get exactly one DONE.
+ * - A step that fails with CAIRN_ERR_DEVICE (the backend's bounded wait timed out, or a sticky
+ *   device error) fails the engine for good: every running, queued and fetching request ends
+ *   with error_code CAIRN_ERR_DEVICE, and so does anything submitted after (engine_failed).
  * - Speculative decoding (spec_sched.h) extends packed decodes with drafts, verified after the
  *   forward; a verify entry has chunk 1 + n_draft and as many logits rows.
  * Callbacks run here, with e->mu NOT held (they may call engine_cancel). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +44,7 @@
 /* ---- events ---- */
 
 static void sched_emit_done(struct engine *e, struct engine_seq *s, enum engine_finish fin,
-                            const char *error)
+                            const char *error, int error_code)
 {
     double now = cairn_now();
     struct engine_event ev;
@@ -46,6 +55,7 @@ static void sched_emit_done(struct engine *e, struct engine_seq *s, enum engine_
     ev.stop_text = fin == ENGINE_FINISH_STOP ? stop_matched(&s->stop) : NULL;
     ev.stop_token = fin == ENGINE_FINISH_STOP && !ev.stop_text ? s->stop.stop_token : -1;
     ev.error = error;
+    ev.error_code = error_code;
     ev.usage = s->usage;
     if (s->t_first_sched > 0) ev.usage.queue_s = s->t_first_sched - s->t_submit;
     else ev.usage.queue_s = now - s->t_submit;
@@ -68,12 +78,18 @@ static void sched_release_blocks(struct engine *e, struct engine_seq *s)
     memset(s->parent, 0, sizeof(s->parent));
 }
 
-/* Finishes a sequence that is in no list any more. */
-static void sched_finish(struct engine *e, struct engine_seq *s, enum engine_finish fin, const char *error)
+/* Finishes a sequence that is in no list any more; error_code as engine_event's. */
+static void sched_finish_code(struct engine *e, struct engine_seq *s, enum engine_finish fin, const char *error,
+                              int error_code)
 {
     sched_release_blocks(e, s);
-    sched_emit_done(e, s, fin, error);
+    sched_emit_done(e, s, fin, error, error_code);
     engine_seq_free(e, s);
+}
+
+static void sched_finish(struct engine *e, struct engine_seq *s, enum engine_finish fin, const char *error)
+{
+    sched_finish_code(e, s, fin, error, 0);
 }
 
 /* ---- lists ---- */
@@ -117,6 +133,72 @@ static struct engine_seq *sched_waiting_pop_front(struct engine *e)
     return s;
 }
 
+/* ---- the fetching list (requests whose prefix is being read) ---- */
+
+static void sched_fetching_push(struct engine *e, struct engine_seq *s)
+{
+    s->next = NULL;
+    if (e->fetch_tail) e->fetch_tail->next = s;
+    else e->fetch_head = s;
+    e->fetch_tail = s;
+    e->n_fetching++;
+}
+
+/* Unlinks the fetching request with this id and finishes it CANCELLED (engine_seq_free gives
+ * its job up). Returns 1 if it was there. */
+static int sched_fetching_remove(struct engine *e, uint64_t id)
+{
+    struct engine_seq **pp = &e->fetch_head, *prev = NULL;
+    for (; *pp; prev = *pp, pp = &(*pp)->next) {
+        struct engine_seq *s = *pp;
+        if (s->id != id) continue;
+        *pp = s->next;
+        if (e->fetch_tail == s) e->fetch_tail = prev;
+        e->n_fetching--;
+        s->next = NULL;
+        sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* Moves requests whose fetch is done back to the head of the queue, in fetch order (they were
+ * at the head when they left it). */
+static void sched_fetching_collect(struct engine *e)
+{
+    struct engine_seq *done_head = NULL, *done_tail = NULL;
+    struct engine_seq **pp = &e->fetch_head, *prev = NULL;
+    while (*pp) {
+        struct engine_seq *s = *pp;
+        if (!kv_cache_fetch_done(&e->cache, s->fetch)) {
+            prev = s;
+            pp = &s->next;
+            continue;
+        }
+        *pp = s->next;
+        if (e->fetch_tail == s) e->fetch_tail = prev;
+        e->n_fetching--;
+        s->next = NULL;
+        if (done_tail) done_tail->next = s;
+        else done_head = s;
+        done_tail = s;
+        e->n_waiting++;
+    }
+    if (!done_head) return;
+    done_tail->next = e->wait_head;
+    if (!e->wait_head) e->wait_tail = done_tail;
+    e->wait_head = done_head;
+}
+
+void engine_sched_fetch_notify(void *ctx)
+{
+    struct engine *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    e->fetch_ready = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* ---- inbox: new requests, cancellations, stop ---- */
 
 static void sched_cancel_id(struct engine *e, uint64_t id)
@@ -129,6 +211,7 @@ static void sched_cancel_id(struct engine *e, uint64_t id)
             return;
         }
     }
+    if (sched_fetching_remove(e, id)) return;
     struct engine_seq **pp = &e->wait_head, *prev = NULL;
     while (*pp) {
         struct engine_seq *s = *pp;
@@ -155,6 +238,41 @@ static void sched_cancel_all(struct engine *e)
     }
     struct engine_seq *s;
     while ((s = sched_waiting_pop_front(e))) sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+    while ((s = e->fetch_head)) {
+        e->fetch_head = s->next;
+        e->n_fetching--;
+        s->next = NULL;
+        sched_finish(e, s, ENGINE_FINISH_CANCELLED, NULL);
+    }
+    e->fetch_tail = NULL;
+}
+
+/* The device stalled or failed (CAIRN_ERR_DEVICE): the engine is failed for good; every running,
+ * queued and fetching request ends with the reason (the API's 503). */
+static void sched_fail_all(struct engine *e, const char *reason)
+{
+    pthread_mutex_lock(&e->mu);
+    if (!e->failed) {
+        e->failed = 1;
+        snprintf(e->fail_reason, sizeof(e->fail_reason), "%s", reason);
+        LOG_ERROR("engine", "model failed, its requests end: %s", reason);
+    }
+    char msg[sizeof(e->fail_reason) + 64];
+    snprintf(msg, sizeof(msg), "the model failed: %s", e->fail_reason);
+    pthread_mutex_unlock(&e->mu);
+    struct engine_seq *s;
+    while (e->n_running > 0) {
+        s = e->running[--e->n_running];
+        sched_finish_code(e, s, ENGINE_FINISH_ERROR, msg, CAIRN_ERR_DEVICE);
+    }
+    while ((s = sched_waiting_pop_front(e))) sched_finish_code(e, s, ENGINE_FINISH_ERROR, msg, CAIRN_ERR_DEVICE);
+    while ((s = e->fetch_head)) {
+        e->fetch_head = s->next;
+        e->n_fetching--;
+        s->next = NULL;
+        sched_finish_code(e, s, ENGINE_FINISH_ERROR, msg, CAIRN_ERR_DEVICE);
+    }
+    e->fetch_tail = NULL;
 }
 
 /* ---- block allocation and preemption ---- */
@@ -214,13 +332,35 @@ static int sched_alloc_upto(struct engine *e, struct engine_seq *s, int upto, in
 
 /* ---- admission ---- */
 
-/* Prefix lookup for a sequence that holds no blocks; sets n_computed to what was reused. */
+/* Phases 1-2 of an admission: plans the prefix of the queue's head s and, when blocks to restore
+ * are on disk, starts their fetch. Returns 1 if s now waits for it (the caller moves it to the
+ * fetching list). A fetch that cannot start leaves the plan to the device and RAM tiers. */
+static int sched_plan_prefix(struct engine *e, struct engine_seq *s)
+{
+    int max_blocks = (s->n_tokens - 1) / e->opts.block_size;
+    struct kv_cache_plan p;
+    kv_cache_plan(&e->cache, s->tokens, s->n_tokens, s->salt, max_blocks, e->prefill_tok_s, &p);
+    s->planned = 1;
+    s->match_limit = p.n_device + p.n_restore;
+    if (p.n_slow == 0) return 0;
+    return kv_cache_fetch_start(&e->cache, s->tokens, s->salt, &p, &s->fetch) == CAIRN_OK;
+}
+
+/* Prefix lookup (phase 3) for a sequence that holds no blocks; sets n_computed to what was
+ * reused. Consumes the plan and the fetched job. */
 static void sched_match_prefix(struct engine *e, struct engine_seq *s)
 {
     int bs = e->opts.block_size;
     int max_blocks = (s->n_tokens - 1) / bs;
+    if (s->planned && s->match_limit < max_blocks) max_blocks = s->match_limit;
     int n = 0;
-    if (max_blocks > 0) n = kv_cache_match(&e->cache, s->tokens, s->n_tokens, s->salt, max_blocks, s->blocks);
+    struct kv_fetch_job *job = s->fetch;
+    s->fetch = NULL;
+    s->planned = 0;
+    if (max_blocks > 0)
+        n = kv_cache_match_fetched(&e->cache, s->tokens, s->n_tokens, s->salt, max_blocks, s->blocks, job);
+    else
+        kv_cache_match_fetched(&e->cache, s->tokens, 0, s->salt, 0, s->blocks, job); /* frees it */
     s->n_blocks = s->n_published = n;
     s->n_computed = n * bs;
     memset(s->parent, 0, 32);
@@ -427,6 +567,11 @@ static void sched_step(struct engine *e)
     /* (C) admissions, strict FCFS */
     while (budget > 0 && e->n_running < e->opts.max_running && e->wait_head) {
         struct engine_seq *s = e->wait_head;
+        if (!s->planned && sched_plan_prefix(e, s)) {
+            sched_waiting_pop_front(e);
+            sched_fetching_push(e, s); /* back at the head when its blocks are in memory */
+            continue;
+        }
         sched_match_prefix(e, s);
         int c = sched_chunk(e, s, budget);
         int r = sched_alloc_upto(e, s, s->n_computed + c, 0);
@@ -469,13 +614,17 @@ static void sched_step(struct engine *e)
     CAIRN_ASSERT(n_rows <= e->n_logit_rows);
     /* let engine_submit see the queue as it is now, not as it was before admissions */
     pthread_mutex_lock(&e->mu);
-    e->n_waiting_seen = e->n_waiting;
+    e->n_waiting_seen = e->n_waiting + e->n_fetching;
     pthread_mutex_unlock(&e->mu);
     double t0 = cairn_now();
     struct cairn_err err = {0};
     int rc = e->ops.forward(e->ops.ctx, &e->pool, e->batch, n_sched, &err);
     double dt = cairn_now() - t0;
     e->n_steps++;
+    if (rc == CAIRN_ERR_DEVICE) {
+        sched_fail_all(e, err.msg[0] ? err.msg : cairn_status_str(rc));
+        return;
+    }
     if (rc) {
         LOG_ERROR("engine", "forward failed: %s", err.msg);
         for (int i = 0; i < n_sched; i++) {
@@ -538,7 +687,15 @@ static void sched_publish_stats(struct engine *e)
 {
     struct engine_stats *st = &e->stats;
     st->n_running = e->n_running;
-    st->n_waiting = e->n_waiting;
+    st->n_waiting = e->n_waiting + e->n_fetching;
+    st->n_fetching = e->n_fetching;
+    st->n_fetches = e->cache.n_fetches;
+    st->n_fetched_blocks = e->cache.n_fetched_blocks;
+    st->n_plans_restore = e->cache.n_plans_restore;
+    st->n_plans_recompute = e->cache.n_plans_recompute;
+    st->n_blocks_recomputed = e->cache.n_blocks_recomputed;
+    st->tier_fast_read_bps = e->cache.fast_read_bps;
+    st->tier_slow_read_bps = e->cache.slow_read_bps;
     st->n_blocks_total = e->pool.n_blocks;
     st->n_blocks_used = kv_cache_n_used(&e->cache);
     st->n_blocks_cached = kv_cache_n_cached(&e->cache);
@@ -565,7 +722,7 @@ static void sched_publish_stats(struct engine *e)
     st->n_spec_steps = e->n_spec_steps;
     st->n_spec_parks = e->n_spec_parks;
     st->spec_cost_slope = e->spec_extra_rows ? spec_cost_slope(&e->spec_cost) : 0;
-    e->n_waiting_seen = e->n_waiting;
+    e->n_waiting_seen = e->n_waiting + e->n_fetching;
 }
 
 void *engine_sched_main(void *arg)
@@ -575,8 +732,9 @@ void *engine_sched_main(void *arg)
     sched_publish_stats(e);
     for (;;) {
         while (!e->stopping && !e->inbox_head && !e->n_cancel && e->clear_req == e->clear_done &&
-               e->n_running == 0 && !e->wait_head)
+               e->n_running == 0 && !e->wait_head && !e->fetch_ready)
             pthread_cond_wait(&e->cv, &e->mu);
+        e->fetch_ready = 0; /* the fetching list is looked at below */
         /* take the inbox */
         struct engine_seq *in = e->inbox_head;
         int n_in = e->n_inbox;
@@ -591,6 +749,7 @@ void *engine_sched_main(void *arg)
         e->cancel_local = ids;
         e->cap_cancel_local = cap;
         int stopping = e->stopping;
+        int failed = e->failed;
         int clear = e->clear_req != e->clear_done;
         uint64_t clear_to = e->clear_req;
         pthread_mutex_unlock(&e->mu);
@@ -605,6 +764,7 @@ void *engine_sched_main(void *arg)
             e->n_waiting++;
         }
         for (int i = 0; i < n_ids; i++) sched_cancel_id(e, ids[i]);
+        if (e->fetch_head) sched_fetching_collect(e);
         if (stopping) {
             sched_cancel_all(e);
             pthread_mutex_lock(&e->mu);
@@ -624,7 +784,8 @@ void *engine_sched_main(void *arg)
             return NULL;
         }
         if (clear) kv_cache_clear(&e->cache);
-        sched_step(e);
+        if (failed) sched_fail_all(e, ""); /* what raced in before submit saw the failure */
+        else sched_step(e);
 
         pthread_mutex_lock(&e->mu);
         sched_publish_stats(e);

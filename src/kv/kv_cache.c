@@ -1,10 +1,12 @@
 /* Device-tier block cache: refcounts, free list, LRU of cached blocks, hash-chain prefix index,
- * snapshots and tier hooks. See kv_cache.h for the design. */
+ * snapshots, tier hooks, and the planned (restore vs recompute) and fetched admission path. See
+ * kv_cache.h for the design. */
 #include "kv/kv_cache.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/hash.h"
 #include "base/mem.h"
 
@@ -80,6 +82,9 @@ void kv_cache_free(struct kv_cache *c)
     free(c->tokens);
     free(c->free_stack);
     free(c->buckets);
+    kv_fetch_close(c->fetch); /* after the engine cancelled its jobs; frees any left */
+    free(c->plan_hash);
+    free(c->plan_loc);
     memset(c, 0, sizeof(*c));
 }
 
@@ -295,15 +300,31 @@ int kv_cache_publish(struct kv_cache *c, int b, const uint8_t *parent, const int
     return b;
 }
 
+/* Indexes USED block b under (hash, parent, tokens) without on_publish: the tier has it. */
+static void kv_cache_index_restored(struct kv_cache *c, int b, const uint8_t hash[32],
+                                    const uint8_t *parent, const int32_t *tokens)
+{
+    struct kv_cache_block *k = &c->blocks[b];
+    memcpy(k->hash, hash, 32);
+    memcpy(k->parent, parent ? parent : kv_zero32, 32);
+    memcpy(kv_cache_block_tokens(c, b), tokens, (size_t)c->pool->block_size * sizeof(int32_t));
+    kv_cache_index_insert(c, b);
+    c->n_promotions++;
+}
+
+static void kv_cache_smooth(double *avg, double x) { *avg = *avg > 0 ? 0.8 * *avg + 0.2 * x : x; }
+
 /* Device miss: ask the lower tiers; on a hit take a block, copy the payload in and publish it.
- * Returns the block (one reference held) or -1. */
+ * Returns the block (one reference held) or -1. `timed`: the lookup is a RAM-tier copy whose
+ * speed feeds fast_read_bps. */
 static int kv_cache_promote(struct kv_cache *c, const uint8_t hash[32], const uint8_t *parent,
-                            const int32_t *tokens)
+                            const int32_t *tokens, int timed)
 {
     if (!c->tiers.lookup) return -1;
     int b = kv_cache_alloc(c);
     if (b < 0) return -1;
     int has_state = 0;
+    double t0 = timed ? cairn_now() : 0;
     /* On a device pool the payload lands in the host stage and is uploaded after. */
     uint8_t *k_dst = c->stage ? c->stage : kv_pool_k(c->pool, b, 0);
     uint8_t *v_dst = c->stage ? (uint8_t *)c->stage + c->pool->block_bytes : kv_pool_v(c->pool, b, 0);
@@ -315,18 +336,144 @@ static int kv_cache_promote(struct kv_cache *c, const uint8_t hash[32], const ui
         kv_cache_release(c, b);
         return -1;
     }
+    if (timed) {
+        double dt = cairn_now() - t0;
+        if (dt > 0) kv_cache_smooth(&c->fast_read_bps, 2.0 * (double)c->pool->block_bytes / dt);
+    }
     if (has_state && c->state_bytes) kv_cache_snapshot_attach(c, b, c->scratch_state);
-    struct kv_cache_block *k = &c->blocks[b];
-    memcpy(k->hash, hash, 32);
-    memcpy(k->parent, parent ? parent : kv_zero32, 32);
-    memcpy(kv_cache_block_tokens(c, b), tokens, (size_t)c->pool->block_size * sizeof(int32_t));
-    kv_cache_index_insert(c, b); /* no on_publish: the tier already has it */
-    c->n_promotions++;
+    kv_cache_index_restored(c, b, hash, parent, tokens);
     return b;
 }
 
-int kv_cache_match(struct kv_cache *c, const int32_t *tokens, int n_tokens, const uint8_t *salt,
-                   int max_blocks, int32_t *out_blocks)
+/* A block a fetch job read: takes a block and uploads the copy. Returns it or -1. */
+static int kv_cache_install(struct kv_cache *c, const struct kv_tier_block *src,
+                            const uint8_t *parent)
+{
+    int b = kv_cache_alloc(c);
+    if (b < 0) return -1;
+    if (kv_pool_block_write(c->pool, b, src->k, src->v, NULL) != CAIRN_OK) {
+        kv_cache_release(c, b);
+        return -1;
+    }
+    if (src->has_state && c->state_bytes && src->state_bytes == c->state_bytes)
+        kv_cache_snapshot_attach(c, b, src->state);
+    kv_cache_index_restored(c, b, src->hash, parent, src->tokens);
+    return b;
+}
+
+/* Grows the plan scratch to n entries. */
+static int kv_cache_plan_reserve(struct kv_cache *c, int n)
+{
+    if (n <= c->plan_cap) return 0;
+    int cap = c->plan_cap ? c->plan_cap : 64;
+    while (cap < n) cap *= 2;
+    uint8_t(*h)[32] = realloc(c->plan_hash, (size_t)cap * 32);
+    if (!h) return -1;
+    c->plan_hash = h;
+    uint8_t *loc = realloc(c->plan_loc, (size_t)cap);
+    if (!loc) return -1;
+    c->plan_loc = loc;
+    c->plan_cap = cap;
+    return 0;
+}
+
+void kv_cache_plan(struct kv_cache *c, const int32_t *tokens, int n_tokens, const uint8_t *salt,
+                   int max_blocks, double prefill_tok_s, struct kv_cache_plan *p)
+{
+    memset(p, 0, sizeof(*p));
+    int bs = c->pool->block_size;
+    int n_max = n_tokens / bs < max_blocks ? n_tokens / bs : max_blocks;
+    if (n_max <= 0 || kv_cache_plan_reserve(c, n_max) != 0) return;
+    const uint8_t *parent = NULL;
+    int n = 0;
+    for (; n < n_max; n++) {
+        const int32_t *bt = tokens + (size_t)n * (size_t)bs;
+        kv_cache_hash(c, parent, bt, bs, salt, c->plan_hash[n]);
+        parent = c->plan_hash[n];
+        int on_device = kv_cache_find(c, c->plan_hash[n], n ? c->plan_hash[n - 1] : NULL, bt) >= 0;
+        if (on_device && p->n_tier == 0) {
+            p->n_device++;
+            continue;
+        }
+        int loc = on_device ? KV_TIER_LOC_FAST /* behind a miss: a ref, costs nothing */
+                  : !c->tiers.lookup ? KV_TIER_LOC_NONE
+                  : c->tiers.locate ? c->tiers.locate(c->tiers.ctx, c->plan_hash[n])
+                                    : KV_TIER_LOC_FAST;
+        if (loc == KV_TIER_LOC_NONE) break;
+        c->plan_loc[p->n_tier++] = (uint8_t)loc;
+    }
+    if (p->n_tier == 0) return;
+    struct kv_restore_speeds sp = {
+        .fast_bps = c->fast_read_bps,
+        .slow_bps = cairn_now() - c->slow_measured_at < 60 ? c->slow_read_bps : 0,
+        .prefill_tok_s = prefill_tok_s,
+    };
+    size_t read_bytes = 2 * c->pool->block_bytes + c->state_bytes;
+    p->n_restore = kv_restore_choose(c->plan_loc, p->n_tier, read_bytes, bs, &sp);
+    for (int i = 0; i < p->n_restore; i++) p->n_slow += c->plan_loc[i] == KV_TIER_LOC_SLOW;
+    if (p->n_restore == p->n_tier) {
+        c->n_plans_restore++;
+    } else {
+        c->n_plans_recompute++;
+        c->n_blocks_recomputed += (uint64_t)(p->n_tier - p->n_restore);
+    }
+}
+
+int kv_cache_fetch_enable(struct kv_cache *c, kv_fetch_done_fn done, void *ctx,
+                          struct cairn_err *err)
+{
+    if (c->fetch || !c->tiers.lookup || !c->tiers.locate) return CAIRN_OK;
+    return kv_fetch_open(&c->tiers, done, ctx, &c->fetch, err);
+}
+
+int kv_cache_fetch_start(struct kv_cache *c, const int32_t *tokens, const uint8_t *salt,
+                         const struct kv_cache_plan *p, struct kv_fetch_job **out)
+{
+    *out = NULL;
+    if (!c->fetch || p->n_restore <= 0) return CAIRN_ERR_INVALID;
+    int bs = c->pool->block_size;
+    int first = p->n_device, n = p->n_restore;
+    /* the plan's hashes are still in the scratch only if nothing planned since: recompute */
+    if (kv_cache_plan_reserve(c, first + n) != 0) return CAIRN_ERR_NOMEM;
+    const uint8_t *parent = NULL;
+    for (int i = 0; i < first + n; i++) {
+        kv_cache_hash(c, parent, tokens + (size_t)i * (size_t)bs, bs, salt, c->plan_hash[i]);
+        parent = c->plan_hash[i];
+    }
+    int rc = kv_fetch_submit(c->fetch, (const uint8_t(*)[32])(c->plan_hash + first),
+                             tokens + (size_t)first * (size_t)bs, n, bs, c->pool->block_bytes,
+                             c->state_bytes, out);
+    if (rc == CAIRN_OK) c->n_fetches++;
+    return rc;
+}
+
+int kv_cache_fetch_done(struct kv_cache *c, struct kv_fetch_job *job)
+{
+    return kv_fetch_done(c->fetch, job);
+}
+
+void kv_cache_fetch_cancel(struct kv_cache *c, struct kv_fetch_job *job)
+{
+    if (job) kv_fetch_cancel(c->fetch, job);
+}
+
+/* The job's block for chain hash h at tokens, or NULL. */
+static const struct kv_tier_block *kv_cache_job_block(const struct kv_cache *c,
+                                                      const struct kv_fetch_job *job,
+                                                      const uint8_t h[32], const int32_t *tokens)
+{
+    size_t tok_bytes = (size_t)c->pool->block_size * sizeof(int32_t);
+    for (int i = 0; job && i < job->n_read; i++)
+        if (memcmp(job->hash[i], h, 32) == 0 && memcmp(job->blk[i]->tokens, tokens, tok_bytes) == 0)
+            return job->blk[i];
+    return NULL;
+}
+
+/* The chain walk of both matches. fetched = 0: any tier lookup on this thread (kv_cache_match);
+ * 1: device, job, or FAST-located blocks only. */
+static int kv_cache_match_walk(struct kv_cache *c, const int32_t *tokens, int n_tokens,
+                               const uint8_t *salt, int max_blocks, int32_t *out_blocks,
+                               const struct kv_fetch_job *job, int fetched)
 {
     int bs = c->pool->block_size;
     int n = 0;
@@ -336,8 +483,19 @@ int kv_cache_match(struct kv_cache *c, const int32_t *tokens, int n_tokens, cons
         const int32_t *bt = tokens + (size_t)n * (size_t)bs;
         kv_cache_hash(c, parent, bt, bs, salt, h);
         int b = kv_cache_find(c, h, parent, bt);
-        if (b >= 0) kv_cache_ref(c, b);
-        else b = kv_cache_promote(c, h, parent, bt);
+        if (b >= 0) {
+            kv_cache_ref(c, b);
+        } else if (!fetched || !c->tiers.locate) {
+            b = kv_cache_promote(c, h, parent, bt, 0);
+        } else {
+            const struct kv_tier_block *src = kv_cache_job_block(c, job, h, bt);
+            if (src) {
+                b = kv_cache_install(c, src, parent);
+                if (b >= 0) c->n_fetched_blocks++;
+            } else if (c->tiers.locate(c->tiers.ctx, h) == KV_TIER_LOC_FAST) {
+                b = kv_cache_promote(c, h, parent, bt, 1);
+            }
+        }
         if (b < 0) break;
         out_blocks[n++] = b;
         parent = c->blocks[b].hash;
@@ -346,6 +504,25 @@ int kv_cache_match(struct kv_cache *c, const int32_t *tokens, int n_tokens, cons
         /* Hybrid: the recurrent state can only be restored at a block with a snapshot. */
         while (n > 0 && !c->blocks[out_blocks[n - 1]].snapshot) kv_cache_release(c, out_blocks[--n]);
     }
+    return n;
+}
+
+int kv_cache_match(struct kv_cache *c, const int32_t *tokens, int n_tokens, const uint8_t *salt,
+                   int max_blocks, int32_t *out_blocks)
+{
+    return kv_cache_match_walk(c, tokens, n_tokens, salt, max_blocks, out_blocks, NULL, 0);
+}
+
+int kv_cache_match_fetched(struct kv_cache *c, const int32_t *tokens, int n_tokens,
+                           const uint8_t *salt, int max_blocks, int32_t *out_blocks,
+                           struct kv_fetch_job *job)
+{
+    int n = kv_cache_match_walk(c, tokens, n_tokens, salt, max_blocks, out_blocks, job, 1);
+    if (job && job->slow_s > 0 && job->slow_bytes > 0) {
+        kv_cache_smooth(&c->slow_read_bps, (double)job->slow_bytes / job->slow_s);
+        c->slow_measured_at = cairn_now();
+    }
+    kv_fetch_job_free(job);
     return n;
 }
 

@@ -22,8 +22,15 @@
  *   is recycled). kv_cache_match only ends a match on a block that has one.
  * - Tiers (kv_tier.h): on_publish at publish, on_evict at eviction, lookup on a device miss during
  *   kv_cache_match (a hit takes a block, copies the payload in and publishes it: promotion).
+ * - Admission in the engine is two-phase when the tiers fill locate: kv_cache_plan walks the
+ *   chain (device, then where the tiers hold each block) and chooses how much to restore against
+ *   recomputing (kv_restore.h, speeds measured here and the engine's prefill speed); if a block
+ *   to restore is on disk, kv_cache_fetch_start hands the chain to the fetch thread
+ *   (kv_fetch.h) and the request waits; kv_cache_match_fetched then installs the job's blocks
+ *   and copies RAM-tier (FAST) blocks itself. It never reads a SLOW block on this thread.
  *
- * Threading: not thread-safe; owned by the engine's scheduler thread. */
+ * Threading: not thread-safe; owned by the engine's scheduler thread (the fetch thread only
+ * touches its jobs and the tiers). */
 #ifndef CAIRN_KV_KV_CACHE_H
 #define CAIRN_KV_KV_CACHE_H
 
@@ -31,7 +38,9 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "kv/kv_fetch.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_restore.h"
 #include "kv/kv_tier.h"
 
 struct kv_cache_block; /* per-block metadata, private to kv_cache.c */
@@ -56,10 +65,33 @@ struct kv_cache {
                                      GPU); NULL on the CPU, where tiers see the pool directly */
     int n_snapshots;              /* blocks holding a snapshot */
     int max_snapshots;            /* 0 = no limit */
+    struct kv_fetch *fetch;       /* the fetch thread; NULL when the tiers lack locate */
+    uint8_t (*plan_hash)[32];     /* [plan_cap] scratch of kv_cache_plan / fetch_start */
+    uint8_t *plan_loc;            /* [plan_cap] */
+    int plan_cap;
+    /* measured speeds (kv_restore.h); 0 = not yet */
+    double fast_read_bps;         /* RAM-tier copies into the pool (per block, smoothed) */
+    double slow_read_bps;         /* disk reads of fetch jobs (per job, smoothed) */
+    double slow_measured_at;      /* cairn_now() of the last slow measurement */
     /* counters */
     uint64_t n_evictions;
     uint64_t n_promotions;
     uint64_t n_twins;             /* publishes that found an identical block */
+    uint64_t n_fetches;           /* fetch jobs started */
+    uint64_t n_fetched_blocks;    /* blocks installed from fetch jobs */
+    uint64_t n_plans_restore;     /* plans with tier blocks that restore all of them */
+    uint64_t n_plans_recompute;   /* plans that recompute some tier blocks instead */
+    uint64_t n_blocks_recomputed; /* tier blocks left to recompute by those plans */
+};
+
+/* kv_cache_plan's answer for one prefix: blocks [0, n_device) are on the device, the next
+ * n_tier in the lower tiers (up to the first miss); the first n_restore of those are worth
+ * restoring, and n_slow of the restored ones must be read from disk (a fetch). */
+struct kv_cache_plan {
+    int n_device;
+    int n_tier;
+    int n_restore;
+    int n_slow;
 };
 
 /* `identity` (32 bytes) is mixed into every block hash. `tiers` may be NULL. */
@@ -98,6 +130,33 @@ int kv_cache_find(const struct kv_cache *c, const uint8_t hash[32], const uint8_
  * writes their ids to out_blocks[] (capacity max_blocks). Returns the number of blocks matched. */
 int kv_cache_match(struct kv_cache *c, const int32_t *tokens, int n_tokens, const uint8_t *salt,
                    int max_blocks, int32_t *out_blocks);
+
+/* Phase 1 of an admission (see the DESIGN note): plans the prefix of tokens[0, n_tokens) in at
+ * most max_blocks blocks. prefill_tok_s is the model's measured prefill speed (0 = unknown).
+ * Takes no references, reads no payload, counts the decision. Without locate every tier block
+ * counts as FAST. Stale disk speeds (older than a minute) count as unmeasured, so a slow moment
+ * does not turn restoring off for good. */
+void kv_cache_plan(struct kv_cache *c, const int32_t *tokens, int n_tokens, const uint8_t *salt,
+                   int max_blocks, double prefill_tok_s, struct kv_cache_plan *p);
+/* Phase 2 when p->n_slow > 0: queues the fetch of blocks [n_device, n_device + n_restore).
+ * CAIRN_ERR_NOMEM (or no fetch thread): the caller goes on without it (the slow blocks are then
+ * recomputed). The job belongs to the caller: kv_cache_fetch_done / _cancel / match_fetched. */
+int kv_cache_fetch_start(struct kv_cache *c, const int32_t *tokens, const uint8_t *salt,
+                         const struct kv_cache_plan *p, struct kv_fetch_job **out);
+/* 1 when the job's reads are over. */
+int kv_cache_fetch_done(struct kv_cache *c, struct kv_fetch_job *job);
+/* Gives the job up (cancel, disconnect, shutdown); it is freed now or by the fetch thread. */
+void kv_cache_fetch_cancel(struct kv_cache *c, struct kv_fetch_job *job);
+/* Phase 3: as kv_cache_match, but reads no SLOW block on this thread: blocks come from the
+ * device, from `job` (may be NULL; a done job, freed here), or from a FAST tier lookup. Without
+ * locate it is kv_cache_match. Folds the job's disk speed into slow_read_bps. */
+int kv_cache_match_fetched(struct kv_cache *c, const int32_t *tokens, int n_tokens,
+                           const uint8_t *salt, int max_blocks, int32_t *out_blocks,
+                           struct kv_fetch_job *job);
+/* The fetch thread calls done(ctx) when a job finishes (the engine wakes its scheduler). Starts
+ * the thread; call once after init when the tiers fill locate. No-op otherwise. */
+int kv_cache_fetch_enable(struct kv_cache *c, kv_fetch_done_fn done, void *ctx,
+                          struct cairn_err *err);
 
 /* Hash of a published block (32 bytes), or NULL if the block is not published. */
 const uint8_t *kv_cache_block_hash(const struct kv_cache *c, int block);

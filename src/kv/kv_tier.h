@@ -3,7 +3,11 @@
  *
  * Payload layout of one block: K then V, each n_kv_layers * layer_block_bytes laid out as
  * [layer][block_size][n_kv_heads][head_dim] (exactly kv_pool_k(pool, block, 0) onwards), plus an
- * optional recurrent-state snapshot (hybrid models) taken at the block's last token. */
+ * optional recurrent-state snapshot (hybrid models) taken at the block's last token.
+ *
+ * Threads: on_evict and on_publish run on the scheduler thread. lookup runs there for blocks that
+ * locate calls fast, and on the cache's fetch thread (kv/kv_fetch.h) for slow ones, concurrently
+ * with the other hooks: a tier that fills locate must make lookup thread-safe. */
 #ifndef CAIRN_KV_KV_TIER_H
 #define CAIRN_KV_KV_TIER_H
 
@@ -22,6 +26,14 @@ struct kv_block_desc {
     size_t state_bytes;
 };
 
+/* Where a lower tier holds a block (locate): FAST is a copy out of RAM, cheap enough for the
+ * scheduler thread; SLOW needs I/O (an SSD read) and is fetched off the scheduler thread. */
+enum kv_tier_loc {
+    KV_TIER_LOC_NONE = 0,
+    KV_TIER_LOC_FAST = 1,
+    KV_TIER_LOC_SLOW = 2,
+};
+
 struct kv_tier_ops {
     void *ctx;
     /* A cached block leaves the device tier (evicted). Called on the scheduler thread: copy and
@@ -35,6 +47,10 @@ struct kv_tier_ops {
      * damaged or mismatching entry, which the tier drops). */
     int (*lookup)(void *ctx, const uint8_t hash[32], const int32_t *tokens, int n_tokens, void *k,
                   void *v, size_t block_bytes, void *state, size_t state_bytes, int *has_state);
+    /* Where `hash` is held (enum kv_tier_loc), without copying anything; may refresh its LRU
+     * position. May be NULL: then every lookup runs on the scheduler thread, as before there was
+     * a fetch thread (tests' simple tiers). */
+    int (*locate)(void *ctx, const uint8_t hash[32]);
 };
 
 #endif

@@ -1,6 +1,9 @@
 /* The SSD tier: one file per block (format in kv/tier_file.h) under a byte budget with LRU
  * eviction, written by background writer threads from a bounded queue. Internal to kv/: use
- * kv/tiers.h. Locking: see tier_ssd.c. */
+ * kv/tiers.h. Design and locking: tier_ssd_int.h.
+ *
+ * Test hook: env CAIRN_TEST_SSD_READ_DELAY_MS (read at open) makes every read of a block file
+ * sleep that long first, to stand for a slow disk; unset in normal runs. */
 #ifndef CAIRN_KV_TIER_SSD_H
 #define CAIRN_KV_TIER_SSD_H
 
@@ -28,10 +31,12 @@ int kv_ssd_open(const struct kv_ssd_opts *o, struct kv_ssd **out, struct cairn_e
 void kv_ssd_close(struct kv_ssd *s);
 /* 1 if the block is indexed (on disk or queued); refreshes its LRU position. */
 int kv_ssd_has(struct kv_ssd *s, const uint8_t hash[32]);
+/* KV_TIER_LOC_NONE, _FAST (queued: still in memory) or _SLOW (a file to read). No LRU touch. */
+int kv_ssd_locate(struct kv_ssd *s, const uint8_t hash[32]);
 /* Queues b for writing (takes ownership). Already indexed: frees b. Queue full: waits for room
  * when blocking, else drops b (counted). */
 void kv_ssd_enqueue(struct kv_ssd *s, struct kv_tier_block *b, int blocking);
-/* See kv_tier_ops.lookup. On a hit read from disk and with promote != NULL, *promote receives
+/* See kv_tier_ops.lookup; thread-safe. On a hit read from disk and with promote != NULL, *promote receives
  * the block read (owned by the caller), for the hot tier. */
 int kv_ssd_lookup(struct kv_ssd *s, const uint8_t hash[32], const int32_t *tokens, int n_tokens,
                   void *k, void *v, size_t block_bytes, void *state, size_t state_bytes,

@@ -1,6 +1,7 @@
 /* The tier chain hot -> SSD behind struct kv_tier_ops. This file holds no lock of its own: the
  * hot tier's mutex and the SSD tier's mutex guard their state, and this layer never holds one
- * while calling into the other (the hot tier spills after releasing its lock). */
+ * while calling into the other (the hot tier spills after releasing its lock). So lookup is
+ * thread-safe, as kv_tier_ops asks of a tier that fills locate. */
 #include "kv/tiers.h"
 
 #include <errno.h>
@@ -122,6 +123,13 @@ static int tiers_lookup(void *ctx, const uint8_t hash[32], const int32_t *tokens
     return hit;
 }
 
+static int tiers_locate(void *ctx, const uint8_t hash[32])
+{
+    struct kv_tiers *t = ctx;
+    if (t->hot && kv_hot_touch(t->hot, hash)) return KV_TIER_LOC_FAST;
+    return t->ssd ? kv_ssd_locate(t->ssd, hash) : KV_TIER_LOC_NONE;
+}
+
 int kv_tiers_open(const struct kv_tiers_opts *o, struct kv_tiers **out, struct cairn_err *err)
 {
     *out = NULL;
@@ -184,6 +192,7 @@ struct kv_tier_ops kv_tiers_ops(struct kv_tiers *t)
     ops.on_evict = tiers_on_evict;
     ops.on_publish = t->write_through && t->ssd ? tiers_on_publish : NULL;
     ops.lookup = tiers_lookup;
+    ops.locate = tiers_locate;
     return ops;
 }
 

@@ -13,12 +13,12 @@
  * SSD files: <ssd_dir>/<hash[0:2]>/<hash-hex>.safetensors, see kv/tier_file.h. They survive
  * restarts: open scans the folder (headers only) and rebuilds the index in LRU order (mtime).
  *
- * Threads: the hooks run on the engine's scheduler thread. on_evict and on_publish never block
- * on I/O (they copy and queue; a full queue drops the block and counts it). lookup does: a hot
- * miss that the SSD index knows reads that block's file on the calling (scheduler) thread, so a
- * prefix hit on the SSD stalls the other sequences for the read (DESIGN.md wants such reads
- * off the scheduler thread; not done yet). 1-2 writer threads write the files. Stats and clear
- * may be called from any thread. Locks: see tier_hot.c and tier_ssd.c.
+ * Threads: on_evict, on_publish and locate run on the engine's scheduler thread and never block
+ * on I/O (they copy and queue; a full queue drops the block and counts it). lookup reads a file
+ * for a block that locate called SLOW (on disk): the device cache (kv_cache.h) calls it for such
+ * blocks only on its fetch thread (kv_fetch.h), so the other sequences keep decoding; hot hits
+ * and queued blocks (FAST) are copied on the scheduler thread. 1-4 writer threads write the
+ * files. Stats and clear may be called from any thread. Locks: see tier_hot.c, tier_ssd_int.h.
  *
  * Wiring: cmd_serve parses --hot-cache-max-size, --hot-cache-write-through, --ssd-cache-dir and
  * --ssd-cache-max-size (kv_tiers_parse_ssd_size: "%" of the disk) into one kv_tiers_opts; the

@@ -370,6 +370,7 @@ int model_forward(struct model *m, const struct backend_kv_view *kv, const struc
     rc = model_forward_ops(m, kv, seqs, n_seqs, n_ints, n_sel, err);
     struct cairn_err end_err = {0};
     int rc_end = m->be->ops->step_end(m->be, &end_err);
+    if (rc_end == CAIRN_OK) rc_end = backend_test_stall(m->be, m->info.model_type, &end_err);
     if (rc == CAIRN_OK && rc_end != CAIRN_OK) {
         rc = rc_end;
         if (err) *err = end_err;

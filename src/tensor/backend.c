@@ -3,10 +3,11 @@
  * The CUDA backend is compiled in only when the build defines CAIRN_HAVE_CUDA (CMake found the
  * toolkit); its entry point is cuda_backend_open in cuda/cuda.h. Without it "cuda" fails with
  * CAIRN_ERR_UNSUPPORTED and "auto" is the CPU. With it, "auto" tries cuda:0 and falls back to
- * the CPU with an info line saying why (no driver, no device). */
+ * the CPU with an info line saying why (no driver, no device). Also the step-stall test hook. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "cpu/cpu.h"
@@ -75,4 +76,21 @@ size_t backend_moe_scratch_floats(int n, int hidden, int inter, int top_k)
 void backend_close(struct backend *be)
 {
     if (be) be->ops->destroy(be);
+}
+
+int backend_test_stall(const struct backend *be, const char *model_type, struct cairn_err *err)
+{
+    static int fired; /* one stall per process: a reloaded model then serves */
+    const char *ms = getenv("CAIRN_TEST_STALL_MS");
+    if (!ms || !*ms || __atomic_load_n(&fired, __ATOMIC_RELAXED)) return CAIRN_OK;
+    const char *arch = getenv("CAIRN_TEST_STALL_ARCH");
+    if (arch && *arch && (!model_type || strcmp(arch, model_type) != 0)) return CAIRN_OK;
+    if (__atomic_exchange_n(&fired, 1, __ATOMIC_ACQ_REL)) return CAIRN_OK;
+    double stall = atof(ms) / 1000.0, limit = backend_step_timeout(be);
+    double wait = stall < limit ? stall : limit;
+    struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+    nanosleep(&ts, NULL);
+    if (stall < limit) return CAIRN_OK;
+    return cairn_err_set(err, CAIRN_ERR_DEVICE, "%s: the step did not finish within %.3g s (--step-timeout; "
+                         "injected stall)", be ? be->name : "backend", limit);
 }

@@ -55,7 +55,24 @@ struct backend {
     char name[32];        /* "cpu", "cuda:0" */
     int host_visible;     /* device pointers are host pointers (the CPU) */
     void *impl;           /* backend-private */
+    double step_timeout_s; /* bound of every wait on the device (step_end, sync); 0 = the
+                            * default BACKEND_STEP_TIMEOUT_S. A wait that passes it fails with
+                            * CAIRN_ERR_DEVICE, as does a sticky device error; a backend whose
+                            * device timed out refuses later steps (CUDA: the context is not
+                            * reused). Set once, before steps run (cairn serve --step-timeout). */
 };
+
+#define BACKEND_STEP_TIMEOUT_S 30.0
+static inline double backend_step_timeout(const struct backend *be)
+{
+    return be && be->step_timeout_s > 0 ? be->step_timeout_s : BACKEND_STEP_TIMEOUT_S;
+}
+/* Test hook, inert unless env CAIRN_TEST_STALL_MS is set: the first step (per process) of a model
+ * whose model_type is CAIRN_TEST_STALL_ARCH (any model when unset) stands for a device that does
+ * not finish: it waits min(stall, the backend's step timeout) and, when the stall is not shorter
+ * than the timeout, fails with CAIRN_ERR_DEVICE as a bounded wait on a GPU does. model/forward.c
+ * calls it after step_end (the backend's lock is free: other models keep stepping). */
+int backend_test_stall(const struct backend *be, const char *model_type, struct cairn_err *err);
 
 /* Paged KV, as kernels see it. K and V are each laid out
  *   [n_blocks][n_layers][block_size][n_kv_heads][head_dim] of `dtype`,

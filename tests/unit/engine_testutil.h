@@ -21,6 +21,8 @@ struct collect {
     int done;
     int n_done_events;
     enum engine_finish finish;
+    int error_code;           /* the DONE event's */
+    char error[256];          /* and its message */
     char stop_text[64];
     int32_t stop_token;
     struct engine_usage usage;
@@ -51,6 +53,8 @@ static inline void collect_event(void *user, const struct engine_event *ev)
         c->done = 1;
         c->n_done_events++;
         c->finish = ev->finish;
+        c->error_code = ev->error_code;
+        if (ev->error) snprintf(c->error, sizeof(c->error), "%s", ev->error);
         c->stop_token = ev->stop_token;
         if (ev->stop_text) snprintf(c->stop_text, sizeof(c->stop_text), "%s", ev->stop_text);
         c->usage = ev->usage;

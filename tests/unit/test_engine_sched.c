@@ -26,6 +26,7 @@ struct fake {
     pthread_cond_t gate_cv;
     int gate_closed;
     int fail_next; /* forward returns an error once */
+    int fail_code; /* ... this one (0: CAIRN_ERR_INTERNAL) */
 };
 
 static uint64_t fake_mix(uint64_t h, int32_t t) { return (h ^ (uint64_t)(t + 1)) * 0x100000001b3ull; }
@@ -49,11 +50,11 @@ static int fake_forward(void *ctx, struct kv_pool *kv, const struct model_seq *s
     atomic_fetch_add(&f->n_entered, 1);
     pthread_mutex_lock(&f->gate_mu);
     while (f->gate_closed) pthread_cond_wait(&f->gate_cv, &f->gate_mu);
-    int fail = f->fail_next;
+    int fail = f->fail_next, code = f->fail_code ? f->fail_code : CAIRN_ERR_INTERNAL;
     f->fail_next = 0;
     pthread_mutex_unlock(&f->gate_mu);
     atomic_fetch_add(&f->n_forward, 1);
-    if (fail) return cairn_err_set(err, CAIRN_ERR_INTERNAL, "fake forward failure");
+    if (fail) return cairn_err_set(err, code, "fake forward failure");
     int bs = kv->block_size;
     for (int si = 0; si < n_seqs; si++) {
         const struct model_seq *s = &seqs[si];
@@ -646,6 +647,53 @@ static void test_submit_errors(void)
     engine_destroy(e);
 }
 
+/* A step that fails with CAIRN_ERR_DEVICE (a device wait past the step timeout): every running
+ * and queued request ends ERROR with error_code CAIRN_ERR_DEVICE and the reason, later submits
+ * fail with CAIRN_ERR_DEVICE, engine_failed says why, and no step runs any more. */
+static void test_device_failure(void)
+{
+    struct fake f;
+    fake_init(&f, 0);
+    struct engine *e = make_engine(&f, 8, 64, 64, 2);
+    static int32_t p[40];
+    make_prompt(p, 40, 5);
+    fake_gate(&f, 1);
+    static struct collect cs[4];
+    for (int i = 0; i < 4; i++) {
+        struct engine_request r = collect_request(&cs[i], p, 20 + i, 50);
+        CHECK(engine_submit(e, &r, NULL, NULL) == CAIRN_OK);
+    }
+    for (int i = 0; i < 2000 && atomic_load(&f.n_entered) == 0; i++) usleep(1000);
+    pthread_mutex_lock(&f.gate_mu);
+    f.fail_next = 1;
+    f.fail_code = CAIRN_ERR_DEVICE;
+    pthread_mutex_unlock(&f.gate_mu);
+    fake_gate(&f, 0);
+    CHECK(collect_wait(cs, 4));
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(cs[i].finish, ENGINE_FINISH_ERROR);
+        CHECK_EQ_INT(cs[i].error_code, CAIRN_ERR_DEVICE);
+        CHECK_MSG(strstr(cs[i].error, "fake forward failure") != NULL, "%s", cs[i].error);
+        CHECK_EQ_INT(cs[i].n_done_events, 1);
+    }
+    char why[256] = "";
+    CHECK_EQ_INT(engine_failed(e, why, sizeof(why)), 1);
+    CHECK_MSG(strstr(why, "fake forward failure") != NULL, "%s", why);
+    int n_fwd = atomic_load(&f.n_forward);
+    struct collect x;
+    struct engine_request r = collect_request(&x, p, 10, 3);
+    struct cairn_err err = {0};
+    CHECK_EQ_INT(engine_submit(e, &r, NULL, &err), CAIRN_ERR_DEVICE);
+    CHECK_MSG(strstr(err.msg, "reloaded") != NULL, "%s", err.msg);
+    usleep(20000);
+    CHECK_EQ_INT(atomic_load(&f.n_forward), n_fwd);
+    struct engine_stats st;
+    collect_wait_idle(e, 4);
+    engine_get_stats(e, &st);
+    CHECK_EQ_INT(st.n_blocks_used, 0);
+    engine_destroy(e);
+}
+
 static void test_hybrid_prefix(void)
 {
     struct fake f;
@@ -755,7 +803,7 @@ static void test_tiers(size_t state_bytes)
     o.block_size = 8;
     o.kv_bytes = 64ull * 2 * 2 * 8 * 2 * sizeof(float); /* 64 blocks */
     o.max_batch_tokens = 64;
-    o.tiers = (struct kv_tier_ops){&t, ram_on_evict, ram_on_publish, ram_lookup};
+    o.tiers = (struct kv_tier_ops){&t, ram_on_evict, ram_on_publish, ram_lookup, NULL};
     struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, state_bytes ? fake_state_init : NULL, NULL, NULL};
     struct engine *e = NULL;
     CHECK(engine_create_ops(&ops, &o, &e, NULL) == CAIRN_OK);
@@ -831,6 +879,7 @@ int main(void)
     test_stops();
     test_submit_errors();
     test_hybrid_prefix();
+    test_device_failure();
     test_tiers(0);
     test_tiers(sizeof(uint64_t));
     test_hybrid_preemption();

@@ -172,8 +172,18 @@ static void make_model_dir(const char *root, const char *name, const char *oracl
     CHECK(symlink(tok, to) == 0);
 }
 
+static int make_pool_kv(const char *root, const char *const *dirs, int n, int device_budget, uint64_t max_device,
+                        uint64_t kv_bytes, struct backend *be, struct pool **p);
+
 static int make_pool(const char *root, const char *const *dirs, int n, int device_budget, uint64_t max_device,
                      struct pool **p)
+{
+    return make_pool_kv(root, dirs, n, device_budget, max_device, 1 << 20, NULL, p);
+}
+
+/* kv_bytes 0: sized by the pool; be NULL: the CPU backend. */
+static int make_pool_kv(const char *root, const char *const *dirs, int n, int device_budget, uint64_t max_device,
+                        uint64_t kv_bytes, struct backend *be, struct pool **p)
 {
     static char settings[1200];
     snprintf(settings, sizeof(settings), "%s/settings.json", root);
@@ -181,10 +191,10 @@ static int make_pool(const char *root, const char *const *dirs, int n, int devic
     memset(&o, 0, sizeof(o));
     o.models = dirs;
     o.n_models = n;
-    o.kv_bytes = 1 << 20;
+    o.kv_bytes = kv_bytes;
     o.max_running = 2;
     o.max_batch_tokens = 64;
-    o.device = test_cpu_be();
+    o.device = be ? be : test_cpu_be();
     o.device_budget = device_budget;
     o.max_device_memory = max_device;
     o.settings_path = settings;
@@ -305,6 +315,131 @@ static void test_pool_device_budget(const char *root)
     pool_destroy(p);
 }
 
+/* A CPU backend that plays a GPU for the weights: each weight_prepare "uploads" (charges the
+ * weight's bytes to the device domain, as the CUDA backend does) and counts what it charged. */
+static void ignore_event(void *user, const struct engine_event *ev)
+{
+    (void)user;
+    (void)ev;
+}
+
+static struct backend_ops g_up_ops;
+static struct backend g_up_be;
+static uint64_t g_up_charged;
+
+static uint64_t up_bytes(const struct tensor *w)
+{
+    return w->dtype == DTYPE_Q ? 0 : (uint64_t)tensor_n_elems(w) * dtype_size(w->dtype);
+}
+
+static int up_weight_prepare(struct backend *be, struct tensor *w, int hint, size_t *extra, struct cairn_err *err)
+{
+    int rc = test_cpu_be()->ops->weight_prepare(be, w, hint, extra, err);
+    if (rc == CAIRN_OK) {
+        cairn_mem_charge(CAIRN_MEM_DEVICE, CAIRN_MEM_WEIGHTS, (int64_t)up_bytes(w));
+        g_up_charged += up_bytes(w);
+    }
+    return rc;
+}
+
+static void up_weight_release(struct backend *be, struct tensor *w)
+{
+    cairn_mem_charge(CAIRN_MEM_DEVICE, CAIRN_MEM_WEIGHTS, -(int64_t)up_bytes(w));
+    test_cpu_be()->ops->weight_release(be, w);
+}
+
+static struct backend *uploading_be(void)
+{
+    g_up_ops = *test_cpu_be()->ops;
+    g_up_ops.weight_prepare = up_weight_prepare;
+    g_up_ops.weight_release = up_weight_release;
+    g_up_be = *test_cpu_be();
+    g_up_be.ops = &g_up_ops;
+    return &g_up_be;
+}
+
+/* Without --kv-cache-size, the KV pool on a device is what the device budget leaves after the
+ * model's weights and workspaces, in whole blocks (llama-tiny: 3 layers x 2 KV heads x 32 dims,
+ * bf16 K and V = 768 bytes a token, 49152 a 64-token block, from its config.json); a prompt
+ * longer than a small pool gets NOMEM (the API's 507); and weights uploaded to the device leave
+ * the host budget's mapped-file count. */
+static void test_pool_device_kv_sizing(const char *root)
+{
+    char da[1100];
+    make_model_dir(root, "ka", "tests/data/oracle/models/llama-tiny", da, sizeof(da));
+    const char *dirs[] = {da};
+    const uint64_t per_block = 64ull * 2 * 3 * 2 * 32 * 2;
+    struct pool *p = NULL;
+    /* the other device categories, from an estimate with the KV size given */
+    if (make_pool(root, dirs, 1, 1, 1ull << 40, &p)) return;
+    uint64_t h[CAIRN_MEM_N_TAGS], dv[CAIRN_MEM_N_TAGS];
+    estimate(p, 0, h, dv);
+    pool_destroy(p);
+    CHECK_EQ_INT(dv[CAIRN_MEM_STATE], 0);
+    uint64_t fixed = sum_bytes(dv) - dv[CAIRN_MEM_KV];
+
+    struct cairn_err err = {0};
+    for (int round = 0; round < 2; round++) {
+        /* 200.5 blocks left: a 200-block pool (more than one 8192-token context: 128 blocks);
+         * then 10.5: a 10-block pool (no idle model to evict for a full context) */
+        uint64_t n_want = round == 0 ? 200 : 10;
+        uint64_t limit = fixed + n_want * per_block + per_block / 2;
+        if (make_pool_kv(root, dirs, 1, 1, limit, 0, round == 0 ? uploading_be() : NULL, &p)) return;
+        g_up_charged = 0;
+        int rc = pool_get(p, 0, &err);
+        CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
+        if (rc != CAIRN_OK) {
+            pool_destroy(p);
+            return;
+        }
+        struct engine *e = p->models[0].e;
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        for (int i = 0; i < 500 && st.n_blocks_total == 0; i++) {
+            usleep(10000);
+            engine_get_stats(e, &st);
+        }
+        CHECK_EQ_INT(st.n_blocks_total, n_want);
+        struct engine_guard_stats ds;
+        engine_guard_get_stats(p->dguard, &ds);
+        if (round == 0) {
+            /* the uploads were measured: the device hold is what was charged, and the host no
+             * longer counts the uploaded weights as mapped file pages */
+            const struct model_info *mi = model_get_info(p->models[0].m);
+            const struct engine_guard_hold *hh = &p->models[0].hold;
+            CHECK(g_up_charged > 0);
+            CHECK_EQ_INT(p->models[0].dhold.bytes[CAIRN_MEM_WEIGHTS], g_up_charged);
+            uint64_t rest = mi->weight_bytes > g_up_charged + hh->bytes[CAIRN_MEM_WEIGHTS]
+                                ? mi->weight_bytes - g_up_charged - hh->bytes[CAIRN_MEM_WEIGHTS] : 0;
+            CHECK_EQ_INT(hh->bytes[CAIRN_MEM_MAPPED], rest);
+            CHECK(hh->bytes[CAIRN_MEM_MAPPED] < mi->weight_bytes);
+        } else {
+            CHECK_EQ_INT(ds.reserved, fixed + n_want * per_block); /* a CPU charges nothing */
+            /* 11 blocks of prompt can never fit 10: NOMEM; 100 tokens can */
+            static int32_t prompt[11 * 64];
+            for (int i = 0; i < 11 * 64; i++) prompt[i] = 3 + i % 500;
+            struct engine_request rq;
+            memset(&rq, 0, sizeof(rq));
+            rq.prompt = prompt;
+            rq.n_prompt = 11 * 64 - 4;
+            rq.max_tokens = 1;
+            engine_sampling_default(&rq.sampling);
+            rq.on_event = ignore_event;
+            CHECK_EQ_INT(engine_submit(e, &rq, NULL, &err), CAIRN_ERR_NOMEM);
+            rq.n_prompt = 100;
+            uint64_t id = 0;
+            CHECK_EQ_INT(engine_submit(e, &rq, &id, &err), CAIRN_OK);
+        }
+        pool_put(p, 0);
+        pool_destroy(p);
+    }
+    /* below one block per running sequence (2) the load fails for the device, with the numbers */
+    if (make_pool_kv(root, dirs, 1, 1, fixed + per_block, 0, NULL, &p)) return;
+    CHECK(pool_get(p, 0, &err) == CAIRN_ERR_NOMEM);
+    CHECK_MSG(strstr(err.msg, "device memory") != NULL, "%s", err.msg);
+    pool_destroy(p);
+}
+
 static int cfg_int(json_t *c, const char *k)
 {
     return (int)json_integer_value(json_object_get(c, k));
@@ -400,6 +535,7 @@ static void test_hybrid_sizing(void)
     CHECK(mkdtemp(root) != NULL);
     test_pool_hybrid_estimate(root, state, kv_per_token);
     test_pool_device_budget(root);
+    test_pool_device_kv_sizing(root);
     char cmd[200];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     CHECK(system(cmd) == 0);
