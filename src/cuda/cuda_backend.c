@@ -215,6 +215,17 @@ static int cuda_buf_copy(struct backend *be, void *dst, const void *src, size_t 
     return cuda_copy(be, dst, src, bytes, cudaMemcpyDeviceToDevice, err);
 }
 
+static int cuda_buf_zero(struct backend *be, void *dst, size_t bytes, struct cairn_err *err)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    if (!bytes) return CAIRN_OK;
+    cuda_graphs_before_copy(be); /* ordered like a copy: after the ops recorded so far */
+    int st = cuda_check(NULL, err, cudaSetDevice(c->device));
+    if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaMemsetAsync(dst, 0, bytes, c->stream));
+    if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamSynchronize(c->stream));
+    return st;
+}
+
 /* ---- weights ---- */
 
 static int cuda_wtype_of(enum dtype t, enum cuda_wtype *out)
@@ -438,6 +449,7 @@ static const struct backend_ops cuda_backend_ops = {
     .buf_upload = cuda_buf_upload,
     .buf_download = cuda_buf_download,
     .buf_copy = cuda_buf_copy,
+    .buf_zero = cuda_buf_zero,
     .weight_prepare = cuda_weight_prepare,
     .weight_release = cuda_weight_release,
     .weight_slice_rows = cuda_weight_slice_rows,

@@ -586,7 +586,11 @@ struct backend *model_backend(const struct model *m)
 
 void model_state_init(const struct model *m, void *state)
 {
-    if (m->info.state_bytes) memset(state, 0, m->info.state_bytes);
+    if (!m->info.state_bytes) return;
+    struct cairn_err err = {0};
+    /* a device failure here also fails the sequence's next step (step_end) */
+    if (m->be->ops->buf_zero(m->be, state, m->info.state_bytes, &err) != CAIRN_OK)
+        LOG_WARN("model", "cannot zero a recurrent state: %s", err.msg);
 }
 
 /* ---- workspaces ---- */

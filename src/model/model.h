@@ -143,7 +143,8 @@ struct model_mtp_seq {
 int model_mtp_forward(struct model *m, const struct backend_kv_view *kv, const struct model_mtp_seq *seqs,
                       int n_seqs, struct cairn_err *err);
 
-/* Recurrent state of a fresh sequence (zeroes; kept as a function in case a model needs more). */
+/* Recurrent state of a fresh sequence: state_bytes in the model's backend memory (device memory
+ * on a GPU), zeroed through the backend (kept as a function in case a model needs more). */
 void model_state_init(const struct model *m, void *state);
 
 #endif
