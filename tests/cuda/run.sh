@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 14, for a machine with an NVIDIA GPU (sm_90+), in order:
+# The GPU checks of issues 14 and 15, for a machine with an NVIDIA GPU (sm_90+), in order:
 #   1. tests/cuda/test_cuda_ops: every op of the CUDA table against the host reference;
 #   2. tests/cuda/bf16_reference.py: the oracle checkpoints in transformers with bf16 weights
 #      and activations on the GPU, max |Δlogit| from the oracle per model: the reference's own
 #      bf16 error, which sets each model's tolerance below (skipped without torch);
-#   3. cairn check-logits --device cuda on every dense oracle model (llama, qwen2, qwen3 in BF16
-#      and MLX q4/q8), KV in bf16 and f32: whole prefill, chunked prefill + decode (a sequence
-#      alone), and all cases batched; each mode must keep max |Δlogit| <= the tolerance and
-#      the oracle's greedy tokens where its margin exceeds 2 x tolerance, so the batched mode
+#   3. cairn check-logits --device cuda on every oracle model: dense (llama, qwen2, qwen3 in BF16
+#      and MLX q4/q8), MoE (qwen3_moe, qwen3_5_moe) and hybrid Gated DeltaNet (qwen3_next,
+#      qwen3_5, also MLX q4), KV in bf16 and f32: whole prefill, chunked prefill + decode (a
+#      sequence alone), and all cases batched; each mode must keep max |Δlogit| <= the tolerance
+#      and the oracle's greedy tokens where its margin exceeds 2 x tolerance, so the batched mode
 #      passing with the solo modes is "batched == solo" (the lines are put side by side);
+#   3b. MTP on the GPU: cairn generate --device cuda --speculative mtp on the hybrid MTP fixtures
+#      (tests/data/mtp) gives the same greedy tokens as the plain decode loop, KV in bf16 and f32
+#      (the random head's drafts are almost all rejected: the recurrent state is rolled back);
 #   4. cairn serve --device cuda on a synthetic Qwen3 with the real tokenizer: curl (greedy
 #      repeatable, usage, prefix cache) and the official OpenAI/Anthropic SDKs
 #      (tests/integration/sdk/sdk_check.cjs, when node and the npm packages are there; else
@@ -69,7 +73,6 @@ tol_for() { # the bf16 reference's max |Δlogit| for model $1 (at least 2e-3), o
 }
 for dir in "$ORACLE"/*/; do
     name=$(basename "$dir")
-    case "$name" in *moe*|*next*|qwen3_5*) continue ;; esac # dense families only (issue 14)
     [ -f "$dir/expected.safetensors" ] || continue
     tol=$(tol_for "$name")
     for kv in bf16 f32; do
@@ -85,6 +88,25 @@ for dir in "$ORACLE"/*/; do
         grep -E '^case [0-9]+ (chunk|batched)' "$out" | awk '{ print "    " $0 }' >> "$LOG/batched_vs_solo.txt"
         if grep -E '^case [0-9]+ batched' "$out" | grep -q mismatch; then
             bad "$name kv=$kv: batched greedy tokens differ from the solo/oracle ones"
+        fi
+    done
+done
+
+# 3b. MTP drafting with the hybrid state rolled back: greedy tokens as without speculation
+MTP_PROMPT=3,14,15,92,65,35,89,79,32,38,46,26,43,38,32,79,50,28,84,19,71,69,39,93,75,10
+for dir in tests/data/mtp/*/; do
+    [ -f "$dir/config.json" ] || continue
+    name=$(basename "$dir")
+    for kv in bf16 f32; do
+        out="$LOG/mtp-$name-$kv.log"
+        plain=$("$BIN" generate --device cuda --model "$dir" --tokens "$MTP_PROMPT" -n 48 --kv "$kv" 2>> "$out")
+        spec=$("$BIN" generate --device cuda --model "$dir" --tokens "$MTP_PROMPT" -n 48 --kv "$kv" \
+            --speculative mtp 2>> "$out")
+        drafts=$(sed -n 's/.*speculative mtp: \(.*\)$/\1/p' "$out")
+        if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then
+            note "$(printf 'mtp %-22s kv=%-4s greedy == plain (%s)  ok' "$name" "$kv" "${drafts:-?}")"
+        else
+            bad "mtp $name kv=$kv: tokens with --speculative mtp differ: [$spec] vs [$plain] (see $out)"
         fi
     done
 done
