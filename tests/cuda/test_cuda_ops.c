@@ -1098,9 +1098,8 @@ static void test_moe(void)
 
 /* ---- gated DeltaNet ---- */
 
-static void test_gdn_case(int n)
+static void test_gdn_case(struct gdn_dims dims, int n)
 {
-    struct gdn_dims dims = {.n_k_heads = 2, .n_v_heads = 4, .head_k_dim = 32, .head_v_dim = 48, .conv_kernel = 4};
     int cd = gdn_conv_dim(&dims), vd = gdn_value_dim(&dims), nv = dims.n_v_heads;
     size_t sf = gdn_state_floats(&dims);
     float *conv_w = rnd_vec((size_t)cd * dims.conv_kernel, 0.5f), *a_log = rnd_vec((size_t)nv, 1.0f);
@@ -1133,9 +1132,13 @@ static void test_gdn_case(int n)
     cpu_gdn(&hg);
     double *want = malloc(sizeof(double) * (sf > (size_t)n * vd ? sf : (size_t)n * vd));
     for (size_t i = 0; i < (size_t)n * vd; i++) want[i] = ref_out[i];
-    check_close(n == 1 ? "gdn out (decode)" : "gdn out", out, want, NULL, (size_t)n * vd, 1e-4);
+    char what[96];
+    snprintf(what, sizeof(what), "gdn out n=%d (k %dx%d, v %dx%d, conv %d)", n, dims.n_k_heads, dims.head_k_dim,
+             dims.n_v_heads, dims.head_v_dim, dims.conv_kernel);
+    check_close(what, out, want, NULL, (size_t)n * vd, 1e-4);
     for (size_t i = 0; i < sf; i++) want[i] = state[i];
-    check_close("gdn state", gstate, want, NULL, sf, 1e-5);
+    snprintf(what, sizeof(what), "gdn state n=%d (k dim %d, v dim %d)", n, dims.head_k_dim, dims.head_v_dim);
+    check_close(what, gstate, want, NULL, sf, 1e-5);
     float *cq = malloc(sizeof(float) * (size_t)n * cd);
     dev_to(cq, d_qkv, sizeof(float) * (size_t)n * cd);
     for (size_t i = 0; i < (size_t)n * cd; i++) want[i] = qkv[i];
@@ -1362,8 +1365,18 @@ int main(int argc, char **argv)
     test_attn_decode();
     test_graphs();
     test_moe();
-    test_gdn_case(1);
-    test_gdn_case(7);
+    /* S in registers (head_k_dim <= 128, head_v_dim a multiple of 8), and the plain kernel for
+     * the other shapes; decode (n = 1) and prefill chunks, odd sizes */
+    const struct gdn_dims gdn_shapes[] = {
+        {.n_k_heads = 2, .n_v_heads = 4, .head_k_dim = 32, .head_v_dim = 48, .conv_kernel = 4},
+        {.n_k_heads = 1, .n_v_heads = 2, .head_k_dim = 128, .head_v_dim = 128, .conv_kernel = 4},
+        {.n_k_heads = 1, .n_v_heads = 3, .head_k_dim = 40, .head_v_dim = 8, .conv_kernel = 1},
+        {.n_k_heads = 2, .n_v_heads = 2, .head_k_dim = 160, .head_v_dim = 20, .conv_kernel = 3},
+    };
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(gdn_shapes); i++) {
+        test_gdn_case(gdn_shapes[i], 1);
+        test_gdn_case(gdn_shapes[i], i == 1 ? 33 : 7);
+    }
     test_errors_and_memory();
     be->ops->destroy(be);
     return test_summary("test_cuda_ops");
