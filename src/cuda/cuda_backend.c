@@ -429,6 +429,7 @@ static void cuda_destroy(struct backend *be)
         for (int i = 0; i < CUDA_WS_N; i++) cuda_dev_free(c, c->ws[i].ptr, c->ws[i].bytes, CAIRN_MEM_SCRATCH);
         cuda_dev_free(c, c->lt_ws, CUDA_LT_WS_BYTES, CAIRN_MEM_SCRATCH);
         cuda_dev_free(c, c->attn_counters, CUDA_ATTN_COUNTERS * sizeof(int), CAIRN_MEM_SCRATCH);
+        cuda_moe_free(c);
         if (c->lt) (void)cuda_lt.destroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         cuda_graphs_free(c);
@@ -562,6 +563,8 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
+    s = getenv("CAIRN_CUDA_MOE"); /* "host": every moe_experts call groups on the host */
+    c->moe_host_only = s && strcmp(s, "host") == 0;
     s = getenv("CAIRN_CUDA_MEM_LIMIT");
     if (s && *s && !cairn_parse_size(s, &c->mem_limit)) {
         st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_MEM_LIMIT: cannot parse \"%s\"", s);
