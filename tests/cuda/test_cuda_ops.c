@@ -1603,7 +1603,7 @@ int main(int argc, char **argv)
     test_graphs();
     test_moe();
     test_gdn_graph();
-    /* S in registers (head_k_dim <= 128, head_v_dim a multiple of 8), and the plain kernel for
+    /* S in registers (head_k_dim <= 128, head_v_dim a multiple of 8 up to 128), the plain kernel for
      * the other shapes; decode (n = 1) and prefill chunks, odd sizes */
     const struct gdn_dims gdn_shapes[] = {
         {.n_k_heads = 2, .n_v_heads = 4, .head_k_dim = 32, .head_v_dim = 48, .conv_kernel = 4},
