@@ -70,6 +70,12 @@ struct model_info {
     size_t state_bytes;      /* recurrent state per sequence; 0 for pure-attention models */
     uint64_t n_params;
     uint64_t weight_bytes;   /* bytes of weights as stored */
+    /* MoE: what a decode step reads of the weights depends on the routing (bench's roofline) */
+    int n_experts;           /* routed experts per MoE layer; 0: dense */
+    int n_experts_per_tok;
+    uint64_t routed_expert_bytes; /* of weight_bytes: every routed expert of every layer */
+    uint64_t untied_embed_bytes;  /* of weight_bytes: an untied embedding table (one row read
+                                   * per token); 0 when the LM head reads it */
     uint8_t identity[32];    /* SHA-256 over tensor names, dtypes, shapes and every byte (model_identity.h) */
 };
 
