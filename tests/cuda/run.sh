@@ -22,7 +22,9 @@
 # Env: CAIRN_BUILD (default build-cuda: `make test-cuda` builds it), CAIRN_BIN (default
 # $CAIRN_BUILD/cairn), CAIRN_ORACLE (default tests/data/oracle/models, else
 # ../shared/oracle/models), CAIRN_TOKDIR (the Qwen3 tokenizer folder for the serve check),
-# CAIRN_CUDA_TOL (a fixed tolerance instead of the bf16 reference's),
+# CAIRN_CUDA_TOL (a fixed tolerance instead of the bf16 reference's), CAIRN_BF16_REF (a TSV that
+# bf16_reference.py wrote on this GPU before: used instead of running it again, to save device
+# time), CAIRN_CUDA_MODELS (space-separated oracle model names: only those in step 3),
 # OUT (logs and summary.txt go there when set). Exit: 0 all passed, 1 a failure, 77 no GPU.
 set -u
 cd "${CAIRN_SRC:-$(dirname "$0")/../..}"
@@ -56,7 +58,10 @@ if [ -z "$ORACLE" ]; then
     if [ -d tests/data/oracle/models ]; then ORACLE=tests/data/oracle/models; else ORACLE=../shared/oracle/models; fi
 fi
 REF="$LOG/bf16_reference.tsv"
-if python3 -c 'import torch, transformers, safetensors; assert torch.cuda.is_available()' 2>/dev/null; then
+if [ -n "${CAIRN_BF16_REF:-}" ]; then
+    cp "$CAIRN_BF16_REF" "$REF"
+    note "bf16 reference: from $CAIRN_BF16_REF (measured before on this GPU)"
+elif python3 -c 'import torch, transformers, safetensors; assert torch.cuda.is_available()' 2>/dev/null; then
     python3 tests/cuda/bf16_reference.py "$ORACLE" > "$REF" 2> "$LOG/bf16_reference.log" ||
         bad "bf16_reference.py: see $LOG/bf16_reference.log"
 else
@@ -74,6 +79,7 @@ tol_for() { # the bf16 reference's max |Δlogit| for model $1 (at least 2e-3), o
 for dir in "$ORACLE"/*/; do
     name=$(basename "$dir")
     [ -f "$dir/expected.safetensors" ] || continue
+    case " ${CAIRN_CUDA_MODELS:-$name} " in *" $name "*) ;; *) continue ;; esac
     tol=$(tol_for "$name")
     for kv in bf16 f32; do
         out="$LOG/check-$name-$kv.log"
