@@ -469,7 +469,7 @@ void pool_load_estimate(struct pool *p, int idx, uint64_t host[CAIRN_MEM_N_TAGS]
     uint64_t all[CAIRN_MEM_N_TAGS] = {0};
     memset(host, 0, sizeof(uint64_t) * CAIRN_MEM_N_TAGS);
     if (dev) memset(dev, 0, sizeof(uint64_t) * CAIRN_MEM_N_TAGS);
-    uint64_t files = pool_weight_file_bytes(m->dir);
+    uint64_t files = pool_weight_file_bytes(m->dir), run_states = 0;
     all[CAIRN_MEM_KV] = o.kv_bytes;
     struct model_config c;
     memset(&c, 0, sizeof(c));
@@ -483,6 +483,7 @@ void pool_load_estimate(struct pool *p, int idx, uint64_t host[CAIRN_MEM_N_TAGS]
         uint64_t per_block = engine_guard_kv_bytes(&mi, o.block_size, o.kv_dtype, o.block_size);
         uint64_t n_blocks = per_block ? o.kv_bytes / per_block : 0;
         all[CAIRN_MEM_STATE] = engine_guard_snapshot_bytes(mi.state_bytes, o.snapshot_bytes, o.max_running, n_blocks);
+        run_states = (uint64_t)o.max_running * mi.state_bytes;
         model_config_free(&c);
     }
     if (p->dguard && dev) {
@@ -490,7 +491,7 @@ void pool_load_estimate(struct pool *p, int idx, uint64_t host[CAIRN_MEM_N_TAGS]
          * the mapped files (read while they upload) and the hot tier */
         dev[CAIRN_MEM_WEIGHTS] = files;
         dev[CAIRN_MEM_KV] = all[CAIRN_MEM_KV];
-        dev[CAIRN_MEM_STATE] = all[CAIRN_MEM_STATE];
+        dev[CAIRN_MEM_STATE] = all[CAIRN_MEM_STATE] + run_states; /* + the engine's state slots */
         dev[CAIRN_MEM_SCRATCH] = all[CAIRN_MEM_SCRATCH];
     } else {
         memcpy(host, all, sizeof(all));
@@ -747,6 +748,11 @@ static void pool_admit_and_load(struct pool *p, int idx)
                 dm[t] = now_t > d0[t] ? now_t - d0[t] : 0;
                 dsum += dm[t];
             }
+            /* recurrent states live in device memory too (kv/kv_state.h): the engine's slots
+             * are measured, the snapshots are allocated as blocks fill, so the hold keeps
+             * their budget from the start */
+            uint64_t states = snap + (uint64_t)o.max_running * mi->state_bytes;
+            if (dsum && dm[CAIRN_MEM_STATE] < states) dm[CAIRN_MEM_STATE] = states;
             for (int t = 0; t < CAIRN_MEM_N_TAGS && dsum; t++)
                 engine_guard_set(p->dguard, &m->dhold, (enum cairn_mem_tag)t, dm[t]);
         }

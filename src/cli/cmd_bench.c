@@ -14,7 +14,10 @@
  *       roofline and the adjacent ratio are against the device's copy bandwidth, probed once
  *       in the run (cuda_probe_copy_bandwidth; JSON "device_copy_gbs"), not the host probes;
  *       timing starts after an untimed warm-up of each length (one-time algorithm timing and
- *       graph capture), and prefill_fma_peak_pct (a host figure) is 0.
+ *       graph capture), and prefill_fma_peak_pct (a host figure) is 0. A MoE model also gets
+ *       the bytes a step reads under its routing (moe_step_bytes: at most batch x top_k experts
+ *       per layer, one row of an untied embedding) and that roofline
+ *       (moe_decode_roofline_pct_median); the plain roofline counts every expert.
  *   cairn bench --attn HEADS:KV_HEADS:HEAD_DIM [-p N] [--chunk C] [-t T] [--reps R]
  *       synthetic attention (no model) on the CPU: one layer's causal prefill of -p tokens in
  *       chunks of C (default all) over bf16 paged KV, the rowwise and the tiled kernel
@@ -582,6 +585,14 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
         bw[r] = ratio;
     }
     double adj_med = bench_median(bw, reps);
+    /* MoE: the bytes a step reads, routing included: at most B * top_k distinct experts of each
+     * layer (exactly top_k at batch 1), and one row of an untied embedding table */
+    double act_bytes = 0, act_med = 0;
+    if (info->n_experts > 0) {
+        double used = CAIRN_MIN((double)info->n_experts, (double)B * info->n_experts_per_tok) / info->n_experts;
+        act_bytes = step_bytes - (double)info->routed_expert_bytes * (1.0 - used) - (double)info->untied_embed_bytes;
+        act_med = 100.0 * act_bytes * steps_med / 1e9 / roof_gbs;
+    }
     if (o->json) {
         printf("{\"mode\": \"model\", \"model\": \"%s\", \"model_type\": \"%s\", \"weight_bytes\": %llu, "
                "\"n_params\": %llu, \"prompt\": %d, \"gen\": %d, \"batch\": %d, \"reps\": %d, "
@@ -595,6 +606,8 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
                roof_med, roof_best, gf_med, gf_best, cpu ? 100.0 * gf_best / probe->fma_gflops : 0.0,
                100.0 * adj_med, 100.0 * adj_best);
         if (dev_gbs > 0) printf("\"device\": \"%s\", \"device_copy_gbs\": %.2f, ", be->name, dev_gbs);
+        if (act_bytes > 0)
+            printf("\"moe_step_bytes\": %.0f, \"moe_decode_roofline_pct_median\": %.1f, ", act_bytes, act_med);
         printf("\"chunk\": %d, \"attn_kernel\": \"%s\", \"prefill\": [", o->chunk > 0 ? o->chunk : 0,
                cpu ? cpu_attn_mode_name(cpu_attn_mode_get()) : be->name);
         for (int i = 0; i < NP; i++) {
@@ -627,6 +640,9 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
                step_bytes / 1e6, roof_best, roof_med, dev_gbs > 0 ? "the device's copy" : "read");
         printf("  vs adjacent probes: best %.1f%%, median %.1f%% (read probe just before/after each run)\n",
                100.0 * adj_best, 100.0 * adj_med);
+        if (act_bytes > 0)
+            printf("  MoE, bytes the routing reads: %.1f MB/step; median %.1f%% of the bandwidth\n", act_bytes / 1e6,
+                   act_med);
     }
     rc = 0;
 cleanup:

@@ -1,9 +1,12 @@
 /* cairn generate --model DIR (--tokens 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S]
  *                [--kv f32|bf16] [--tokenizer DIR] [--device auto|cpu|cuda[:N]]
+ *                [--speculative off|ngram|mtp|auto]
  * Prefills the prompt, then decodes N tokens (greedy when temp is 0, else softmax sampling
  * with a seeded generator), stopping at an eos id. With --tokens prints the generated ids,
  * comma-separated; with --prompt (tokenized by DIR/tokenizer.json with its post-processor)
- * streams the generated text. */
+ * streams the generated text. --speculative runs the request through the engine instead
+ * (generate_engine.c: its sampler, and drafts of that mode verified), whose greedy tokens are
+ * the same. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 
 #include "base/file.h"
 #include "cli/cli.h"
+#include "cli/cli_generate.h"
 #include "model/model.h"
 #include "model/model_run.h"
 #include "tok/tok.h"
@@ -21,7 +25,7 @@ static void generate_usage(FILE *f)
     fprintf(f,
             "usage: cairn generate --model DIR (--tokens 1,2,3 | --prompt TEXT) [-n N] [--temp T]\n"
             "                      [--seed S] [--kv f32|bf16] [--tokenizer DIR]\n"
-            "                      [--device auto|cpu|cuda[:N]]\n");
+            "                      [--device auto|cpu|cuda[:N]] [--speculative off|ngram|mtp|auto]\n");
 }
 
 static int generate_parse_ids(const char *s, int32_t **out, int *n)
@@ -92,6 +96,8 @@ int cmd_generate(int argc, char **argv)
     double temp = 0;
     uint64_t seed = 0;
     enum dtype kv_dtype = DTYPE_BF16;
+    int spec = -1; /* engine_spec_mode, or -1: the plain loop */
+    char timing[160] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -115,6 +121,12 @@ int cmd_generate(int argc, char **argv)
             tok_dir = argv[++i];
         } else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
             device = argv[++i];
+        } else if (strcmp(a, "--speculative") == 0 && i + 1 < argc) {
+            spec = engine_spec_mode_parse(argv[++i]);
+            if (spec < 0) {
+                fprintf(stderr, "generate: bad --speculative '%s' (off, ngram, mtp or auto)\n", argv[i]);
+                return 2;
+            }
         } else {
             fprintf(stderr, "generate: unknown option %s\n", a);
             generate_usage(stderr);
@@ -163,6 +175,23 @@ int cmd_generate(int argc, char **argv)
     }
     if (model_load(dir, be, &m, &err) != CAIRN_OK) goto done;
     const struct model_info *info = model_get_info(m);
+    if (spec >= 0) {
+        struct generate_engine_opts g = {.prompt = prompt, .n_prompt = n_prompt, .n_new = n_new, .temp = temp,
+                                         .seed = seed, .kv_dtype = kv_dtype, .mode = (enum engine_spec_mode)spec};
+        int32_t *out = malloc(sizeof(int32_t) * (size_t)(n_new > 0 ? n_new : 1));
+        int n_out = 0;
+        if (!out) goto done;
+        int grc = generate_engine_run(m, &g, out, &n_out, &err);
+        for (int i = 0; i < n_out; i++) {
+            const char *piece;
+            size_t plen;
+            if (!ts) printf("%s%d", i ? "," : "", out[i]);
+            else if (tok_stream_feed(ts, out[i], &piece, &plen) == CAIRN_OK) fwrite(piece, 1, plen, stdout);
+        }
+        free(out);
+        if (grc != CAIRN_OK) goto done;
+        goto finish;
+    }
     int chunk = CAIRN_MIN(n_prompt, 256);
     struct model_run_opts ro = {.n_seqs = 1, .max_ctx = n_prompt + n_new, .max_step = chunk, .block_size = 16,
                                 .kv_dtype = kv_dtype};
@@ -194,14 +223,16 @@ int cmd_generate(int argc, char **argv)
         if (model_run_step(&run, &it, 1, &err) != CAIRN_OK) goto done;
     }
     double t2 = cairn_now();
+    snprintf(timing, sizeof(timing), "generate: prefill %d tokens in %.3f s, %d generated in %.3f s\n", n_prompt,
+             t1 - t0, n_gen, t2 - t1);
+finish:
     if (ts) {
         const char *piece;
         size_t plen;
         if (tok_stream_flush(ts, &piece, &plen) == CAIRN_OK) fwrite(piece, 1, plen, stdout);
     }
     printf("\n");
-    fprintf(stderr, "generate: prefill %d tokens in %.3f s, %d generated in %.3f s\n", n_prompt,
-            t1 - t0, n_gen, t2 - t1);
+    fputs(timing, stderr);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "generate: %s\n", err.msg[0] ? err.msg : "out of memory");

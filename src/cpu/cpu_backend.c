@@ -73,6 +73,12 @@ static int cpu_be_copy(struct backend *be, void *dst, const void *src, size_t by
     return CAIRN_OK;
 }
 
+static int cpu_be_zero(struct backend *be, void *dst, size_t bytes, struct cairn_err *err)
+{
+    if (bytes) memset(dst, 0, bytes);
+    return CAIRN_OK;
+}
+
 /* ---- weights ---- */
 
 /* Drops the whole pages inside [p, p + bytes) from this process (see DESIGN). */
@@ -302,6 +308,7 @@ static const struct backend_ops cpu_be_ops = {
     .buf_upload = cpu_be_copy,
     .buf_download = cpu_be_copy,
     .buf_copy = cpu_be_copy,
+    .buf_zero = cpu_be_zero,
     .weight_prepare = cpu_be_weight_prepare,
     .weight_release = cpu_be_weight_release,
     .weight_slice_rows = cpu_be_weight_slice_rows,

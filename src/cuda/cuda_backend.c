@@ -265,6 +265,17 @@ static int cuda_buf_copy(struct backend *be, void *dst, const void *src, size_t 
     return cuda_copy(be, dst, src, bytes, cudaMemcpyDeviceToDevice, err);
 }
 
+static int cuda_buf_zero(struct backend *be, void *dst, size_t bytes, struct cairn_err *err)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    if (!bytes) return CAIRN_OK;
+    cuda_graphs_before_copy(be); /* ordered like a copy: after the ops recorded so far */
+    int st = cuda_check(NULL, err, cudaSetDevice(c->device));
+    if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaMemsetAsync(dst, 0, bytes, c->stream));
+    if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamSynchronize(c->stream));
+    return st;
+}
+
 /* ---- weights ---- */
 
 static int cuda_wtype_of(enum dtype t, enum cuda_wtype *out)
@@ -494,6 +505,7 @@ static void cuda_destroy(struct backend *be)
         for (int i = 0; i < CUDA_WS_N; i++) cuda_dev_free(c, c->ws[i].ptr, c->ws[i].bytes, CAIRN_MEM_SCRATCH);
         cuda_dev_free(c, c->lt_ws, CUDA_LT_WS_BYTES, CAIRN_MEM_SCRATCH);
         cuda_dev_free(c, c->attn_counters, CUDA_ATTN_COUNTERS * sizeof(int), CAIRN_MEM_SCRATCH);
+        cuda_moe_free(c);
         if (c->lt) (void)cuda_lt.destroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         cuda_graphs_free(c);
@@ -514,6 +526,7 @@ static const struct backend_ops cuda_backend_ops = {
     .buf_upload = cuda_buf_upload,
     .buf_download = cuda_buf_download,
     .buf_copy = cuda_buf_copy,
+    .buf_zero = cuda_buf_zero,
     .weight_prepare = cuda_weight_prepare,
     .weight_release = cuda_weight_release,
     .weight_slice_rows = cuda_weight_slice_rows,
@@ -631,6 +644,8 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
+    s = getenv("CAIRN_CUDA_MOE"); /* "host": every moe_experts call groups on the host */
+    c->moe_host_only = s && strcmp(s, "host") == 0;
     s = getenv("CAIRN_CUDA_MEM_LIMIT");
     if (s && *s && !cairn_parse_size(s, &c->mem_limit)) {
         st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_MEM_LIMIT: cannot parse \"%s\"", s);

@@ -12,9 +12,10 @@
  *   buffers, so it may change freely between replays.
  * - Flush: the recorded run is flushed when the step needs its results or does something a
  *   graph cannot hold: a copy in or out (buf_upload/download/copy on the step's thread), sync,
- *   step_end, or an op this file does not record (MoE, DeltaNet, strided copies, cuBLASLt-sized
- *   matmuls, the tiled prefill attention with its host tile list): that op and the rest of the
- *   step then run eagerly. A flush looks the run up in a small cache (CUDA_GRAPH_CACHE runs,
+ *   step_end, or an op this file does not record (cuBLASLt-sized matmuls, the tiled prefill
+ *   attention with its host tile list, moe_experts over more than CUDA_MOE_DEVICE_MAX_N tokens):
+ *   that op and the rest of the step then run eagerly. MoE routing, the device experts path,
+ *   the shared expert's gate, DeltaNet and strided copies are recorded like the dense ops. A flush looks the run up in a small cache (CUDA_GRAPH_CACHE runs,
  *   least recently used replaced): a run captured before is one cudaGraphLaunch; a run seen
  *   once before is replayed into a stream capture, instantiated and launched (the first sight
  *   runs eagerly, so every workspace has grown to its size before any capture: nothing syncs
@@ -47,6 +48,12 @@ enum cuda_gop {
     CUDA_G_KV_STORE,
     CUDA_G_ATTENTION,
     CUDA_G_QK_ROPE_STORE,
+    /* MoE and hybrid layers (issue 15) */
+    CUDA_G_ADD_SIGMOID_SCALED,
+    CUDA_G_MOE_ROUTE,
+    CUDA_G_MOE_EXPERTS, /* the device path only (cuda_moe.c) */
+    CUDA_G_GDN,
+    CUDA_G_COPY_ROWS,
 };
 
 /* One recorded op: zeroed before it is filled, so that records compare with memcmp. */
@@ -122,6 +129,25 @@ struct cuda_grec {
             float scale;
             struct backend_kv_view kv; /* no padding */
         } attn;
+        struct {
+            float *y;
+            const float *x, *g;
+            int n_rows, dim;
+        } asig;
+        struct {
+            const float *logits;
+            int n, n_experts, top_k, norm_topk;
+            int32_t *ids;
+            float *w;
+        } route;
+        struct backend_moe moe; /* member by member (padding stays zero) */
+        struct backend_gdn gdn; /* member by member */
+        struct {
+            float *dst;
+            const float *src;
+            int64_t dst_stride, src_stride;
+            int n_rows, width;
+        } crows;
     } u;
 };
 
@@ -260,6 +286,19 @@ static void cuda_graph_replay(struct backend *be, const struct cuda_grec *recs, 
             cuda_op_qk_rope_store(be, &q);
             break;
         }
+        case CUDA_G_ADD_SIGMOID_SCALED:
+            cuda_op_add_sigmoid_scaled(be, r->u.asig.y, r->u.asig.x, r->u.asig.g, r->u.asig.n_rows, r->u.asig.dim);
+            break;
+        case CUDA_G_MOE_ROUTE:
+            cuda_op_moe_route(be, r->u.route.logits, r->u.route.n, r->u.route.n_experts, r->u.route.top_k,
+                              r->u.route.norm_topk, r->u.route.ids, r->u.route.w);
+            break;
+        case CUDA_G_MOE_EXPERTS: cuda_op_moe_experts(be, &r->u.moe); break;
+        case CUDA_G_GDN: cuda_op_gdn(be, &r->u.gdn); break;
+        case CUDA_G_COPY_ROWS:
+            cuda_op_copy_rows(be, r->u.crows.dst, r->u.crows.dst_stride, r->u.crows.src, r->u.crows.src_stride,
+                              r->u.crows.n_rows, r->u.crows.width);
+            break;
         default: CAIRN_ASSERT(!"cuda graphs: unknown record");
         }
     }
@@ -630,38 +669,112 @@ static void cuda_gop_attention(struct backend *be, const struct backend_attn *a)
     r->u.attn.kv = *a->kv;
 }
 
-/* The ops graphs cannot hold: the run so far is flushed and the step goes on eagerly. */
+/* ---- MoE and hybrid layers: every launch depends only on the recorded arguments (the routing
+ * and the recurrent state are device data), except moe_experts over more tokens than
+ * CUDA_MOE_DEVICE_MAX_N or on a layer cuda_moe.c cannot table: that reads the routing back
+ * (a sync), so it runs eagerly. ---- */
+
 static void cuda_gop_add_sigmoid_scaled(struct backend *be, float *y, const float *x, const float *g,
-                                            int n_rows, int dim)
+                                        int n_rows, int dim)
 {
-    cuda_graph_go_eager(be);
-    cuda_op_add_sigmoid_scaled(be, y, x, g, n_rows, dim);
+    struct cuda_grec *r = cuda_graph_rec(be, CUDA_G_ADD_SIGMOID_SCALED);
+    if (!r) {
+        cuda_op_add_sigmoid_scaled(be, y, x, g, n_rows, dim);
+        return;
+    }
+    r->u.asig.y = y;
+    r->u.asig.x = x;
+    r->u.asig.g = g;
+    r->u.asig.n_rows = n_rows;
+    r->u.asig.dim = dim;
 }
 
 static void cuda_gop_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,
                                int norm_topk, int32_t *ids, float *w)
 {
-    cuda_graph_go_eager(be);
-    cuda_op_moe_route(be, logits, n, n_experts, top_k, norm_topk, ids, w);
+    struct cuda_grec *r = cuda_graph_rec(be, CUDA_G_MOE_ROUTE);
+    if (!r) {
+        cuda_op_moe_route(be, logits, n, n_experts, top_k, norm_topk, ids, w);
+        return;
+    }
+    r->u.route.logits = logits;
+    r->u.route.n = n;
+    r->u.route.n_experts = n_experts;
+    r->u.route.top_k = top_k;
+    r->u.route.norm_topk = norm_topk;
+    r->u.route.ids = ids;
+    r->u.route.w = w;
 }
 
 static void cuda_gop_moe_experts(struct backend *be, const struct backend_moe *m)
 {
-    cuda_graph_go_eager(be);
-    cuda_op_moe_experts(be, m);
+    struct cuda_impl *c = cuda_impl_of(be);
+    struct cuda_grec *r = NULL;
+    if (m->n >= 1 && m->n <= CUDA_MOE_DEVICE_MAX_N && !c->moe_host_only && cuda_moe_tabled(be, m))
+        r = cuda_graph_rec(be, CUDA_G_MOE_EXPERTS);
+    else
+        cuda_graph_go_eager(be);
+    if (!r) {
+        cuda_op_moe_experts(be, m);
+        return;
+    }
+    struct backend_moe *d = &r->u.moe;
+    d->x = m->x;
+    d->out = m->out;
+    d->n = m->n;
+    d->hidden = m->hidden;
+    d->inter = m->inter;
+    d->n_experts = m->n_experts;
+    d->top_k = m->top_k;
+    d->ids = m->ids;
+    d->w = m->w;
+    d->gate = m->gate;
+    d->up = m->up;
+    d->down = m->down;
+    d->scratch = m->scratch;
 }
 
 static void cuda_gop_gdn(struct backend *be, const struct backend_gdn *gd)
 {
-    cuda_graph_go_eager(be);
-    cuda_op_gdn(be, gd);
+    struct cuda_grec *r = cuda_graph_rec(be, CUDA_G_GDN);
+    if (!r) {
+        cuda_op_gdn(be, gd);
+        return;
+    }
+    struct backend_gdn *d = &r->u.gdn;
+    d->n_k_heads = gd->n_k_heads;
+    d->n_v_heads = gd->n_v_heads;
+    d->head_k_dim = gd->head_k_dim;
+    d->head_v_dim = gd->head_v_dim;
+    d->conv_kernel = gd->conv_kernel;
+    d->eps = gd->eps;
+    d->conv_w = gd->conv_w;
+    d->a_log = gd->a_log;
+    d->dt_bias = gd->dt_bias;
+    d->norm_w = gd->norm_w;
+    d->state = gd->state;
+    d->qkv = gd->qkv;
+    d->z = gd->z;
+    d->b = gd->b;
+    d->a = gd->a;
+    d->n = gd->n;
+    d->out = gd->out;
 }
 
 static void cuda_gop_copy_rows(struct backend *be, float *dst, int64_t dst_stride, const float *src,
                                int64_t src_stride, int n_rows, int width)
 {
-    cuda_graph_go_eager(be);
-    cuda_op_copy_rows(be, dst, dst_stride, src, src_stride, n_rows, width);
+    struct cuda_grec *r = cuda_graph_rec(be, CUDA_G_COPY_ROWS);
+    if (!r) {
+        cuda_op_copy_rows(be, dst, dst_stride, src, src_stride, n_rows, width);
+        return;
+    }
+    r->u.crows.dst = dst;
+    r->u.crows.src = src;
+    r->u.crows.dst_stride = dst_stride;
+    r->u.crows.src_stride = src_stride;
+    r->u.crows.n_rows = n_rows;
+    r->u.crows.width = width;
 }
 
 void cuda_graphs_fill_ops(struct backend_ops *ops)

@@ -43,6 +43,7 @@ enum cuda_ws_slot {
     CUDA_WS_ATTN,    /* attention: split-K partials, or the tiled kernel's tile list */
     CUDA_WS_MOE,     /* moe_experts: token lists per expert (int32) */
     CUDA_WS_ACC,     /* matmul_add of a GEMM-sized step: the product before it is added */
+    CUDA_WS_MOE_DEV, /* moe_experts on the device: per-slot activations, sorted slot lists */
     CUDA_WS_N,
 };
 
@@ -78,6 +79,8 @@ struct cuda_impl {
     int32_t *moe_list_host;     /* moe_experts: sorted entries, offsets, cursors (cuda_ops.c) */
     size_t moe_host_cap;        /* ints each of the two host arrays holds */
     struct cuda_graphs *graphs; /* decode graphs (cuda_graph.c); NULL: CAIRN_CUDA_GRAPHS=0 */
+    struct cuda_moe_tables *moe_tables; /* expert pointer tables per MoE layer (cuda_moe.c) */
+    int moe_host_only;          /* CAIRN_CUDA_MOE=host: every moe_experts groups on the host */
     uint64_t g_gen;             /* atomic: bumped when device memory a graph may name is freed */
     int g_capturing;            /* a graph capture is in progress on the stream */
     struct backend *pub;        /* the struct backend holding this (its step_timeout_s) */
@@ -208,6 +211,14 @@ void cuda_op_qk_rope_store(struct backend *be, const struct backend_qk_rope_stor
 void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,
                        int norm_topk, int32_t *ids, float *w);
 void cuda_op_moe_experts(struct backend *be, const struct backend_moe *m);
+/* cuda_moe.c: moe_experts for n <= CUDA_MOE_DEVICE_MAX_N tokens on the device alone (sorted
+ * by expert there); returns 0 (nothing launched) when the layer's experts do not share one
+ * layout, so the caller takes the host-grouped path. cuda_moe_tabled: whether m's layer takes
+ * that path (its table built or checked now, outside any capture). cuda_moe_free: the tables,
+ * at destroy. */
+int cuda_moe_experts_device(struct backend *be, const struct backend_moe *m);
+int cuda_moe_tabled(struct backend *be, const struct backend_moe *m);
+void cuda_moe_free(struct cuda_impl *c);
 void cuda_op_gdn(struct backend *be, const struct backend_gdn *g);
 void cuda_op_copy_rows(struct backend *be, float *dst, int64_t dst_stride, const float *src,
                        int64_t src_stride, int n_rows, int width);

@@ -158,6 +158,33 @@ enum cuda_prof_kind {
 void *cuda_prof_begin(cudaStream_t s);
 void cuda_prof_end(void *region, cudaStream_t s, enum cuda_prof_kind kind, double flops);
 
+/* ---- cuda_moe.cu: routed experts of a batch, sorted by expert on the device ---- */
+#define CUDA_MOE_DEVICE_MAX_N 128  /* tokens: more (a prefill) take the host-grouped GEMMs (cuda_ops.c) */
+#define CUDA_MOE_MAX_EXPERTS 1024 /* the sort's shared-memory counters */
+/* One MoE layer's experts: expert 0's view of each projection (every expert has its layout) and
+ * device tables of each expert's row-0 pointer. */
+struct cuda_moe_set {
+    struct cuda_wdesc gate, up, down;
+    const void *const *gate_data; /* device [n_experts] */
+    const void *const *up_data;
+    const void *const *down_data;
+    int n_experts;
+};
+/* Device scratch of one call over `slots` = n * top_k slots (cuda_moe.c carves it). */
+struct cuda_moe_ws {
+    const float *x;   /* [n, hidden] the input */
+    float *h;         /* [slots, inter] */
+    float *ys;        /* [slots, hidden] */
+    int32_t *list;    /* [slots] slot ids sorted by expert */
+    int32_t *off;     /* [n_experts + 1] */
+    int32_t *act;     /* [n_experts] experts with a slot, ascending */
+    int32_t *n_act;   /* [1] */
+};
+/* out [n, down.rows] = sum_k w[s] * down_e(silu(gate_e x_t) * up_e x_t) over the slots
+ * s = t * top_k + k, e = ids[s]; ids, w: moe_route's [n, top_k]. */
+int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set, const struct cuda_moe_ws *ws,
+                       const int32_t *ids, const float *w, float *out, int n, int top_k, int n_sms);
+
 /* ---- cuda_gdn.cu: gated DeltaNet over one sequence ---- */
 int cuda_k_gdn(cudaStream_t s, const struct backend_gdn *g);
 

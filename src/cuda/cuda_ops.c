@@ -1,7 +1,8 @@
 /* The ops of the CUDA backend other than matmul: argument checks, launch, and the error latch
  * (cuda_int.h). Each launches the kernel of the same name (cuda_kernels.h) on the backend's
- * stream; nothing here waits for the GPU except moe_experts, which reads the routing back to
- * group tokens by expert (the simple version: per expert gather, GEMM, scatter). */
+ * stream; nothing here waits for the GPU except moe_experts over more than CUDA_MOE_DEVICE_MAX_N
+ * tokens (a prefill), which reads the routing back to group tokens by expert (per expert
+ * gather, GEMM, scatter); smaller batches take cuda_moe.c's path, on the device alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +192,8 @@ void cuda_op_moe_experts(struct backend *be, const struct backend_moe *m)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     if (c->err_status != CAIRN_OK || m->n <= 0) return;
+    /* a decode-sized batch: sorted by expert on the device, no read-back (cuda_moe.c) */
+    if (m->n <= CUDA_MOE_DEVICE_MAX_N && !c->moe_host_only && cuda_moe_experts_device(be, m)) return;
     int n = m->n, K = m->top_k, E = m->n_experts, H = m->hidden, I = m->inter;
     size_t n_ids = (size_t)n * K;
     if (!cuda_moe_host_reserve(c, n_ids + 2 * ((size_t)E + 1))) return;

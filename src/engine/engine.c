@@ -14,6 +14,7 @@
 #include "engine/engine_int.h"
 #include "engine/spec_mtp.h"
 #include "engine/spec_sched.h"
+#include "kv/kv_state.h"
 
 static void engine_opts_fill(struct engine_opts *o)
 {
@@ -120,6 +121,15 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
         if (n_snap < 2 * (uint64_t)o->max_running) n_snap = 2 * (uint64_t)o->max_running;
         if (n_snap > (uint64_t)e->pool.n_blocks) n_snap = (uint64_t)e->pool.n_blocks;
         kv_cache_set_snapshot_limit(&e->cache, (int)n_snap);
+        e->state_slots = calloc((size_t)o->max_running, sizeof(void *));
+        if (!e->state_slots) {
+            rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory");
+            goto fail;
+        }
+        for (; e->n_state_free < o->max_running; e->n_state_free++) {
+            rc = kv_state_alloc(ops->be, e->info.state_bytes, &e->state_slots[e->n_state_free], err);
+            if (rc) goto fail;
+        }
     }
 
     if (ops->reserve) {
@@ -182,6 +192,9 @@ void engine_destroy(struct engine *e)
         pthread_cond_destroy(&e->cv_done);
     }
     spec_mtp_free(e);
+    /* every sequence has been freed, so every state is back on the free stack */
+    for (int i = 0; i < e->n_state_free; i++) kv_state_free(e->ops.be, e->state_slots[i], e->info.state_bytes);
+    free(e->state_slots);
     if (e->cache.blocks) kv_cache_free(&e->cache);
     if (e->pool.k) kv_pool_free(&e->pool);
     cairn_mem_free(e->logits, (size_t)e->n_logit_rows * (size_t)e->info.vocab_size * sizeof(float),
@@ -196,6 +209,14 @@ void engine_destroy(struct engine *e)
     free(e);
 }
 
+void engine_seq_state_put(struct engine *e, struct engine_seq *s)
+{
+    if (!s->state) return;
+    CAIRN_ASSERT(e->n_state_free < e->opts.max_running);
+    e->state_slots[e->n_state_free++] = s->state;
+    s->state = NULL;
+}
+
 void engine_seq_free(struct engine *e, struct engine_seq *s)
 {
     if (!s) return;
@@ -207,7 +228,7 @@ void engine_seq_free(struct engine *e, struct engine_seq *s)
     free(s->gmask);
     free(s->tokens);
     free(s->blocks);
-    cairn_mem_free(s->state, e->info.state_bytes, CAIRN_MEM_STATE);
+    engine_seq_state_put(e, s);
     free(s);
 }
 
@@ -278,13 +299,6 @@ int engine_submit(struct engine *e, const struct engine_request *r, uint64_t *id
         goto fail;
     }
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
-    if (e->info.state_bytes) {
-        s->state = cairn_mem_alloc(e->info.state_bytes, CAIRN_MEM_STATE);
-        if (!s->state) {
-            rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory for the recurrent state");
-            goto fail;
-        }
-    }
     rc = sampler_init(&s->sampler, &r->sampling, e->info.vocab_size, err);
     if (rc) goto fail;
     rc = stop_init(&s->stop, &e->opts.detok, r->stop, r->n_stop, r->stop_ids, r->n_stop_ids,

@@ -37,7 +37,8 @@ struct engine_seq {
     int n_published;           /* leading blocks already published / matched */
     uint8_t parent[32];        /* hash of block n_published-1 (zeroes when none) */
     uint8_t salt[32];
-    void *state;               /* state_bytes (hybrid) or NULL */
+    void *state;               /* hybrid: one of engine.state_slots while admitted (running),
+                                * else NULL; state_bytes in ops.be's memory (kv/kv_state.h) */
     struct sampler sampler;
     struct stop_state stop;
     struct grammar_matcher *gm; /* constrained decoding, or NULL */
@@ -70,6 +71,13 @@ struct engine {
     int n_logit_rows;          /* rows of `logits`: max_running + spec_extra_rows */
     int spec_extra_rows;       /* rows for draft tokens per step (0 when speculation is off) */
     struct spec_mtp *mtp;      /* MTP drafting buffers (spec_mtp.h), or NULL (mode not MTP) */
+    /* Hybrid models: max_running recurrent states, allocated once in ops.be's memory (device
+     * memory on a GPU, where the gdn op reads them in place; allocating once keeps a GPU's
+     * cached graphs valid). A sequence takes one at admission and gives it back when it is
+     * preempted or finishes: a waiting sequence needs none, since admission restores its state
+     * from a snapshot or starts it afresh. Scheduler thread only. */
+    void **state_slots;        /* [max_running]; [0, n_state_free) are the free ones */
+    int n_state_free;
 
     pthread_t thread;
     int thread_started;
@@ -115,6 +123,8 @@ void *engine_sched_main(void *arg);
 /* kv_fetch_done_fn for the engine's cache (ctx = the engine): wakes the scheduler. */
 void engine_sched_fetch_notify(void *ctx);
 void engine_seq_free(struct engine *e, struct engine_seq *s);
+/* Gives s's recurrent state (if it holds one) back to engine.state_slots. */
+void engine_seq_state_put(struct engine *e, struct engine_seq *s);
 /* Commits a sampled token to s (tokens, usage, stop rules) and emits its TOKEN event; returns 1
  * if the sequence finished (*fin filled). sched.c; spec_sched.c calls it per verified token. */
 int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enum engine_finish *fin);

@@ -40,6 +40,7 @@
 #include "engine/engine_int.h"
 #include "engine/spec_mtp.h"
 #include "engine/spec_sched.h"
+#include "kv/kv_state.h"
 
 /* ---- events ---- */
 
@@ -292,6 +293,7 @@ static void sched_preempt(struct engine *e, struct engine_seq *s)
 {
     sched_running_remove(e, s);
     sched_release_blocks(e, s);
+    engine_seq_state_put(e, s);
     sched_waiting_push_front(e, s);
     e->n_preemptions++;
     LOG_DEBUG("engine", "preempted request %llu (%d tokens)", (unsigned long long)s->id, s->n_tokens);
@@ -346,6 +348,31 @@ static int sched_plan_prefix(struct engine *e, struct engine_seq *s)
     return kv_cache_fetch_start(&e->cache, s->tokens, s->salt, &p, &s->fetch) == CAIRN_OK;
 }
 
+/* The hybrid state of a sequence being admitted: a free slot (n_running < max_running, so
+ * there is one), holding the snapshot of its last matched block (a device-to-device copy on a
+ * GPU) or a fresh state. A failed copy drops the match: the prefix is recomputed. */
+static void sched_seq_state_start(struct engine *e, struct engine_seq *s, int *n_matched)
+{
+    size_t sb = e->info.state_bytes;
+    if (!s->state) {
+        CAIRN_ASSERT(e->n_state_free > 0);
+        s->state = e->state_slots[--e->n_state_free];
+    }
+    int n = *n_matched;
+    const void *snap = n > 0 ? kv_cache_snapshot(&e->cache, s->blocks[n - 1]) : NULL;
+    struct cairn_err err = {0};
+    if (snap && kv_state_copy(e->ops.be, s->state, snap, sb, &err) == CAIRN_OK) return;
+    if (snap) {
+        LOG_WARN("engine", "request %llu: cannot restore a state snapshot (%s): recomputing its prefix",
+                 (unsigned long long)s->id, err.msg);
+        while (n > 0) kv_cache_release(&e->cache, s->blocks[--n]);
+        *n_matched = 0;
+    }
+    if (e->ops.state_init) e->ops.state_init(e->ops.ctx, s->state);
+    else if (kv_state_zero(e->ops.be, s->state, sb, &err) != CAIRN_OK)
+        LOG_WARN("engine", "request %llu: cannot zero its state: %s", (unsigned long long)s->id, err.msg);
+}
+
 /* Prefix lookup (phase 3) for a sequence that holds no blocks; sets n_computed to what was
  * reused. Consumes the plan and the fetched job. */
 static void sched_match_prefix(struct engine *e, struct engine_seq *s)
@@ -361,16 +388,11 @@ static void sched_match_prefix(struct engine *e, struct engine_seq *s)
         n = kv_cache_match_fetched(&e->cache, s->tokens, s->n_tokens, s->salt, max_blocks, s->blocks, job);
     else
         kv_cache_match_fetched(&e->cache, s->tokens, 0, s->salt, 0, s->blocks, job); /* frees it */
+    if (e->info.state_bytes) sched_seq_state_start(e, s, &n);
     s->n_blocks = s->n_published = n;
     s->n_computed = n * bs;
     memset(s->parent, 0, 32);
     if (n > 0) memcpy(s->parent, kv_cache_block_hash(&e->cache, s->blocks[n - 1]), 32);
-    if (e->info.state_bytes) {
-        const void *snap = n > 0 ? kv_cache_snapshot(&e->cache, s->blocks[n - 1]) : NULL;
-        if (snap) memcpy(s->state, snap, e->info.state_bytes);
-        else if (e->ops.state_init) e->ops.state_init(e->ops.ctx, s->state);
-        else memset(s->state, 0, e->info.state_bytes);
-    }
 }
 
 /* Counts a successful admission: the prefix lookup, and the first admission's cached tokens
@@ -578,6 +600,7 @@ static void sched_step(struct engine *e)
         if (r != SCHED_ALLOC_OK) {
             /* keep waiting; drop what it holds so cached blocks stay evictable */
             sched_release_blocks(e, s);
+            engine_seq_state_put(e, s);
             break;
         }
         sched_count_admission(e, s);

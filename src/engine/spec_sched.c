@@ -9,6 +9,7 @@
 #include "base/mem.h"
 #include "engine/spec_mtp.h"
 #include "engine/spec_verify.h"
+#include "kv/kv_state.h"
 
 /* Sequences per step whose drafts get logits rows: more drafts in one step gain less each (the
  * gain formula divides by the batch), and every row is vocab_size floats. */
@@ -91,7 +92,7 @@ void spec_sched_seq_free(struct engine *e, struct engine_seq *s)
     struct spec_seq *p = s->spec;
     if (!p) return;
     spec_ngram_free(&p->ngram);
-    cairn_mem_free(p->state_copy, e->info.state_bytes, CAIRN_MEM_STATE);
+    kv_state_free(e->ops.be, p->state_copy, e->info.state_bytes);
     free(p);
     s->spec = NULL;
 }
@@ -119,9 +120,8 @@ void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct en
     struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max, .recompute = e->info.state_bytes > 0};
     spec_ctl_init(&p->ctl, &co);
     if (e->info.state_bytes) {
-        p->state_copy = cairn_mem_alloc(e->info.state_bytes, CAIRN_MEM_STATE);
-        if (!p->state_copy) {
-            LOG_WARN("engine", "no speculation for a request: out of memory for a state copy");
+        if (kv_state_alloc(e->ops.be, e->info.state_bytes, &p->state_copy, &err) != CAIRN_OK) {
+            LOG_WARN("engine", "no speculation for a request: no memory for a state copy: %s", err.msg);
             spec_sched_seq_free(e, s);
         }
     }
@@ -147,7 +147,12 @@ static void spec_sched_add_draft(struct engine *e, int i, int n)
     struct engine_seq *s = e->sched[i];
     struct spec_seq *p = s->spec;
     memcpy(p->draft, s->tokens + s->n_tokens, (size_t)n * sizeof(int32_t));
-    if (p->state_copy) memcpy(p->state_copy, s->state, e->info.state_bytes);
+    if (p->state_copy) {
+        struct cairn_err err = {0};
+        /* a failed copy is a device failure: the step fails with it (step_end) */
+        if (kv_state_copy(e->ops.be, p->state_copy, s->state, e->info.state_bytes, &err) != CAIRN_OK)
+            LOG_ERROR("engine", "request %llu: cannot copy its state: %s", (unsigned long long)s->id, err.msg);
+    }
     e->chunk[i] += n;
     e->n_draft[i] = n;
 }
@@ -270,7 +275,9 @@ int spec_sched_verify(struct engine *e, struct engine_seq *s, int n_draft, const
     s->n_computed = c0 + 1 + acc;
     if (p->state_copy && acc < n_draft) {
         /* the state absorbed rejected tokens: back to the step's start, recompute next step */
-        memcpy(s->state, p->state_copy, e->info.state_bytes);
+        struct cairn_err err = {0};
+        if (kv_state_copy(e->ops.be, s->state, p->state_copy, e->info.state_bytes, &err) != CAIRN_OK)
+            LOG_ERROR("engine", "request %llu: cannot roll its state back: %s", (unsigned long long)s->id, err.msg);
         s->n_computed = c0;
     }
     int keep = (s->n_tokens + bs - 1) / bs;

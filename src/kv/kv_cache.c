@@ -9,6 +9,7 @@
 #include "base/file.h"
 #include "base/hash.h"
 #include "base/mem.h"
+#include "kv/kv_state.h"
 
 enum kv_block_state {
     KV_BLOCK_FREE = 0,
@@ -24,10 +25,12 @@ struct kv_cache_block {
     int32_t hnext;       /* next block in the same hash bucket */
     uint8_t hash[32];
     uint8_t parent[32];
-    void *snapshot;      /* state_bytes or NULL */
+    void *snapshot;      /* state_bytes in the pool's backend memory (kv_state.h), or NULL */
 };
 
 static const uint8_t kv_zero32[32];
+
+static int kv_cache_snapshot_put(struct kv_cache *c, int b, const void *state, int from_host);
 
 static int kv_cache_bucket(const struct kv_cache *c, const uint8_t hash[32])
 {
@@ -52,10 +55,11 @@ int kv_cache_init(struct kv_cache *c, struct kv_pool *pool, const uint8_t identi
     c->free_stack = calloc((size_t)n, sizeof(int32_t));
     c->buckets = malloc((size_t)c->n_buckets * sizeof(int32_t));
     if (state_bytes) c->scratch_state = cairn_mem_alloc(state_bytes, CAIRN_MEM_STATE);
-    int stage = !kv_pool_host_visible(pool) && pool->block_bytes > 0;
-    if (stage) c->stage = cairn_mem_alloc(2 * pool->block_bytes, CAIRN_MEM_OTHER);
+    /* K, V and a snapshot pass through host memory on their way to and from the tiers */
+    if (!kv_pool_host_visible(pool)) c->stage_bytes = 2 * pool->block_bytes + state_bytes;
+    if (c->stage_bytes) c->stage = cairn_mem_alloc(c->stage_bytes, CAIRN_MEM_OTHER);
     if (!c->blocks || !c->tokens || !c->free_stack || !c->buckets ||
-        (state_bytes && !c->scratch_state) || (stage && !c->stage)) {
+        (state_bytes && !c->scratch_state) || (c->stage_bytes && !c->stage)) {
         kv_cache_free(c);
         return cairn_err_set(err, CAIRN_ERR_NOMEM, "kv cache: cannot allocate metadata for %d blocks", n);
     }
@@ -74,10 +78,10 @@ void kv_cache_free(struct kv_cache *c)
 {
     if (c->blocks && c->pool) {
         for (int i = 0; i < c->pool->n_blocks; i++)
-            cairn_mem_free(c->blocks[i].snapshot, c->state_bytes, CAIRN_MEM_STATE);
+            kv_state_free(c->pool->be, c->blocks[i].snapshot, c->state_bytes);
     }
     cairn_mem_free(c->scratch_state, c->state_bytes, CAIRN_MEM_STATE);
-    if (c->stage) cairn_mem_free(c->stage, 2 * c->pool->block_bytes, CAIRN_MEM_OTHER);
+    if (c->stage) cairn_mem_free(c->stage, c->stage_bytes, CAIRN_MEM_OTHER);
     free(c->blocks);
     free(c->tokens);
     free(c->free_stack);
@@ -170,9 +174,10 @@ int kv_cache_find(const struct kv_cache *c, const uint8_t hash[32], const uint8_
     return -1;
 }
 
-/* The tiers' view of block b. K and V point into the pool where it is host-visible, else into
- * c->stage after a copy out of the device (valid until the next kv_cache_desc). Returns 0 if the
- * copy failed: the block is then not offered to the tiers (a lost cache entry, never a wrong one). */
+/* The tiers' view of block b. K, V and the snapshot point into the pool and the snapshot buffer
+ * where they are host-visible, else into c->stage after a copy out of the device (valid until the
+ * next kv_cache_desc). Returns 0 if a copy failed: the block is then not offered to the tiers (a
+ * lost cache entry, never a wrong one). */
 static int kv_cache_desc(const struct kv_cache *c, int b, struct kv_block_desc *d)
 {
     const struct kv_cache_block *k = &c->blocks[b];
@@ -189,9 +194,15 @@ static int kv_cache_desc(const struct kv_cache *c, int b, struct kv_block_desc *
         d->v = kv_pool_v(c->pool, b, 0);
         return 1;
     }
-    d->k = c->stage;
-    d->v = (uint8_t *)c->stage + c->pool->block_bytes;
-    return kv_pool_block_read(c->pool, b, c->stage, (uint8_t *)c->stage + c->pool->block_bytes, NULL) == CAIRN_OK;
+    uint8_t *st = c->stage;
+    d->k = st;
+    d->v = st + c->pool->block_bytes;
+    if (k->snapshot) {
+        d->state = st + 2 * c->pool->block_bytes;
+        if (kv_state_download(c->pool->be, st + 2 * c->pool->block_bytes, k->snapshot, c->state_bytes, NULL))
+            return 0;
+    }
+    return kv_pool_block_read(c->pool, b, st, st + c->pool->block_bytes, NULL) == CAIRN_OK;
 }
 
 /* ---- alloc / ref / release ---- */
@@ -199,7 +210,7 @@ static int kv_cache_desc(const struct kv_cache *c, int b, struct kv_block_desc *
 static void kv_cache_drop_snapshot(struct kv_cache *c, int b)
 {
     if (!c->blocks[b].snapshot) return;
-    cairn_mem_free(c->blocks[b].snapshot, c->state_bytes, CAIRN_MEM_STATE);
+    kv_state_free(c->pool->be, c->blocks[b].snapshot, c->state_bytes);
     c->blocks[b].snapshot = NULL;
     c->n_snapshots--;
 }
@@ -340,7 +351,7 @@ static int kv_cache_promote(struct kv_cache *c, const uint8_t hash[32], const ui
         double dt = cairn_now() - t0;
         if (dt > 0) kv_cache_smooth(&c->fast_read_bps, 2.0 * (double)c->pool->block_bytes / dt);
     }
-    if (has_state && c->state_bytes) kv_cache_snapshot_attach(c, b, c->scratch_state);
+    if (has_state && c->state_bytes) kv_cache_snapshot_put(c, b, c->scratch_state, 1);
     kv_cache_index_restored(c, b, hash, parent, tokens);
     return b;
 }
@@ -356,7 +367,7 @@ static int kv_cache_install(struct kv_cache *c, const struct kv_tier_block *src,
         return -1;
     }
     if (src->has_state && c->state_bytes && src->state_bytes == c->state_bytes)
-        kv_cache_snapshot_attach(c, b, src->state);
+        kv_cache_snapshot_put(c, b, src->state, 1);
     kv_cache_index_restored(c, b, src->hash, parent, src->tokens);
     return b;
 }
@@ -537,6 +548,12 @@ int kv_cache_is_published(const struct kv_cache *c, int b) { return c->blocks[b]
 
 int kv_cache_snapshot_attach(struct kv_cache *c, int b, const void *state)
 {
+    return kv_cache_snapshot_put(c, b, state, 0);
+}
+
+/* attach, from the pool's memory (from_host 0) or from host memory (a tier's payload). */
+static int kv_cache_snapshot_put(struct kv_cache *c, int b, const void *state, int from_host)
+{
     if (!c->state_bytes) return CAIRN_ERR_INVALID;
     struct kv_cache_block *k = &c->blocks[b];
     if (!k->snapshot) {
@@ -546,12 +563,14 @@ int kv_cache_snapshot_attach(struct kv_cache *c, int b, const void *state)
             if (victim < 0) return CAIRN_ERR_LIMIT;
             kv_cache_drop_snapshot(c, victim);
         }
-        k->snapshot = cairn_mem_alloc(c->state_bytes, CAIRN_MEM_STATE);
-        if (!k->snapshot) return CAIRN_ERR_NOMEM;
+        if (kv_state_alloc(c->pool->be, c->state_bytes, &k->snapshot, NULL) != CAIRN_OK) return CAIRN_ERR_NOMEM;
         c->n_snapshots++;
     }
-    memcpy(k->snapshot, state, c->state_bytes);
-    return CAIRN_OK;
+    struct backend *be = c->pool->be;
+    int rc = from_host ? kv_state_upload(be, k->snapshot, state, c->state_bytes, NULL)
+                       : kv_state_copy(be, k->snapshot, state, c->state_bytes, NULL);
+    if (rc != CAIRN_OK) kv_cache_drop_snapshot(c, b); /* no snapshot rather than a wrong one */
+    return rc;
 }
 
 void kv_cache_set_snapshot_limit(struct kv_cache *c, int n) { c->max_snapshots = n > 0 ? n : 0; }

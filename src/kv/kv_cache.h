@@ -19,7 +19,10 @@
  *   shared prefix is stored once.
  * - Hybrid models (state_bytes > 0): a block may carry a recurrent-state snapshot taken right after
  *   its last token (accounted under CAIRN_MEM_STATE, allocated when attached, freed when the block
- *   is recycled). kv_cache_match only ends a match on a block that has one.
+ *   is recycled). kv_cache_match only ends a match on a block that has one. Snapshots live in the
+ *   memory of the pool's backend (kv_state.h: device memory on a GPU, where the engine copies a
+ *   running sequence's state in and out without a host round trip); a tier gets and gives host
+ *   bytes, staged through the backend's download/upload like K and V.
  * - Tiers (kv_tier.h): on_publish at publish, on_evict at eviction, lookup on a device miss during
  *   kv_cache_match (a hit takes a block, copies the payload in and publishes it: promotion).
  * - Admission in the engine is two-phase when the tiers fill locate: kv_cache_plan walks the
@@ -59,10 +62,12 @@ struct kv_cache {
     int n_used;
     int32_t *buckets;             /* hash index: [n_buckets] first block id, -1 = empty */
     int n_buckets;                /* power of two */
-    void *scratch_state;          /* state_bytes, for tier lookups */
-    void *stage;                  /* 2 * pool->block_bytes of host memory for block copies to
-                                     and from the tiers when the pool is not host-visible (a
-                                     GPU); NULL on the CPU, where tiers see the pool directly */
+    void *scratch_state;          /* state_bytes of host memory, for tier lookups */
+    void *stage;                  /* stage_bytes of host memory for block copies to and from
+                                     the tiers when the pool is not host-visible (a GPU): K, V,
+                                     then a snapshot; NULL on the CPU, where tiers see the pool
+                                     and the snapshots directly */
+    size_t stage_bytes;           /* 2 * pool->block_bytes + state_bytes, or 0 */
     int n_snapshots;              /* blocks holding a snapshot */
     int max_snapshots;            /* 0 = no limit */
     struct kv_fetch *fetch;       /* the fetch thread; NULL when the tiers lack locate */
@@ -163,14 +168,15 @@ const uint8_t *kv_cache_block_hash(const struct kv_cache *c, int block);
 int kv_cache_refcount(const struct kv_cache *c, int block);
 int kv_cache_is_published(const struct kv_cache *c, int block);
 
-/* Snapshots (state_bytes > 0). attach copies `state` into the block (allocating its buffer).
+/* Snapshots (state_bytes > 0), in the pool's backend memory. attach copies `state` (a buffer in
+ * that memory too, e.g. a sequence's state) into the block (allocating its buffer).
  * With a limit set, attaching past it first drops the snapshot of the least recently used CACHED
  * block that has one; if only USED blocks hold snapshots it returns CAIRN_ERR_LIMIT. Returns
  * CAIRN_ERR_NOMEM if the allocation fails. In both cases the block simply has no snapshot. */
 int kv_cache_snapshot_attach(struct kv_cache *c, int block, const void *state);
 /* At most n snapshots at once (n * state_bytes of CAIRN_MEM_STATE); 0 = no limit. */
 void kv_cache_set_snapshot_limit(struct kv_cache *c, int n);
-/* The block's snapshot, or NULL. */
+/* The block's snapshot (in the pool's backend memory), or NULL. */
 const void *kv_cache_snapshot(const struct kv_cache *c, int block);
 
 /* Evicts every CACHED block (calling tiers.on_evict). */

@@ -375,9 +375,14 @@ static void model_fill_info(struct model *m)
     in->n_eos = c->n_eos;
     in->bos_id = c->bos_id;
     in->gen = c->gen;
+    in->n_experts = c->n_experts;
+    in->n_experts_per_tok = c->n_experts_per_tok;
     for (int i = 0; i < m->st.n_tensors; i++) {
         const struct safetensors_tensor *t = m->st.index[i];
         in->weight_bytes += t->n_bytes;
+        if (strstr(t->name, ".mlp.experts.") || strstr(t->name, ".mlp.switch_mlp.")) in->routed_expert_bytes += t->n_bytes;
+        if (!c->tie_word_embeddings && strncmp(t->name, "model.embed_tokens.", 19) == 0)
+            in->untied_embed_bytes += t->n_bytes;
         size_t len = strlen(t->name);
         /* Quantized: count logical elements of .weight, skip .scales/.biases. */
         if (len > 7 && (strcmp(t->name + len - 7, ".scales") == 0 || strcmp(t->name + len - 7, ".biases") == 0))
@@ -586,7 +591,11 @@ struct backend *model_backend(const struct model *m)
 
 void model_state_init(const struct model *m, void *state)
 {
-    if (m->info.state_bytes) memset(state, 0, m->info.state_bytes);
+    if (!m->info.state_bytes) return;
+    struct cairn_err err = {0};
+    /* a device failure here also fails the sequence's next step (step_end) */
+    if (m->be->ops->buf_zero(m->be, state, m->info.state_bytes, &err) != CAIRN_OK)
+        LOG_WARN("model", "cannot zero a recurrent state: %s", err.msg);
 }
 
 /* ---- workspaces ---- */

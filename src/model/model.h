@@ -70,6 +70,12 @@ struct model_info {
     size_t state_bytes;      /* recurrent state per sequence; 0 for pure-attention models */
     uint64_t n_params;
     uint64_t weight_bytes;   /* bytes of weights as stored */
+    /* MoE: what a decode step reads of the weights depends on the routing (bench's roofline) */
+    int n_experts;           /* routed experts per MoE layer; 0: dense */
+    int n_experts_per_tok;
+    uint64_t routed_expert_bytes; /* of weight_bytes: every routed expert of every layer */
+    uint64_t untied_embed_bytes;  /* of weight_bytes: an untied embedding table (one row read
+                                   * per token); 0 when the LM head reads it */
     uint8_t identity[32];    /* SHA-256 over tensor names, dtypes, shapes and every byte (model_identity.h) */
 };
 
@@ -143,7 +149,8 @@ struct model_mtp_seq {
 int model_mtp_forward(struct model *m, const struct backend_kv_view *kv, const struct model_mtp_seq *seqs,
                       int n_seqs, struct cairn_err *err);
 
-/* Recurrent state of a fresh sequence (zeroes; kept as a function in case a model needs more). */
+/* Recurrent state of a fresh sequence: state_bytes in the model's backend memory (device memory
+ * on a GPU), zeroed through the backend (kept as a function in case a model needs more). */
 void model_state_init(const struct model *m, void *state);
 
 #endif

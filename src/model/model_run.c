@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/kv_state.h"
+
 int model_run_open(struct model_run *r, struct model *m, const struct model_run_opts *o,
                    struct cairn_err *err)
 {
@@ -24,10 +26,18 @@ int model_run_open(struct model_run *r, struct model *m, const struct model_run_
     r->tables = calloc((size_t)o->n_seqs * (size_t)r->blocks_per_seq, sizeof(int32_t));
     r->pos = calloc((size_t)o->n_seqs, sizeof(int));
     r->ms = calloc((size_t)o->n_seqs, sizeof(*r->ms));
-    r->states = sb ? malloc(sb * (size_t)o->n_seqs) : NULL;
-    if (!r->tables || !r->pos || !r->ms || (sb && !r->states)) {
+    if (!r->tables || !r->pos || !r->ms) {
         model_run_close(r);
         return cairn_err_set(err, CAIRN_ERR_NOMEM, "model_run: out of memory");
+    }
+    if (sb) {
+        void *st = NULL;
+        int rc = kv_state_alloc(model_backend(m), sb * (size_t)o->n_seqs, &st, err);
+        r->states = st;
+        if (rc != CAIRN_OK) {
+            model_run_close(r);
+            return rc;
+        }
     }
     for (int i = 0; i < o->n_seqs * r->blocks_per_seq; i++)
         r->tables[i] = i % n_blocks;
@@ -47,7 +57,8 @@ void model_run_close(struct model_run *r)
     free(r->tables);
     free(r->pos);
     free(r->ms);
-    free(r->states);
+    if (r->states)
+        kv_state_free(model_backend(r->m), r->states, model_get_info(r->m)->state_bytes * (size_t)r->n_seqs);
     memset(r, 0, sizeof(*r));
 }
 

@@ -32,7 +32,8 @@ struct model_run {
     int blocks_per_seq;   /* ceil(max_ctx / block_size) */
     int32_t *tables;      /* [n_seqs][blocks_per_seq]; default: sequence s owns blocks
                              s * blocks_per_seq + j (model_run_table to set others) */
-    uint8_t *states;      /* [n_seqs][state_bytes] recurrent state, or NULL */
+    uint8_t *states;      /* [n_seqs][state_bytes] recurrent state in the model's backend
+                           * memory (kv_state.h), or NULL */
     int *pos;             /* [n_seqs] tokens already in KV */
     struct model_seq *ms; /* [n_seqs] a step's sequences */
 };

@@ -129,9 +129,9 @@ struct backend_gdn {
     const float *a_log;           /* device [n_v_heads] */
     const float *dt_bias;         /* device [n_v_heads] */
     const float *norm_w;          /* device [head_v_dim] */
-    void *state;                  /* conv state then delta state (gdn_state_floats): host
-                                   * memory for now (the sequence's recurrent state), so the CPU
-                                   * only until issue 15 moves it to the device */
+    void *state;                  /* device: conv state then delta state (gdn_state_floats),
+                                   * the sequence's recurrent state (kv/kv_state.h), read and
+                                   * written in place */
     float *qkv;                   /* device [n, conv_dim], convolved in place */
     const float *z;               /* device [n, n_v_heads * head_v_dim] */
     const float *b;               /* device [n, n_v_heads] */
@@ -205,6 +205,8 @@ struct backend_ops {
                         struct cairn_err *err);
     int (*buf_copy)(struct backend *be, void *dst, const void *src, size_t bytes,
                     struct cairn_err *err);
+    /* Zeroes bytes at dst (synchronous, like the copies): a hybrid sequence's fresh state. */
+    int (*buf_zero)(struct backend *be, void *dst, size_t bytes, struct cairn_err *err);
 
     /* ---- weights ---- */
     /* Makes w usable by the ops (sets w->be_data, or leaves it NULL where the host bytes are

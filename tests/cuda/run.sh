@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 14, for a machine with an NVIDIA GPU (sm_90+), in order:
+# The GPU checks of issues 14 and 15, for a machine with an NVIDIA GPU (sm_90+), in order:
 #   1. tests/cuda/test_cuda_ops: every op of the CUDA table against the host reference;
 #   2. tests/cuda/bf16_reference.py: the oracle checkpoints in transformers with bf16 weights
 #      and activations on the GPU, max |Δlogit| from the oracle per model: the reference's own
 #      bf16 error, which sets each model's tolerance below (skipped without torch);
-#   3. cairn check-logits --device cuda on every dense oracle model (llama, qwen2, qwen3 in BF16
-#      and MLX q4/q8), KV in bf16 and f32: whole prefill, chunked prefill + decode (a sequence
-#      alone), and all cases batched; each mode must keep max |Δlogit| <= the tolerance and
-#      the oracle's greedy tokens where its margin exceeds 2 x tolerance, so the batched mode
+#   3. cairn check-logits --device cuda on every oracle model: dense (llama, qwen2, qwen3 in BF16
+#      and MLX q4/q8), MoE (qwen3_moe, qwen3_5_moe) and hybrid Gated DeltaNet (qwen3_next,
+#      qwen3_5, also MLX q4), KV in bf16 and f32: whole prefill, chunked prefill + decode (a
+#      sequence alone), and all cases batched; each mode must keep max |Δlogit| <= the tolerance
+#      and the oracle's greedy tokens where its margin exceeds 2 x tolerance, so the batched mode
 #      passing with the solo modes is "batched == solo" (the lines are put side by side);
+#   3b. MTP on the GPU: cairn generate --device cuda --speculative mtp on the hybrid MTP fixtures
+#      (tests/data/mtp) gives the same greedy tokens as the plain decode loop, KV in bf16 and f32
+#      (the random head's drafts are almost all rejected: the recurrent state is rolled back);
 #   4. cairn serve --device cuda on a synthetic Qwen3 with the real tokenizer: curl (greedy
 #      repeatable, usage, prefix cache) and the official OpenAI/Anthropic SDKs
 #      (tests/integration/sdk/sdk_check.cjs, when node and the npm packages are there; else
@@ -18,7 +22,9 @@
 # Env: CAIRN_BUILD (default build-cuda: `make test-cuda` builds it), CAIRN_BIN (default
 # $CAIRN_BUILD/cairn), CAIRN_ORACLE (default tests/data/oracle/models, else
 # ../shared/oracle/models), CAIRN_TOKDIR (the Qwen3 tokenizer folder for the serve check),
-# CAIRN_CUDA_TOL (a fixed tolerance instead of the bf16 reference's),
+# CAIRN_CUDA_TOL (a fixed tolerance instead of the bf16 reference's), CAIRN_BF16_REF (a TSV that
+# bf16_reference.py wrote on this GPU before: used instead of running it again, to save device
+# time), CAIRN_CUDA_MODELS (space-separated oracle model names: only those in step 3),
 # OUT (logs and summary.txt go there when set). Exit: 0 all passed, 1 a failure, 77 no GPU.
 set -u
 cd "${CAIRN_SRC:-$(dirname "$0")/../..}"
@@ -52,7 +58,10 @@ if [ -z "$ORACLE" ]; then
     if [ -d tests/data/oracle/models ]; then ORACLE=tests/data/oracle/models; else ORACLE=../shared/oracle/models; fi
 fi
 REF="$LOG/bf16_reference.tsv"
-if python3 -c 'import torch, transformers, safetensors; assert torch.cuda.is_available()' 2>/dev/null; then
+if [ -n "${CAIRN_BF16_REF:-}" ]; then
+    cp "$CAIRN_BF16_REF" "$REF"
+    note "bf16 reference: from $CAIRN_BF16_REF (measured before on this GPU)"
+elif python3 -c 'import torch, transformers, safetensors; assert torch.cuda.is_available()' 2>/dev/null; then
     python3 tests/cuda/bf16_reference.py "$ORACLE" > "$REF" 2> "$LOG/bf16_reference.log" ||
         bad "bf16_reference.py: see $LOG/bf16_reference.log"
 else
@@ -69,8 +78,8 @@ tol_for() { # the bf16 reference's max |Δlogit| for model $1 (at least 2e-3), o
 }
 for dir in "$ORACLE"/*/; do
     name=$(basename "$dir")
-    case "$name" in *moe*|*next*|qwen3_5*) continue ;; esac # dense families only (issue 14)
     [ -f "$dir/expected.safetensors" ] || continue
+    case " ${CAIRN_CUDA_MODELS:-$name} " in *" $name "*) ;; *) continue ;; esac
     tol=$(tol_for "$name")
     for kv in bf16 f32; do
         out="$LOG/check-$name-$kv.log"
@@ -85,6 +94,25 @@ for dir in "$ORACLE"/*/; do
         grep -E '^case [0-9]+ (chunk|batched)' "$out" | awk '{ print "    " $0 }' >> "$LOG/batched_vs_solo.txt"
         if grep -E '^case [0-9]+ batched' "$out" | grep -q mismatch; then
             bad "$name kv=$kv: batched greedy tokens differ from the solo/oracle ones"
+        fi
+    done
+done
+
+# 3b. MTP drafting with the hybrid state rolled back: greedy tokens as without speculation
+MTP_PROMPT=3,14,15,92,65,35,89,79,32,38,46,26,43,38,32,79,50,28,84,19,71,69,39,93,75,10
+for dir in tests/data/mtp/*/; do
+    [ -f "$dir/config.json" ] || continue
+    name=$(basename "$dir")
+    for kv in bf16 f32; do
+        out="$LOG/mtp-$name-$kv.log"
+        plain=$("$BIN" generate --device cuda --model "$dir" --tokens "$MTP_PROMPT" -n 48 --kv "$kv" 2>> "$out")
+        spec=$("$BIN" generate --device cuda --model "$dir" --tokens "$MTP_PROMPT" -n 48 --kv "$kv" \
+            --speculative mtp 2>> "$out")
+        drafts=$(sed -n 's/.*speculative mtp: \(.*\)$/\1/p' "$out")
+        if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then
+            note "$(printf 'mtp %-22s kv=%-4s greedy == plain (%s)  ok' "$name" "$kv" "${drafts:-?}")"
+        else
+            bad "mtp $name kv=$kv: tokens with --speculative mtp differ: [$spec] vs [$plain] (see $out)"
         fi
     done
 done

@@ -24,6 +24,7 @@
 #include "base/mem.h"
 #include "cpu/cpu.h"
 #include "cuda/cuda.h"
+#include "cuda/cuda_kernels.h" /* CUDA_MOE_DEVICE_MAX_N: where moe_experts changes path */
 #include "model/gdn.h"
 #include "testlib.h"
 
@@ -1002,107 +1003,342 @@ static void test_moe_route(void)
     free(logits);
 }
 
-static void test_moe_experts_case(enum dtype dt, int n)
+/* One MoE layer's experts for the tests: stacked [E * inter, hidden] gate/up and
+ * [E * hidden, inter] down sliced per expert (MLX), or one tensor per expert (HF). */
+struct test_moe_w {
+    int E, H, I, stacked;
+    struct test_weight sg, su, sd;            /* stacked */
+    struct test_weight pg[16], pu[16], pd[16]; /* per expert */
+    struct tensor g[16], u[16], d[16];        /* what backend_moe points at */
+};
+
+static void moe_w_make(struct test_moe_w *mw, enum dtype dt, int bits, int gs, int E, int H, int I, int stacked)
 {
-    const int E = 4, K = 2, H = 64, I = 96;
-    /* Stacked [E * inter, hidden] gate/up and [E * hidden, inter] down, sliced per expert. */
-    struct test_weight gate, up, down;
-    weight_make(&gate, dt, (int64_t)E * I, H, 4, 32);
-    weight_make(&up, dt, (int64_t)E * I, H, 4, 32);
-    weight_make(&down, dt, (int64_t)E * H, I, 4, 32);
-    struct tensor g[4], u[4], d[4];
-    for (int e = 0; e < E; e++) {
-        be->ops->weight_slice_rows(be, &gate.t, (int64_t)e * I, I, &g[e]);
-        be->ops->weight_slice_rows(be, &up.t, (int64_t)e * I, I, &u[e]);
-        be->ops->weight_slice_rows(be, &down.t, (int64_t)e * H, H, &d[e]);
+    CAIRN_ASSERT(E <= 16);
+    mw->E = E, mw->H = H, mw->I = I, mw->stacked = stacked;
+    if (stacked) {
+        weight_make(&mw->sg, dt, (int64_t)E * I, H, bits, gs);
+        weight_make(&mw->su, dt, (int64_t)E * I, H, bits, gs);
+        weight_make(&mw->sd, dt, (int64_t)E * H, I, bits, gs);
+        for (int e = 0; e < E; e++) {
+            be->ops->weight_slice_rows(be, &mw->sg.t, (int64_t)e * I, I, &mw->g[e]);
+            be->ops->weight_slice_rows(be, &mw->su.t, (int64_t)e * I, I, &mw->u[e]);
+            be->ops->weight_slice_rows(be, &mw->sd.t, (int64_t)e * H, H, &mw->d[e]);
+        }
+    } else {
+        for (int e = 0; e < E; e++) {
+            weight_make(&mw->pg[e], dt, I, H, bits, gs);
+            weight_make(&mw->pu[e], dt, I, H, bits, gs);
+            weight_make(&mw->pd[e], dt, H, I, bits, gs);
+            mw->g[e] = mw->pg[e].t, mw->u[e] = mw->pu[e].t, mw->d[e] = mw->pd[e].t;
+        }
     }
+}
+
+static void moe_w_free(struct test_moe_w *mw)
+{
+    if (mw->stacked) {
+        weight_free(&mw->sg);
+        weight_free(&mw->su);
+        weight_free(&mw->sd);
+    } else {
+        for (int e = 0; e < mw->E; e++) {
+            weight_free(&mw->pg[e]);
+            weight_free(&mw->pu[e]);
+            weight_free(&mw->pd[e]);
+        }
+    }
+}
+
+/* want[t] = sum_k w[t,k] * expert_{ids[t,k]}(x[t]) in double from the weights' f32 rows; scale
+ * the same sum of |terms| (the error scale of each output). */
+static void moe_ref(const struct test_moe_w *mw, int n, int K, const float *x, const int32_t *ids, const float *w,
+                    double *want, double *scale)
+{
+    int H = mw->H, I = mw->I;
+    float *row = malloc(sizeof(float) * (size_t)(H > I ? H : I)), *act = malloc(sizeof(float) * (size_t)I);
+    memset(want, 0, sizeof(double) * (size_t)n * H);
+    memset(scale, 0, sizeof(double) * (size_t)n * H);
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < K; k++) {
+            int e = ids[t * K + k];
+            for (int i = 0; i < I; i++) {
+                double a = 0, b = 0;
+                tensor_row_to_f32(&mw->g[e], i, row);
+                for (int j = 0; j < H; j++) a += (double)row[j] * x[t * H + j];
+                tensor_row_to_f32(&mw->u[e], i, row);
+                for (int j = 0; j < H; j++) b += (double)row[j] * x[t * H + j];
+                act[i] = (float)(a * ref_sigmoid(a) * b);
+            }
+            for (int j = 0; j < H; j++) {
+                double acc = 0, sc = 0;
+                tensor_row_to_f32(&mw->d[e], j, row);
+                for (int i = 0; i < I; i++) {
+                    acc += (double)row[i] * act[i];
+                    sc += fabs((double)row[i] * act[i]);
+                }
+                want[t * H + j] += w[t * K + k] * acc;
+                scale[t * H + j] += w[t * K + k] * sc;
+            }
+        }
+    free(row);
+    free(act);
+}
+
+/* n tokens routed to top_k distinct experts of E (weights summing to 1), or, for the grouped
+ * path's GEMM case, most tokens on experts 0 and 1. */
+static void moe_route_rnd(int n, int E, int K, int32_t *ids, float *w)
+{
+    for (int t = 0; t < n; t++) {
+        float sum = 0;
+        for (int k = 0; k < K; k++) {
+            int32_t e;
+            int taken;
+            do {
+                e = (int32_t)(rnd_u32() % (uint32_t)E);
+                taken = 0;
+                for (int j = 0; j < k; j++) taken |= ids[t * K + j] == e;
+            } while (taken);
+            ids[t * K + k] = e;
+            w[t * K + k] = 0.2f + (float)(rnd_u32() % 100) / 100.0f;
+            sum += w[t * K + k];
+        }
+        for (int k = 0; k < K; k++) w[t * K + k] /= sum;
+    }
+    if (n > 16) /* most tokens on experts 0 and 1 */
+        for (int t = 0; t < n; t += 2) ids[t * K] = 0, ids[t * K + 1] = 1 + t % (E - 1);
+}
+
+static void test_moe_experts_case(enum dtype dt, int bits, int gs, int E, int K, int H, int I, int stacked, int n)
+{
+    struct test_moe_w mw;
+    moe_w_make(&mw, dt, bits, gs, E, H, I, stacked);
     float *x = rnd_vec((size_t)n * H, 1.0f);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * K);
     float *w = malloc(sizeof(float) * (size_t)n * K);
-    for (int t = 0; t < n; t++) {
-        ids[t * K] = (int32_t)(rnd_u32() % E);
-        ids[t * K + 1] = (ids[t * K] + 1 + (int32_t)(rnd_u32() % (E - 1))) % E;
-        w[t * K] = 0.7f;
-        w[t * K + 1] = 0.3f;
-    }
-    /* Most tokens on expert 0 in the larger case, so one expert's batch takes the GEMM path. */
-    if (n > 16)
-        for (int t = 0; t < n; t += 2) ids[t * K] = 0, ids[t * K + 1] = 1 + t % 3;
-    size_t scratch = (size_t)n * (2 * H + 2 * I);
+    moe_route_rnd(n, E, K, ids, w);
+    size_t scratch = backend_moe_scratch_floats(n, H, I, K);
     float *dx = dev_from(x, sizeof(float) * (size_t)n * H), *dout = dev_alloc(sizeof(float) * (size_t)n * H);
     int32_t *dids = dev_from(ids, sizeof(int32_t) * (size_t)n * K);
     float *dw = dev_from(w, sizeof(float) * (size_t)n * K), *ds = dev_alloc(scratch * 4);
     struct backend_moe m = {
         .x = dx, .out = dout, .n = n, .hidden = H, .inter = I, .n_experts = E, .top_k = K,
-        .ids = dids, .w = dw, .gate = g, .up = u, .down = d, .scratch = ds,
+        .ids = dids, .w = dw, .gate = mw.g, .up = mw.u, .down = mw.d, .scratch = ds,
     };
     step_begin();
     be->ops->moe_experts(be, &m);
     step_end();
     float *got = malloc(sizeof(float) * (size_t)n * H);
     dev_to(got, dout, sizeof(float) * (size_t)n * H);
-    double *want = calloc((size_t)n * H, sizeof(double)), *scale = calloc((size_t)n * H, sizeof(double));
-    double *gv = malloc(sizeof(double) * I), *gs = malloc(sizeof(double) * I);
-    float *row = malloc(sizeof(float) * (size_t)I), *act = malloc(sizeof(float) * (size_t)I);
-    for (int t = 0; t < n; t++)
-        for (int k = 0; k < K; k++) {
-            int e = ids[t * K + k];
-            for (int i = 0; i < I; i++) {
-                double a = 0, b = 0;
-                tensor_row_to_f32(&g[e], i, row);
-                for (int j = 0; j < H; j++) a += (double)row[j] * x[t * H + j];
-                tensor_row_to_f32(&u[e], i, row);
-                for (int j = 0; j < H; j++) b += (double)row[j] * x[t * H + j];
-                act[i] = (float)(a * ref_sigmoid(a) * b);
-            }
-            for (int j = 0; j < H; j++) {
-                double acc = 0, s = 0;
-                tensor_row_to_f32(&d[e], j, row);
-                for (int i = 0; i < I; i++) {
-                    acc += (double)row[i] * act[i];
-                    s += fabs((double)row[i] * act[i]);
-                }
-                want[t * H + j] += w[t * K + k] * acc;
-                scale[t * H + j] += w[t * K + k] * s;
-            }
-        }
-    char what[64];
-    snprintf(what, sizeof(what), "moe_experts %s n=%d", dtype_name(dt), n);
-    /* the GEMM path's bf16 inputs, twice over (gate/up then down) */
-    check_close(what, got, want, scale, (size_t)n * H, n > 16 ? 2e-2 : 1e-4);
+    double *want = malloc(sizeof(double) * (size_t)n * H), *scale = malloc(sizeof(double) * (size_t)n * H);
+    moe_ref(&mw, n, K, x, ids, w, want, scale);
+    char what[96];
+    snprintf(what, sizeof(what), "moe_experts %s%s E=%d K=%d %dx%d %s n=%d", dtype_name(dt),
+             dt == DTYPE_Q ? (bits == 4 ? "4" : bits == 8 ? "8" : "?") : "", E, K, H, I,
+             stacked ? "stacked" : "per-expert", n);
+    /* a decode-sized batch: f32 products and sums (cuda_moe.cu); more: the GEMM path's bf16
+     * inputs, twice over (gate/up then down) */
+    check_close(what, got, want, scale, (size_t)n * H, n > CUDA_MOE_DEVICE_MAX_N ? 2e-2 : 1e-4);
     dev_free(dx, sizeof(float) * (size_t)n * H);
     dev_free(dout, sizeof(float) * (size_t)n * H);
     dev_free(dids, sizeof(int32_t) * (size_t)n * K);
     dev_free(dw, sizeof(float) * (size_t)n * K);
     dev_free(ds, scratch * 4);
-    weight_free(&gate);
-    weight_free(&up);
-    weight_free(&down);
+    moe_w_free(&mw);
     free(x);
     free(ids);
     free(w);
     free(got);
     free(want);
     free(scale);
-    free(gv);
-    free(gs);
-    free(row);
-    free(act);
+}
+
+/* A decode-like MoE step (route, experts, the shared expert's sigmoid gate) five times with new
+ * router logits each time, so every step picks other experts: with graphs on the first runs
+ * eagerly, the second is captured, the rest replay the graph, and each step must match the
+ * reference of its own routing (the routing is device data, never read back). */
+static void test_moe_graph(void)
+{
+    const int E = 8, K = 3, H = 64, I = 32, n = 2;
+    struct test_moe_w mw;
+    moe_w_make(&mw, DTYPE_BF16, 0, 0, E, H, I, 1);
+    float *x = rnd_vec((size_t)n * H, 1.0f), *sh = rnd_vec((size_t)n * H, 1.0f), *gl = rnd_vec((size_t)n, 1.0f);
+    float *dx = dev_from(x, sizeof(float) * (size_t)n * H), *dsh = dev_from(sh, sizeof(float) * (size_t)n * H);
+    float *dgl = dev_from(gl, sizeof(float) * (size_t)n), *dout = dev_alloc(sizeof(float) * (size_t)n * H);
+    float *dlog = dev_alloc(sizeof(float) * (size_t)n * E), *dw = dev_alloc(sizeof(float) * (size_t)n * K);
+    int32_t *dids = dev_alloc(sizeof(int32_t) * (size_t)n * K);
+    size_t scratch = backend_moe_scratch_floats(n, H, I, K);
+    float *ds = dev_alloc(scratch * 4);
+    struct backend_moe m = {
+        .x = dx, .out = dout, .n = n, .hidden = H, .inter = I, .n_experts = E, .top_k = K,
+        .ids = dids, .w = dw, .gate = mw.g, .up = mw.u, .down = mw.d, .scratch = ds,
+    };
+    uint64_t l0, c0, e0, l1, c1, e1;
+    cuda_graphs_counts(be, &l0, &c0, &e0);
+    int32_t ids[2 * 3], prev[2 * 3] = {0};
+    int n_changed = 0;
+    for (int it = 0; it < 5; it++) {
+        float *logits = rnd_vec((size_t)n * E, 3.0f);
+        struct cairn_err err;
+        CHECK(be->ops->buf_upload(be, dlog, logits, sizeof(float) * (size_t)n * E, &err) == CAIRN_OK);
+        step_begin();
+        be->ops->moe_route(be, dlog, n, E, K, 1, dids, dw);
+        be->ops->moe_experts(be, &m);
+        be->ops->add_sigmoid_scaled(be, dout, dsh, dgl, n, H);
+        step_end();
+        float got[2 * 64];
+        dev_to(got, dout, sizeof(got));
+        double wd[2 * 3], want[2 * 64], scale[2 * 64];
+        float wf[2 * 3];
+        ref_route(logits, n, E, K, 1, ids, wd);
+        for (int i = 0; i < n * K; i++) wf[i] = (float)wd[i];
+        n_changed += it > 0 && memcmp(ids, prev, sizeof(ids)) != 0;
+        memcpy(prev, ids, sizeof(ids));
+        moe_ref(&mw, n, K, x, ids, wf, want, scale);
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < H; j++) {
+                double gsig = 1.0 / (1.0 + exp(-(double)gl[t]));
+                want[t * H + j] += gsig * sh[t * H + j];
+                scale[t * H + j] += fabs(gsig * sh[t * H + j]) + 1e-6;
+            }
+        char what[64];
+        snprintf(what, sizeof(what), "moe graph step %d", it);
+        check_close(what, got, want, scale, (size_t)n * H, 1e-4);
+        free(logits);
+    }
+    CHECK(n_changed >= 2); /* the steps did route differently */
+    cuda_graphs_counts(be, &l1, &c1, &e1);
+    const char *env = getenv("CAIRN_CUDA_GRAPHS");
+    if (!env || strcmp(env, "0") != 0) {
+        CHECK_EQ_INT((long long)(e1 - e0), 1);
+        CHECK_EQ_INT((long long)(c1 - c0), 1);
+        CHECK_EQ_INT((long long)(l1 - l0), 3);
+    }
+    dev_free(dx, sizeof(float) * (size_t)n * H);
+    dev_free(dsh, sizeof(float) * (size_t)n * H);
+    dev_free(dgl, sizeof(float) * (size_t)n);
+    dev_free(dout, sizeof(float) * (size_t)n * H);
+    dev_free(dlog, sizeof(float) * (size_t)n * E);
+    dev_free(dw, sizeof(float) * (size_t)n * K);
+    dev_free(dids, sizeof(int32_t) * (size_t)n * K);
+    dev_free(ds, scratch * 4);
+    moe_w_free(&mw);
+    free(x);
+    free(sh);
+    free(gl);
 }
 
 static void test_moe(void)
 {
     test_moe_route();
-    test_moe_experts_case(DTYPE_BF16, 5);
-    test_moe_experts_case(DTYPE_Q, 5);
-    test_moe_experts_case(DTYPE_BF16, 40);
+    /* the device path (sorted on the GPU): every weight kind, both layouts, odd sizes (f16 36
+     * wide: the element-by-element kernel), top_k 1..8, experts shared by more than
+     * CUDA_MOE_NT (8) slots (n = 40 of 4 experts), unused experts */
+    test_moe_experts_case(DTYPE_BF16, 0, 0, 8, 8, 64, 96, 1, 1);
+    test_moe_experts_case(DTYPE_BF16, 0, 0, 6, 2, 64, 96, 0, 5);
+    test_moe_experts_case(DTYPE_F32, 0, 0, 5, 3, 40, 24, 1, 3);
+    test_moe_experts_case(DTYPE_F16, 0, 0, 4, 2, 36, 20, 0, 2);
+    test_moe_experts_case(DTYPE_Q, 4, 32, 4, 2, 64, 96, 1, 5);
+    test_moe_experts_case(DTYPE_Q, 8, 64, 5, 1, 128, 64, 0, 8);
+    test_moe_experts_case(DTYPE_Q, 4, 64, 16, 4, 64, 128, 1, 1);
+    test_moe_experts_case(DTYPE_BF16, 0, 0, 4, 2, 64, 96, 1, 40);
+    test_moe_experts_case(DTYPE_Q, 4, 32, 4, 2, 64, 96, 0, 12);
+    /* more tokens than CUDA_MOE_DEVICE_MAX_N: grouped on the host, per-expert GEMMs */
+    test_moe_experts_case(DTYPE_BF16, 0, 0, 4, 2, 64, 96, 1, 150);
+    test_moe_experts_case(DTYPE_Q, 4, 32, 6, 2, 64, 96, 0, 130);
+    test_moe_graph();
 }
 
 /* ---- gated DeltaNet ---- */
 
-static void test_gdn_case(int n)
+/* Decode steps of one DeltaNet layer (a strided copy, then gdn on the device state) five times
+ * with new inputs: with graphs on, eager, captured, then replayed; the state carries from step
+ * to step, and each step's output and state must match the CPU op run on the same sequence. */
+static void test_gdn_graph(void)
 {
-    struct gdn_dims dims = {.n_k_heads = 2, .n_v_heads = 4, .head_k_dim = 32, .head_v_dim = 48, .conv_kernel = 4};
+    struct gdn_dims dims = {.n_k_heads = 2, .n_v_heads = 4, .head_k_dim = 64, .head_v_dim = 32, .conv_kernel = 4};
+    int cd = gdn_conv_dim(&dims), vd = gdn_value_dim(&dims), nv = dims.n_v_heads;
+    size_t sf = gdn_state_floats(&dims);
+    float *conv_w = rnd_vec((size_t)cd * dims.conv_kernel, 0.5f), *a_log = rnd_vec((size_t)nv, 1.0f);
+    float *dt_bias = rnd_vec((size_t)nv, 1.0f), *norm_w = rnd_vec((size_t)dims.head_v_dim, 1.0f);
+    float *state = rnd_vec(sf, 0.3f);
+    float *d_conv = dev_from(conv_w, sizeof(float) * (size_t)cd * dims.conv_kernel);
+    float *d_alog = dev_from(a_log, sizeof(float) * nv), *d_dtb = dev_from(dt_bias, sizeof(float) * nv);
+    float *d_nw = dev_from(norm_w, sizeof(float) * dims.head_v_dim), *d_state = dev_from(state, sf * 4);
+    /* inputs land in a staging row and are copied into place by copy_rows, as qwen3_next's
+     * unpacking does: [qkv | z | b | a] */
+    size_t in_floats = (size_t)cd + vd + 2 * nv;
+    float *d_in = dev_alloc(sizeof(float) * in_floats), *d_qkv = dev_alloc(sizeof(float) * (size_t)cd);
+    float *d_z = dev_alloc(sizeof(float) * (size_t)vd), *d_b = dev_alloc(sizeof(float) * nv);
+    float *d_a = dev_alloc(sizeof(float) * nv), *d_out = dev_alloc(sizeof(float) * (size_t)vd);
+    struct backend_gdn g = {
+        .n_k_heads = dims.n_k_heads, .n_v_heads = nv, .head_k_dim = dims.head_k_dim,
+        .head_v_dim = dims.head_v_dim, .conv_kernel = dims.conv_kernel, .eps = 1e-6f,
+        .conv_w = d_conv, .a_log = d_alog, .dt_bias = d_dtb, .norm_w = d_nw, .state = d_state,
+        .qkv = d_qkv, .z = d_z, .b = d_b, .a = d_a, .n = 1, .out = d_out,
+    };
+    uint64_t l0, c0, e0, l1, c1, e1;
+    cuda_graphs_counts(be, &l0, &c0, &e0);
+    float *got = malloc(sizeof(float) * (size_t)vd), *ref = malloc(sizeof(float) * (size_t)vd);
+    float *gstate = malloc(sf * 4);
+    double *want = malloc(sizeof(double) * sf);
+    for (int it = 0; it < 5; it++) {
+        float *in = rnd_vec(in_floats, 1.0f);
+        struct cairn_err err;
+        CHECK(be->ops->buf_upload(be, d_in, in, sizeof(float) * in_floats, &err) == CAIRN_OK);
+        step_begin();
+        be->ops->copy_rows(be, d_qkv, cd, d_in, (int64_t)in_floats, 1, cd);
+        be->ops->copy_rows(be, d_z, vd, d_in + cd, (int64_t)in_floats, 1, vd);
+        be->ops->copy_rows(be, d_b, nv, d_in + cd + vd, (int64_t)in_floats, 1, nv);
+        be->ops->copy_rows(be, d_a, nv, d_in + cd + vd + nv, (int64_t)in_floats, 1, nv);
+        be->ops->gdn(be, &g);
+        step_end();
+        dev_to(got, d_out, sizeof(float) * (size_t)vd);
+        dev_to(gstate, d_state, sf * 4);
+        struct backend_gdn hg = g;
+        hg.conv_w = conv_w, hg.a_log = a_log, hg.dt_bias = dt_bias, hg.norm_w = norm_w;
+        hg.state = state, hg.qkv = in, hg.z = in + cd, hg.b = in + cd + vd, hg.a = in + cd + vd + nv, hg.out = ref;
+        cpu_gdn(&hg);
+        for (int i = 0; i < vd; i++) want[i] = ref[i];
+        char what[64];
+        snprintf(what, sizeof(what), "gdn graph step %d out", it);
+        check_close(what, got, want, NULL, (size_t)vd, 1e-4);
+        for (size_t i = 0; i < sf; i++) want[i] = state[i];
+        snprintf(what, sizeof(what), "gdn graph step %d state", it);
+        check_close(what, gstate, want, NULL, sf, 1e-5);
+        free(in);
+    }
+    cuda_graphs_counts(be, &l1, &c1, &e1);
+    const char *env = getenv("CAIRN_CUDA_GRAPHS");
+    if (!env || strcmp(env, "0") != 0) {
+        CHECK_EQ_INT((long long)(e1 - e0), 1);
+        CHECK_EQ_INT((long long)(c1 - c0), 1);
+        CHECK_EQ_INT((long long)(l1 - l0), 3);
+    }
+    dev_free(d_conv, sizeof(float) * (size_t)cd * dims.conv_kernel);
+    dev_free(d_alog, sizeof(float) * nv);
+    dev_free(d_dtb, sizeof(float) * nv);
+    dev_free(d_nw, sizeof(float) * dims.head_v_dim);
+    dev_free(d_state, sf * 4);
+    dev_free(d_in, sizeof(float) * in_floats);
+    dev_free(d_qkv, sizeof(float) * (size_t)cd);
+    dev_free(d_z, sizeof(float) * (size_t)vd);
+    dev_free(d_b, sizeof(float) * nv);
+    dev_free(d_a, sizeof(float) * nv);
+    dev_free(d_out, sizeof(float) * (size_t)vd);
+    free(conv_w);
+    free(a_log);
+    free(dt_bias);
+    free(norm_w);
+    free(state);
+    free(got);
+    free(ref);
+    free(gstate);
+    free(want);
+}
+
+static void test_gdn_case(struct gdn_dims dims, int n)
+{
     int cd = gdn_conv_dim(&dims), vd = gdn_value_dim(&dims), nv = dims.n_v_heads;
     size_t sf = gdn_state_floats(&dims);
     float *conv_w = rnd_vec((size_t)cd * dims.conv_kernel, 0.5f), *a_log = rnd_vec((size_t)nv, 1.0f);
@@ -1135,9 +1371,13 @@ static void test_gdn_case(int n)
     cpu_gdn(&hg);
     double *want = malloc(sizeof(double) * (sf > (size_t)n * vd ? sf : (size_t)n * vd));
     for (size_t i = 0; i < (size_t)n * vd; i++) want[i] = ref_out[i];
-    check_close(n == 1 ? "gdn out (decode)" : "gdn out", out, want, NULL, (size_t)n * vd, 1e-4);
+    char what[96];
+    snprintf(what, sizeof(what), "gdn out n=%d (k %dx%d, v %dx%d, conv %d)", n, dims.n_k_heads, dims.head_k_dim,
+             dims.n_v_heads, dims.head_v_dim, dims.conv_kernel);
+    check_close(what, out, want, NULL, (size_t)n * vd, 1e-4);
     for (size_t i = 0; i < sf; i++) want[i] = state[i];
-    check_close("gdn state", gstate, want, NULL, sf, 1e-5);
+    snprintf(what, sizeof(what), "gdn state n=%d (k dim %d, v dim %d)", n, dims.head_k_dim, dims.head_v_dim);
+    check_close(what, gstate, want, NULL, sf, 1e-5);
     float *cq = malloc(sizeof(float) * (size_t)n * cd);
     dev_to(cq, d_qkv, sizeof(float) * (size_t)n * cd);
     for (size_t i = 0; i < (size_t)n * cd; i++) want[i] = qkv[i];
@@ -1529,8 +1769,19 @@ int main(int argc, char **argv)
     test_attn_decode();
     test_graphs();
     test_moe();
-    test_gdn_case(1);
-    test_gdn_case(7);
+    test_gdn_graph();
+    /* S in registers (head_k_dim <= 128, head_v_dim a multiple of 8 up to 128), the plain kernel for
+     * the other shapes; decode (n = 1) and prefill chunks, odd sizes */
+    const struct gdn_dims gdn_shapes[] = {
+        {.n_k_heads = 2, .n_v_heads = 4, .head_k_dim = 32, .head_v_dim = 48, .conv_kernel = 4},
+        {.n_k_heads = 1, .n_v_heads = 2, .head_k_dim = 128, .head_v_dim = 128, .conv_kernel = 4},
+        {.n_k_heads = 1, .n_v_heads = 3, .head_k_dim = 40, .head_v_dim = 8, .conv_kernel = 1},
+        {.n_k_heads = 2, .n_v_heads = 2, .head_k_dim = 160, .head_v_dim = 20, .conv_kernel = 3},
+    };
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(gdn_shapes); i++) {
+        test_gdn_case(gdn_shapes[i], 1);
+        test_gdn_case(gdn_shapes[i], i == 1 ? 33 : 7);
+    }
     test_errors_and_memory();
     be->ops->destroy(be);
     return test_summary("test_cuda_ops");

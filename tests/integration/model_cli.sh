@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The model CLIs end to end: check-logits passes on an oracle model and fails (exit 1) when the
-# tolerance is impossible; generate reproduces the oracle's greedy continuation; synth-model
+# tolerance is impossible; generate reproduces the oracle's greedy continuation (also through the
+# engine with --speculative, and with MTP drafts on a hybrid: the same tokens); synth-model
 # writes a checkpoint that loads and generates; bad input exits 2 with a message. Exits 77
 # (skipped) after the other checks when the npm qwen3 tokenizer for --prompt is missing.
 set -euo pipefail
@@ -32,6 +33,16 @@ want=$(IFS=,; echo "${all[*]:7:24}")
 got=$("$bin" generate --model "$m" --tokens "$prompt" -n 24 --kv f32 2>/dev/null)
 [ "$got" = "$want" ] || { echo "generate: got $got, wanted $want"; exit 1; }
 echo "generate matches the oracle's greedy continuation"
+# through the engine (--speculative), and with MTP drafts on a hybrid whose state is rolled back
+got=$("$bin" generate --model "$m" --tokens "$prompt" -n 24 --kv f32 --speculative ngram 2>/dev/null)
+[ "$got" = "$want" ] || { echo "generate --speculative ngram: got $got, wanted $want"; exit 1; }
+h=$src/tests/data/mtp/qwen3_5-tiny
+plain=$("$bin" generate --model "$h" --tokens 3,14,15,92,65,35,89,79,32,38 -n 20 --kv f32 2>/dev/null)
+spec=$("$bin" generate --model "$h" --tokens 3,14,15,92,65,35,89,79,32,38 -n 20 --kv f32 --speculative mtp \
+    2> "$work/mtp.err")
+[ -n "$plain" ] && [ "$plain" = "$spec" ] || { echo "generate --speculative mtp: got $spec, wanted $plain"; exit 1; }
+grep -q 'speculative mtp: [1-9][0-9]* drafted' "$work/mtp.err" || { cat "$work/mtp.err"; exit 1; }
+echo "generate --speculative ngram|mtp: the same greedy tokens"
 
 # sampling is reproducible by seed
 a=$("$bin" generate --model "$m" --tokens 1,2,3 -n 12 --temp 1.0 --seed 7 2>/dev/null)

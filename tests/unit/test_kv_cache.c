@@ -72,8 +72,10 @@ static void fill_block(struct kv_pool *p, int b, float val)
 }
 
 /* A backend whose memory the cache must not read directly (host_visible 0): plain host memory
- * underneath, so the test can still look, and every upload/download counted. Buffers only. */
-static int dev_n_up, dev_n_down;
+ * underneath, so the test can still look, and every upload/download counted (those of a
+ * snapshot's size apart: SNAP_BYTES differs from a block's 2 x BS x 4 bytes). Buffers only. */
+#define SNAP_BYTES 16
+static int dev_n_up, dev_n_down, dev_n_copy, dev_n_up_state, dev_n_down_state;
 
 static int dev_alloc(struct backend *be, size_t bytes, enum cairn_mem_tag tag, void **dptr, struct cairn_err *err)
 {
@@ -89,6 +91,7 @@ static void dev_free(struct backend *be, void *dptr, size_t bytes, enum cairn_me
 static int dev_upload(struct backend *be, void *dst, const void *src, size_t bytes, struct cairn_err *err)
 {
     dev_n_up++;
+    dev_n_up_state += bytes == SNAP_BYTES;
     memcpy(dst, src, bytes);
     return CAIRN_OK;
 }
@@ -96,12 +99,21 @@ static int dev_upload(struct backend *be, void *dst, const void *src, size_t byt
 static int dev_download(struct backend *be, void *dst, const void *src, size_t bytes, struct cairn_err *err)
 {
     dev_n_down++;
+    dev_n_down_state += bytes == SNAP_BYTES;
+    memcpy(dst, src, bytes);
+    return CAIRN_OK;
+}
+
+static int dev_copy(struct backend *be, void *dst, const void *src, size_t bytes, struct cairn_err *err)
+{
+    dev_n_copy++;
     memcpy(dst, src, bytes);
     return CAIRN_OK;
 }
 
 static const struct backend_ops dev_ops = {
-    .buf_alloc = dev_alloc, .buf_free = dev_free, .buf_upload = dev_upload, .buf_download = dev_download};
+    .buf_alloc = dev_alloc, .buf_free = dev_free, .buf_upload = dev_upload, .buf_download = dev_download,
+    .buf_copy = dev_copy};
 static struct backend dev_be = {.ops = &dev_ops, .kind = BACKEND_CUDA, .name = "fake-device", .host_visible = 0};
 
 static struct backend *pool_be; /* where setup puts the pool: NULL (host) or &dev_be */
@@ -316,12 +328,12 @@ static void test_snapshots(void)
     struct fake_tier t;
     memset(&t, 0, sizeof(t));
     uint64_t mem0 = cairn_mem_used(CAIRN_MEM_STATE);
-    setup(&p, &c, &t, 16);
+    setup(&p, &c, &t, SNAP_BYTES);
     int32_t toks[3 * BS];
     for (int i = 0; i < 3 * BS; i++) toks[i] = 50 + i;
     int b[3];
     uint8_t parent[32] = {0};
-    uint8_t st[16];
+    uint8_t st[SNAP_BYTES];
     for (int i = 0; i < 3; i++) {
         b[i] = kv_cache_alloc(&c);
         if (i == 0) {
@@ -386,5 +398,16 @@ int main(void)
     pool_be = NULL;
     test_twins();
     test_snapshots();
+    /* snapshots in device memory: attached by device copies (4 attaches succeed), staged out
+     * through a download each time block 0 goes to the tier with one (its publish and two
+     * evictions) and back in through one upload when it is promoted, with the same bytes
+     * (test_snapshots checks them) */
+    pool_be = &dev_be;
+    dev_n_up = dev_n_down = 0;
+    test_snapshots();
+    CHECK_EQ_INT(dev_n_copy, 4);
+    CHECK_EQ_INT(dev_n_down_state, 3);
+    CHECK_EQ_INT(dev_n_up_state, 1);
+    pool_be = NULL;
     return test_summary("test_kv_cache");
 }

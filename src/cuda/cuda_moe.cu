@@ -1,0 +1,288 @@
+/* Routed experts of a MoE FFN over a batch of up to CUDA_MOE_DEVICE_MAX_N tokens (decode
+ * steps, small prefill chunks) on the device alone: tokens are sorted by expert on the GPU from
+ * moe_route's ids, so no launch depends on the routing and a decode step stays
+ * graph-capturable. Each chosen expert's weights are read once per step, whatever number of the
+ * step's tokens chose it (tensor/backend.h backend_moe; CPU reference: cpu/cpu_moe.c).
+ *
+ * Shapes: x [n, hidden], ids / w [n, top_k] (slot s = t * top_k + k), out [n, hidden]; every
+ * expert's gate / up is [inter, hidden] and down [hidden, inter], all of one layout (type, row
+ * bytes, bits, group size), found through device tables of row-0 pointers (cuda_moe_set: HF
+ * per-expert tensors and MLX stacked slices alike). Scratch (cuda_moe_ws): h [slots, inter],
+ * ys [slots, hidden], the sorted slot list, per-expert offsets, the active experts.
+ * Four kernels, in order on the stream:
+ *   sort:    one block: counts per expert (shared-memory atomics), offsets, the slots of each
+ *            expert, and the list of experts with at least one slot (n_act of them);
+ *   gate_up: a persistent grid of warps over (active expert, row of inter) items: the warp
+ *            streams gate row r and up row r once and applies them to the expert's slots,
+ *            CUDA_MOE_NT at a time: h[s][r] = silu(gate_e . x_t) * (up_e . x_t);
+ *   down:    the same over (active expert, row of hidden): ys[s][r] = down_e . h[s];
+ *   combine: out[t] = sum_k w[t,k] * ys[t * top_k + k] in k order (deterministic, no atomics).
+ * Each lane streams 16-byte chunks of its rows (8 bf16/f16, 4 f32, 32 q4 or 16 q8 codes: a
+ * chunk lies in one quantization group), CUDA_MOE_U chunks in flight before any is used; rows of
+ * another layout (q2/q3/q5/q6, unaligned) are read element by element (cuda_w_elem).
+ * Bytes per call: each active expert's 3 x inter x hidden weights once per CUDA_MOE_NT of its
+ * slots (batch 1: top_k experts), plus x, h, ys and out; the bound is HBM bandwidth. */
+#include "cuda/cuda_common.cuh"
+
+#define CUDA_MOE_THREADS 256 /* 8 warps per block */
+#define CUDA_MOE_WARPS (CUDA_MOE_THREADS / CUDA_WARP)
+#define CUDA_MOE_U 4         /* chunks per row a lane loads before using them */
+#define CUDA_MOE_NT 8        /* slots a streamed row is applied to at once */
+#define CUDA_MOE_SORT_THREADS 1024
+#define CUDA_MOE_BLOCKS_PER_SM 8 /* persistent grid: blocks per SM at most */
+
+enum cuda_moe_kind { MOE_F32 = 0, MOE_F16, MOE_BF16, MOE_Q4, MOE_Q8, MOE_SCALAR };
+
+static __device__ __forceinline__ float cuda_moe_silu(float v) { return v / (1.0f + expf(-v)); }
+
+static __device__ __forceinline__ uint4 cuda_moe_ld(const uint4 *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* chunk . x[i .. i + elems) for one row (row points at its first byte, for q scales). */
+template <int K>
+static __device__ __forceinline__ float cuda_moe_chunk_dot(uint4 c, const uint8_t *row, int64_t i,
+                                                           const struct cuda_wdesc &w, const float *x)
+{
+    const uint32_t u[4] = {c.x, c.y, c.z, c.w};
+    float s = 0;
+    if (K == MOE_F32) {
+        float4 v = *(const float4 *)(x + i);
+        s = __uint_as_float(u[0]) * v.x + __uint_as_float(u[1]) * v.y + __uint_as_float(u[2]) * v.z +
+            __uint_as_float(u[3]) * v.w;
+    } else if (K == MOE_BF16 || K == MOE_F16) {
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            float4 v = *(const float4 *)(x + i + 4 * q);
+            uint32_t a = u[2 * q], b = u[2 * q + 1];
+            float w0, w1, w2, w3;
+            if (K == MOE_BF16) {
+                w0 = __uint_as_float(a << 16), w1 = __uint_as_float(a & 0xffff0000u);
+                w2 = __uint_as_float(b << 16), w3 = __uint_as_float(b & 0xffff0000u);
+            } else {
+                w0 = cuda_f16_f32((uint16_t)(a & 0xffffu)), w1 = cuda_f16_f32((uint16_t)(a >> 16));
+                w2 = cuda_f16_f32((uint16_t)(b & 0xffffu)), w3 = cuda_f16_f32((uint16_t)(b >> 16));
+            }
+            s = fmaf(w0, v.x, fmaf(w1, v.y, fmaf(w2, v.z, fmaf(w3, v.w, s))));
+        }
+    } else {
+        constexpr int BITS = K == MOE_Q4 ? 4 : 8, PER_WORD = 32 / BITS;
+        int64_t g = i / w.group_size;
+        float scale = cuda_bf16_f32(((const uint16_t *)(row + cuda_q_scales_off(w.cols, BITS)))[g]);
+        float bias = cuda_bf16_f32(((const uint16_t *)(row + cuda_q_biases_off(w.cols, BITS, w.group_size)))[g]);
+        float cx = 0, xs = 0;
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int j = 0; j < PER_WORD; j++) {
+                float xv = x[i + q * PER_WORD + j];
+                uint32_t code = (u[q] >> (BITS * j)) & ((1u << BITS) - 1);
+                cx = fmaf((float)code, xv, cx);
+                xs += xv;
+            }
+        s = scale * cx + bias * xs;
+    }
+    return s;
+}
+
+/* out[j] = row . xs[j] over cols for j < ns, summed across the warp (lane 0 has them): the
+ * row is streamed once for the ns vectors. */
+template <int K>
+static __device__ __forceinline__ void cuda_moe_rows_dot(const struct cuda_wdesc &w, const uint8_t *row,
+                                                         const float *const *xs, int ns, int lane, float *out)
+{
+    float acc[CUDA_MOE_NT];
+#pragma unroll
+    for (int j = 0; j < CUDA_MOE_NT; j++) acc[j] = 0;
+    if (K == MOE_SCALAR) {
+        for (int64_t i = lane; i < w.cols; i += CUDA_WARP) {
+            float wv = cuda_w_elem(w, row, i);
+#pragma unroll
+            for (int j = 0; j < CUDA_MOE_NT; j++)
+                if (j < ns) acc[j] += wv * xs[j][i];
+        }
+    } else {
+        constexpr int E = K == MOE_F32 ? 4 : K == MOE_Q4 ? 32 : K == MOE_Q8 ? 16 : 8;
+        const int64_t n_chunks = w.cols / E;
+        for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)CUDA_WARP * CUDA_MOE_U) {
+            uint4 cv[CUDA_MOE_U];
+#pragma unroll
+            for (int u = 0; u < CUDA_MOE_U; u++) {
+                int64_t ci = c0 + (int64_t)u * CUDA_WARP;
+                cv[u] = ci < n_chunks ? cuda_moe_ld((const uint4 *)row + ci) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < CUDA_MOE_U; u++) {
+                int64_t ci = c0 + (int64_t)u * CUDA_WARP;
+                if (ci >= n_chunks) continue;
+#pragma unroll
+                for (int j = 0; j < CUDA_MOE_NT; j++)
+                    if (j < ns) acc[j] += cuda_moe_chunk_dot<K>(cv[u], row, ci * E, w, xs[j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < CUDA_MOE_NT; j++) out[j] = cuda_warp_sum(acc[j]);
+}
+
+template <int K>
+static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
+cuda_moe_gate_up_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws, const float *__restrict__ x, int top_k)
+{
+    int lane = threadIdx.x % CUDA_WARP;
+    const int64_t inter = set.gate.rows, hidden = set.gate.cols, n_items = (int64_t)*ws.n_act * inter;
+    for (int64_t it = (int64_t)blockIdx.x * CUDA_MOE_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
+         it += (int64_t)gridDim.x * CUDA_MOE_WARPS) {
+        int e = ws.act[it / inter];
+        int64_t r = it % inter;
+        const uint8_t *gr = (const uint8_t *)set.gate_data[e] + (size_t)r * set.gate.row_bytes;
+        const uint8_t *ur = (const uint8_t *)set.up_data[e] + (size_t)r * set.up.row_bytes;
+        for (int s0 = ws.off[e]; s0 < ws.off[e + 1]; s0 += CUDA_MOE_NT) {
+            int ns = min(CUDA_MOE_NT, ws.off[e + 1] - s0);
+            const float *xs[CUDA_MOE_NT];
+            for (int j = 0; j < CUDA_MOE_NT; j++) xs[j] = x + (int64_t)(ws.list[s0 + min(j, ns - 1)] / top_k) * hidden;
+            float g[CUDA_MOE_NT], u[CUDA_MOE_NT];
+            cuda_moe_rows_dot<K>(set.gate, gr, xs, ns, lane, g);
+            cuda_moe_rows_dot<K>(set.up, ur, xs, ns, lane, u);
+            if (lane == 0)
+                for (int j = 0; j < ns; j++) ws.h[(int64_t)ws.list[s0 + j] * inter + r] = cuda_moe_silu(g[j]) * u[j];
+        }
+    }
+}
+
+template <int K>
+static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
+cuda_moe_down_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws)
+{
+    int lane = threadIdx.x % CUDA_WARP;
+    const int64_t hidden = set.down.rows, inter = set.down.cols, n_items = (int64_t)*ws.n_act * hidden;
+    for (int64_t it = (int64_t)blockIdx.x * CUDA_MOE_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
+         it += (int64_t)gridDim.x * CUDA_MOE_WARPS) {
+        int e = ws.act[it / hidden];
+        int64_t r = it % hidden;
+        const uint8_t *dr = (const uint8_t *)set.down_data[e] + (size_t)r * set.down.row_bytes;
+        for (int s0 = ws.off[e]; s0 < ws.off[e + 1]; s0 += CUDA_MOE_NT) {
+            int ns = min(CUDA_MOE_NT, ws.off[e + 1] - s0);
+            const float *hs[CUDA_MOE_NT];
+            for (int j = 0; j < CUDA_MOE_NT; j++) hs[j] = ws.h + (int64_t)ws.list[s0 + min(j, ns - 1)] * inter;
+            float y[CUDA_MOE_NT];
+            cuda_moe_rows_dot<K>(set.down, dr, hs, ns, lane, y);
+            if (lane == 0)
+                for (int j = 0; j < ns; j++) ws.ys[(int64_t)ws.list[s0 + j] * hidden + r] = y[j];
+        }
+    }
+}
+
+/* Counting sort of the slots by expert (one block); ids outside [0, n_experts) are left out
+ * (a routing bug: their slots then add nothing, see combine). */
+static __global__ void __launch_bounds__(CUDA_MOE_SORT_THREADS)
+cuda_moe_sort_kernel(const int32_t *__restrict__ ids, int n_slots, int n_experts, struct cuda_moe_ws ws)
+{
+    __shared__ int cnt[CUDA_MOE_MAX_EXPERTS], cur[CUDA_MOE_MAX_EXPERTS];
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < n_slots; s += blockDim.x) {
+        int e = ids[s];
+        if (e >= 0 && e < n_experts) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { /* n_experts <= 1024: a serial scan is a few microseconds at most */
+        int o = 0, a = 0;
+        for (int e = 0; e < n_experts; e++) {
+            ws.off[e] = o;
+            cur[e] = o;
+            if (cnt[e]) ws.act[a++] = e;
+            o += cnt[e];
+        }
+        ws.off[n_experts] = o;
+        *ws.n_act = a;
+    }
+    __syncthreads();
+    /* within an expert the order is the atomics' (any order gives the same results: each
+     * slot's sums run the same way wherever it sits) */
+    for (int s = threadIdx.x; s < n_slots; s += blockDim.x) {
+        int e = ids[s];
+        if (e >= 0 && e < n_experts) ws.list[atomicAdd(&cur[e], 1)] = s;
+    }
+}
+
+static __global__ void cuda_moe_combine_kernel(const int32_t *__restrict__ ids, const float *__restrict__ w,
+                                               const float *__restrict__ ys, float *__restrict__ out, int n,
+                                               int top_k, int n_experts, int hidden)
+{
+    int64_t total = (int64_t)n * hidden;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = i / hidden, j = i % hidden;
+        float acc = 0;
+        for (int k = 0; k < top_k; k++) {
+            int64_t s = t * top_k + k;
+            if (ids[s] >= 0 && ids[s] < n_experts) acc += w[s] * ys[s * hidden + j];
+        }
+        out[i] = acc;
+    }
+}
+
+/* The vector kind of a weight (MOE_SCALAR: element by element). x rows must be 16-byte aligned
+ * too: hidden and inter multiples of 4 floats with the buffers 16-byte aligned. */
+static int cuda_moe_kind_of(const struct cuda_wdesc *w, int x_aligned)
+{
+    int k, elems;
+    switch (w->type) {
+    case CUDA_W_F32: k = MOE_F32, elems = 4; break;
+    case CUDA_W_F16: k = MOE_F16, elems = 8; break;
+    case CUDA_W_BF16: k = MOE_BF16, elems = 8; break;
+    default:
+        if (w->bits == 4) k = MOE_Q4, elems = 32;
+        else if (w->bits == 8) k = MOE_Q8, elems = 16;
+        else return MOE_SCALAR;
+    }
+    if (!x_aligned || w->cols % elems || w->row_bytes % 16 || (uintptr_t)w->data % 16) return MOE_SCALAR;
+    return k;
+}
+
+template <int K>
+static void cuda_moe_go(cudaStream_t s, const struct cuda_moe_set *set, int kd, const struct cuda_moe_ws *ws,
+                        int64_t max_act, int top_k, int n_sms)
+{
+    /* worst-case items (every slot on its own expert): surplus warps find no item and exit */
+    int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * CUDA_MOE_BLOCKS_PER_SM;
+    int64_t b1 = (max_act * set->gate.rows + CUDA_MOE_WARPS - 1) / CUDA_MOE_WARPS;
+    int64_t b2 = (max_act * set->down.rows + CUDA_MOE_WARPS - 1) / CUDA_MOE_WARPS;
+    b1 = b1 < 1 ? 1 : b1 > cap ? cap : b1;
+    b2 = b2 < 1 ? 1 : b2 > cap ? cap : b2;
+    cuda_moe_gate_up_kernel<K><<<(unsigned)b1, CUDA_MOE_THREADS, 0, s>>>(*set, *ws, ws->x, top_k);
+    if (kd == K) cuda_moe_down_kernel<K><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
+    else cuda_moe_down_kernel<MOE_SCALAR><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
+}
+
+extern "C" int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set, const struct cuda_moe_ws *ws,
+                                  const int32_t *ids, const float *w, float *out, int n, int top_k, int n_sms)
+{
+    if (n <= 0) return (int)cudaGetLastError();
+    if (set->n_experts > CUDA_MOE_MAX_EXPERTS) return (int)cudaErrorInvalidValue;
+    int n_slots = n * top_k;
+    cuda_moe_sort_kernel<<<1, CUDA_MOE_SORT_THREADS, 0, s>>>(ids, n_slots, set->n_experts, *ws);
+    int al_x = (uintptr_t)ws->x % 16 == 0 && set->gate.cols % 4 == 0;
+    int al_h = (uintptr_t)ws->h % 16 == 0 && set->down.cols % 4 == 0;
+    int kg = cuda_moe_kind_of(&set->gate, al_x), ku = cuda_moe_kind_of(&set->up, al_x);
+    int kd = cuda_moe_kind_of(&set->down, al_h);
+    if (ku != kg) kg = MOE_SCALAR; /* gate and up are read by one kernel: one kind for both */
+    int64_t max_act = n_slots < set->n_experts ? n_slots : set->n_experts;
+    switch (kg) {
+    case MOE_F32: cuda_moe_go<MOE_F32>(s, set, kd, ws, max_act, top_k, n_sms); break;
+    case MOE_F16: cuda_moe_go<MOE_F16>(s, set, kd, ws, max_act, top_k, n_sms); break;
+    case MOE_BF16: cuda_moe_go<MOE_BF16>(s, set, kd, ws, max_act, top_k, n_sms); break;
+    case MOE_Q4: cuda_moe_go<MOE_Q4>(s, set, kd, ws, max_act, top_k, n_sms); break;
+    case MOE_Q8: cuda_moe_go<MOE_Q8>(s, set, kd, ws, max_act, top_k, n_sms); break;
+    default: cuda_moe_go<MOE_SCALAR>(s, set, kd, ws, max_act, top_k, n_sms); break;
+    }
+    int64_t total = (int64_t)n * set->down.rows;
+    cuda_moe_combine_kernel<<<cuda_blocks_for(total, 256), 256, 0, s>>>(ids, w, ws->ys, out, n, top_k,
+                                                                         set->n_experts, (int)set->down.rows);
+    return (int)cudaGetLastError();
+}
