@@ -10,6 +10,7 @@
  * then only ops run, between the backend's step_begin and step_end:
  *   per layer:  h = rmsnorm(x); x += mixer(h)   (mixer by layer kind: attention / linear attn)
  *               h = rmsnorm(x); x += ffn(h)     (dense SwiGLU, or the family's MoE)
+ * (a tensor-parallel rank, model/shard.h, all-reduces each sub-layer's output before the add)
  * then the rows whose hidden states are asked for (model_seq.n_hidden, for an MTP head) are
  * gathered, normed and downloaded, and the rows whose logits are asked for are gathered, normed
  * and multiplied by lm_head in chunks of ws.logit_rows, each chunk's rows downloaded into
@@ -239,10 +240,12 @@ int model_layer_forward(struct model *m, int il, const struct backend_kv_view *k
         break;
     }
     if (rc != CAIRN_OK) return rc;
+    model_tp_allreduce(m, w->out, (int64_t)T * hid); /* tensor parallel: sum the ranks' partials */
     MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
     MODEL_OP(m, rmsnorm, w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
     if (m->fam->ffn) m->fam->ffn(m, il, w->h, w->out, T);
     else model_mlp_forward(m, il, w->h, w->out, T);
+    model_tp_allreduce(m, w->out, (int64_t)T * hid);
     MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
     return CAIRN_OK;
 }

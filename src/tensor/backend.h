@@ -50,6 +50,8 @@ struct backend {
     char name[32];        /* "cpu", "cuda:0" */
     int host_visible;     /* device pointers are host pointers (the CPU) */
     void *impl;           /* backend-private */
+    int tp_rank, tp_world; /* tensor-parallel group membership (0, 0: none), set when the
+                              backend joins one (cpu_backend_tp_join, cuda_tp_init) */
 };
 
 /* Paged KV, as kernels see it. K and V are each laid out
@@ -235,6 +237,15 @@ struct backend_ops {
      * rows must not overlap. */
     void (*copy_rows)(struct backend *be, float *dst, int64_t dst_stride, const float *src,
                       int64_t src_stride, int n_rows, int width);
+
+    /* ---- tensor parallel (optional: NULL when the backend cannot join a group) ---- */
+    /* buf[n] (f32) = the sum of buf over every rank of the backend's group (tp_world ranks), in
+     * place, ordered after the ops issued so far; every rank gets the same bits. Each rank calls
+     * it in the same order with the same n (the row-parallel partial sums of model/shard.h).
+     * Outside a group (tp_world <= 1) it does nothing. Failures (a rank that never comes, a
+     * communicator error) are latched and reported by step_end. CPU: the in-process sum of
+     * simulated ranks (cpu/cpu_tp.c); CUDA: ncclAllReduce on the rank's stream. */
+    void (*allreduce)(struct backend *be, float *buf, int64_t n);
 };
 
 /* weight_prepare's hint_release bits. */
