@@ -12,7 +12,7 @@
  *   buffers, so it may change freely between replays.
  * - Flush: the recorded run is flushed when the step needs its results or does something a
  *   graph cannot hold: a copy in or out (buf_upload/download/copy on the step's thread), sync,
- *   step_end, or an op this file does not record (MoE, DeltaNet, strided copies, cuBLASLt-sized
+ *   step_end, or an op this file does not record (MoE, DeltaNet, strided copies, all-reduce, cuBLASLt-sized
  *   matmuls, the tiled prefill attention with its host tile list): that op and the rest of the
  *   step then run eagerly. A flush looks the run up in a small cache (CUDA_GRAPH_CACHE runs,
  *   least recently used replaced): a run captured before is one cudaGraphLaunch; a run seen
@@ -612,6 +612,13 @@ static void cuda_gop_copy_rows(struct backend *be, float *dst, int64_t dst_strid
     cuda_op_copy_rows(be, dst, dst_stride, src, src_stride, n_rows, width);
 }
 
+/* Not recorded yet (NCCL calls can be captured; left for the multi-GPU runs to measure). */
+static void cuda_gop_allreduce(struct backend *be, float *buf, int64_t n)
+{
+    cuda_graph_go_eager(be);
+    cuda_nccl_allreduce(be, buf, n);
+}
+
 void cuda_graphs_fill_ops(struct backend_ops *ops)
 {
     ops->matmul = cuda_gop_matmul;
@@ -632,4 +639,5 @@ void cuda_graphs_fill_ops(struct backend_ops *ops)
     ops->moe_experts = cuda_gop_moe_experts;
     ops->gdn = cuda_gop_gdn;
     ops->copy_rows = cuda_gop_copy_rows;
+    ops->allreduce = cuda_gop_allreduce;
 }

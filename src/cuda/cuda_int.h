@@ -28,6 +28,7 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include "base/mem.h"
 #include "base/status.h"
@@ -74,6 +75,8 @@ struct cuda_impl {
     struct cuda_graphs *graphs; /* decode graphs (cuda_graph.c); NULL: CAIRN_CUDA_GRAPHS=0 */
     uint64_t g_gen;             /* atomic: bumped when device memory a graph may name is freed */
     int g_capturing;            /* a graph capture is in progress on the stream */
+    void *nccl_comm;            /* ncclComm_t of the rank's tensor-parallel group, or NULL
+                                   (cuda_nccl.c, set by cuda_tp_init) */
 };
 
 /* Recorded runs of ops kept as graphs (cuda_graph.c). */
@@ -106,10 +109,12 @@ int cuda_lt_load(struct cairn_err *err);
 enum cuda_res_kind {
     CUDA_RES_RT = 0,   /* cudaError_t */
     CUDA_RES_BLAS = 1, /* cublasStatus_t */
+    CUDA_RES_NCCL = 2, /* ncclResult_t */
 };
 
 #define cuda_res_kind_of(call)                                                                     \
-    _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS)
+    _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS,                      \
+             ncclResult_t: CUDA_RES_NCCL)
 
 /* A kernel launcher's result (cuda_kernels.h), checked like a runtime call; with
  * CAIRN_CUDA_SYNC=1 the stream is also waited for, so an asynchronous fault is reported at
@@ -124,6 +129,9 @@ int cuda_check_launch_at(struct cuda_impl *c, int code, const char *text, const 
 
 int cuda_check_result(struct cuda_impl *c, struct cairn_err *err, enum cuda_res_kind kind, int code,
                       const char *text, const char *file, int line);
+/* NCCL (cuda_nccl.c): the text of an ncclResult_t, and the seam's allreduce of a rank. */
+const char *cuda_nccl_error_string(int code);
+void cuda_nccl_allreduce(struct backend *be, float *buf, int64_t n);
 /* Latches an error that is not a CUDA result (a workspace that cannot grow). */
 void cuda_latch(struct cuda_impl *c, const struct cairn_err *err);
 
