@@ -68,8 +68,8 @@ static char cuda_nccl_msg[256];
 
 static void cuda_nccl_load_once(void)
 {
-    static const char *const paths[] = {CUDA_NCCL_SONAME, CAIRN_CUDA_LIBDIR "/" CUDA_NCCL_SONAME,
-                                        "/usr/local/cuda/lib64/" CUDA_NCCL_SONAME};
+    static const char *const paths[] = {CUDA_NCCL_SONAME, (CAIRN_CUDA_LIBDIR "/" CUDA_NCCL_SONAME),
+                                        ("/usr/local/cuda/lib64/" CUDA_NCCL_SONAME)};
     void *h = NULL;
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(paths) && !h; i++)
         h = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
