@@ -221,8 +221,8 @@ struct model {
     float norm_offset;            /* 1 for zero-centred RMSNorm weights (qwen3_next, qwen3_5) */
     int attn_gated;               /* q_proj also yields a sigmoid output gate per head */
     void *ext;                    /* family-owned (MoE experts, DeltaNet weights) */
-    int tp_world;                 /* tensor-parallel ranks (0 or 1: not sharded); cfg holds the
-                                     rank's local sizes (model_load_shard) */
+    int tp_world;                 /* tensor-parallel ranks (0: loaded whole); cfg holds the rank's
+                                     local sizes (model_load_shard) */
     int n_mtp;                    /* MTP layers loaded (0: no head); layers[] has n_layers + this */
     struct model_mtp mtp;         /* valid when n_mtp > 0 */
 };
@@ -251,11 +251,12 @@ struct shard_plan;
 /* Binds the rank's share of spec s under plan p (shard_bind.c): model_bind_spec, then slices. */
 int shard_bind_spec(struct model *m, const struct shard_plan *p, const struct model_wspec *s,
                     struct cairn_err *err);
-/* Sums a row-parallel partial output [n] over the tensor-parallel ranks (nothing when not
- * sharded): after o_proj, down_proj, the MoE FFN and the DeltaNet out_proj. */
+/* Sums a row-parallel partial output [n] over the tensor-parallel ranks (not called for a model
+ * loaded whole; a group of one still calls it, so that path can be checked on one GPU): after
+ * o_proj, down_proj, the MoE FFN and the DeltaNet out_proj. */
 static inline void model_tp_allreduce(struct model *m, float *buf, int64_t n)
 {
-    if (m->tp_world > 1) MODEL_OP(m, allreduce, buf, n);
+    if (m->tp_world >= 1) MODEL_OP(m, allreduce, buf, n);
 }
 
 /* Forward building blocks (forward.c), on device buffers. */

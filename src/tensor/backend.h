@@ -264,4 +264,21 @@ void backend_close(struct backend *be);
 /* Whether this build has the CUDA backend compiled in. */
 int backend_cuda_compiled(void);
 
+/* A tensor-parallel group (issue 23, model/shard.h): `world` backends, rank r = bes[r], whose
+ * allreduce op sums over the group. device "cuda" (or "auto" with a GPU): GPUs 0..world-1 with
+ * NCCL communicators (cuda_tp_init: bounded start-up, NVLink multicast off); more ranks than
+ * visible GPUs fail with CAIRN_ERR_INVALID saying how many there are. device "cpu": simulated
+ * ranks (cpu/cpu_tp.c) sharing the one CPU pool, for checking the sharding math; no speed-up.
+ * Each rank's steps must run on its own thread. Close with backend_tp_close (closes the
+ * backends). */
+#define BACKEND_TP_MAX 16
+struct backend_tp {
+    int world;
+    enum backend_kind kind;
+    struct backend *bes[BACKEND_TP_MAX];
+    void *group; /* cpu_tp_group or cuda_tp */
+};
+int backend_tp_open(const char *device, int world, struct backend_tp **out, struct cairn_err *err);
+void backend_tp_close(struct backend_tp *tp);
+
 #endif
