@@ -28,7 +28,10 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#if __has_include(<nccl.h>) /* NCCL is a package of its own; without it TP is refused */
 #include <nccl.h>
+#define CAIRN_HAVE_NCCL 1
+#endif
 
 #include "base/mem.h"
 #include "base/status.h"
@@ -112,9 +115,14 @@ enum cuda_res_kind {
     CUDA_RES_NCCL = 2, /* ncclResult_t */
 };
 
+#ifdef CAIRN_HAVE_NCCL
 #define cuda_res_kind_of(call)                                                                     \
     _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS,                      \
              ncclResult_t: CUDA_RES_NCCL)
+#else
+#define cuda_res_kind_of(call)                                                                     \
+    _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS)
+#endif
 
 /* A kernel launcher's result (cuda_kernels.h), checked like a runtime call; with
  * CAIRN_CUDA_SYNC=1 the stream is also waited for, so an asynchronous fault is reported at

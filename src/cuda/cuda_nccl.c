@@ -19,6 +19,8 @@
  *   on (cuda_graph.c) the step goes eager at the first all-reduce. Errors latch like any op's;
  *   a non-blocking communicator may answer ncclInProgress for an enqueued call, which is fine.
  *
+ * - Built without nccl.h (NCCL is a package of its own): cuda_tp_init says so and fails.
+ *
  * Threading: cuda_tp_init / cuda_tp_free from one thread while no rank runs a step; allreduce on
  * the rank's step thread under its step lock. */
 #include <dlfcn.h>
@@ -29,10 +31,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <nccl.h>
-
 #include "cuda/cuda.h"
 #include "cuda/cuda_int.h"
+
+#ifdef CAIRN_HAVE_NCCL
 
 #ifndef CAIRN_CUDA_LIBDIR
 #define CAIRN_CUDA_LIBDIR "/usr/local/cuda/lib64"
@@ -243,3 +245,37 @@ void cuda_nccl_allreduce(struct backend *be, float *buf, int64_t n)
                                            (ncclComm_t)c->nccl_comm, c->stream);
     if (st != ncclInProgress) (void)cuda_check(c, NULL, st);
 }
+
+#else /* no nccl.h at build time */
+
+const char *cuda_nccl_error_string(int code)
+{
+    (void)code;
+    return "NCCL error";
+}
+
+int cuda_tp_init(struct backend *const *bes, int world, int timeout_s, struct cuda_tp **out,
+                 struct cairn_err *err)
+{
+    (void)bes;
+    (void)world;
+    (void)timeout_s;
+    *out = NULL;
+    return cairn_err_set(
+        err, CAIRN_ERR_UNSUPPORTED,
+        "cuda: tensor parallel needs NCCL, and this cairn was built without nccl.h");
+}
+
+void cuda_tp_free(struct cuda_tp *tp)
+{
+    (void)tp;
+}
+
+void cuda_nccl_allreduce(struct backend *be, float *buf, int64_t n)
+{
+    (void)be;
+    (void)buf;
+    (void)n;
+}
+
+#endif
