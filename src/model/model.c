@@ -585,11 +585,12 @@ int model_load_shard(const char *dir, struct backend *be, int rank, int world, s
                      struct cairn_err *err)
 {
     *out = NULL;
-    if (world == 1 && rank == 0 && be && be->tp_world == 0) return model_load_impl(dir, be, NULL, NULL, out, err);
+    if (world == 1 && rank == 0 && be && be->tp_world == 0) /* not in a group: the whole model */
+        return model_load_impl(dir, be, NULL, NULL, out, err);
     if (!be || be->tp_world != world || be->tp_rank != rank || !be->ops->allreduce)
         return cairn_err_set(err, CAIRN_ERR_INVALID,
-                             "model_load_shard: backend %s is not rank %d of a tensor-parallel group of %d", be ? be->name : "(none)", rank,
-                             world);
+                             "model_load_shard: backend %s is not rank %d of a tensor-parallel group of %d",
+                             be ? be->name : "(none)", rank, world);
     struct model_config cfg;
     int rc = model_config_load(dir, &cfg, err);
     if (rc != CAIRN_OK) return rc;
