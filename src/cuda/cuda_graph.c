@@ -14,8 +14,8 @@
  *   graph cannot hold: a copy in or out (buf_upload/download/copy on the step's thread), sync,
  *   step_end, or an op this file does not record (MoE, DeltaNet, strided copies, the
  *   tensor-parallel all-reduce, cuBLASLt-sized matmuls, the tiled prefill attention with its
- *   host tile list): that op and the rest of the
- *   step then run eagerly. A flush looks the run up in a small cache (CUDA_GRAPH_CACHE runs,
+ *   host tile list): that op and the rest of the step then run eagerly. A flush looks the run
+ *   up in a small cache (CUDA_GRAPH_CACHE runs,
  *   least recently used replaced): a run captured before is one cudaGraphLaunch; a run seen
  *   once before is replayed into a stream capture, instantiated and launched (the first sight
  *   runs eagerly, so every workspace has grown to its size before any capture: nothing syncs
