@@ -1,6 +1,7 @@
 /* --device for the subcommands that run a model (serve, bench, bench-engine, generate,
- * check-logits): opens the backend, or says why not. */
+ * check-logits): opens the backend, or says why not; and their --tensor-parallel N. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli/cli.h"
 
@@ -9,5 +10,36 @@ int cli_device_open(const char *cmd, const char *name, int n_threads, struct bac
     struct cairn_err err = {0};
     if (backend_open(name ? name : "auto", n_threads, out, &err) == CAIRN_OK) return 0;
     fprintf(stderr, "cairn %s: --device %s: %s\n", cmd, name ? name : "auto", err.msg);
+    return 2;
+}
+
+int cli_tp_parse(const char *cmd, const char *v, int *n)
+{
+    char *end = NULL;
+    long k = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || k < 1 || k > BACKEND_TP_MAX) {
+        fprintf(stderr, "cairn %s: --tensor-parallel must be 1..%d, got '%s'\n", cmd,
+                BACKEND_TP_MAX, v ? v : "");
+        return 2;
+    }
+    *n = (int)k;
+    return 0;
+}
+
+int cli_tp_refuse(const char *cmd, const char *device, int n)
+{
+    if (n <= 1) return 0;
+    struct cairn_err err = {0};
+    struct backend_tp *tp = NULL;
+    if (backend_tp_open(device, n, &tp, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn %s: --tensor-parallel %d --device %s: %s\n", cmd, n, device,
+                err.msg);
+        return 2;
+    }
+    backend_tp_close(tp);
+    fprintf(stderr,
+            "cairn %s: --tensor-parallel %d: the %d ranks open, but %s does not run a sharded "
+            "model yet (check-logits does; see README, tensor parallel)\n",
+            cmd, n, n, cmd);
     return 2;
 }

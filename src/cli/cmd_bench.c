@@ -85,7 +85,7 @@ static void bench_usage(FILE *f)
             "       cairn bench --attn HEADS:KV_HEADS:HEAD_DIM [-p N] [--chunk C] [-t THREADS] [--reps R]\n"
             "                   [--json]\n"
             "       cairn bench --model DIR [-p 512[,4096,...]] [-n 128] [-t THREADS] [--batch B] [--reps R]\n"
-            "                   [--chunk C] [--json] [--device auto|cpu|cuda[:N]]\n"
+            "                   [--chunk C] [--json] [--device auto|cpu|cuda[:N]] [--tensor-parallel N]\n"
             "options: --probe-mb MB  size of the bandwidth probe buffer (default 512)\n"
             "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_ATTN=auto|rowwise|tiled\n"
             "     the attention kernel of --model\n");
@@ -329,7 +329,7 @@ int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o = {.n_prompt = 512, .n_gen = 128, .batch = 1, .group = 64, .n_cols = 1,
                            .dtype = "bf16", .probe_mb = 512, .device = "auto"};
-    int n_set = 0;
+    int n_set = 0, n_tp = 1; /* n_tp: --tensor-parallel */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -361,6 +361,9 @@ int cmd_bench(int argc, char **argv)
         else if (strcmp(a, "--group") == 0) o.group = atoi(v);
         else if (strcmp(a, "--probe-mb") == 0) o.probe_mb = atoi(v);
         else if (strcmp(a, "--device") == 0) o.device = v;
+        else if (strcmp(a, "--tensor-parallel") == 0) {
+            if (cli_tp_parse("bench", v, &n_tp) != 0) return 2;
+        }
         else {
             fprintf(stderr, "cairn bench: unknown option '%s'\n", a);
             bench_usage(stderr);
@@ -379,6 +382,7 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "cairn bench: counts must be positive\n");
         return 2;
     }
+    if (cli_tp_refuse("bench", o.device, n_tp) != 0) return 2;
     struct cairn_err err = {0};
     /* The CPU backend holds the pool the probes and the matmul mode run on; the model runs on
      * --device (a second handle on the same CPU pool when that is the CPU). */

@@ -34,6 +34,7 @@ static void serve_usage(FILE *f)
             "  --log-level LEVEL            debug|info|warn|error|off (default info)\n"
             "  --threads N                  CPU compute threads (default: one per core)\n"
             CLI_DEVICE_HELP
+            CLI_TP_HELP
             "  --http-threads N             HTTP threads (default 4)\n"
             "  --kv-cache-size SIZE         device KV cache budget per model (e.g. 2G, 10%%)\n"
             "  --max-batch-tokens N         token budget per engine step\n"
@@ -83,6 +84,7 @@ int cmd_serve(int argc, char **argv)
         O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
         O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_MAX_MEM, O_MAX_LOADED, O_TTL, O_MEM_WAIT, O_STEP_TIMEOUT,
         O_SETTINGS, O_ADMIN_KEY, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST, O_MAX_DEV_MEM,
+        O_TP,
     };
     static const struct option opts[] = {
         {"model-dir", required_argument, 0, O_MODEL_DIR},
@@ -95,6 +97,7 @@ int cmd_serve(int argc, char **argv)
         {"log-level", required_argument, 0, O_LOG},
         {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE},
+        {"tensor-parallel", required_argument, 0, O_TP},
         {"http-threads", required_argument, 0, O_HTTP_THREADS},
         {"kv-cache-size", required_argument, 0, O_KV},
         {"hot-cache-max-size", required_argument, 0, O_HOT_MAX},
@@ -128,6 +131,7 @@ int cmd_serve(int argc, char **argv)
         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *fake = NULL, *port_file = NULL, *device = "auto";
+    int n_tp = 1; /* --tensor-parallel */
     const char *models[SERVE_MAX_MODELS];
     int n_models = 0, preload = 0, n_threads = 0, keepalive_ms = 5000, check_only = 0;
     struct http_config hc = {.host = "127.0.0.1", .port = 8000, .n_threads = 4,
@@ -173,6 +177,9 @@ int cmd_serve(int argc, char **argv)
         }
         case O_THREADS: n_threads = atoi(optarg); break;
         case O_DEVICE: device = optarg; break;
+        case O_TP:
+            if (cli_tp_parse("serve", optarg, &n_tp) != 0) return 2;
+            break;
         case O_HTTP_THREADS: hc.n_threads = atoi(optarg); break;
         case O_KV:
             if (!cairn_parse_size(optarg, &v)) {
@@ -359,6 +366,7 @@ int cmd_serve(int argc, char **argv)
     struct api *api = NULL;
     struct http_server *srv = NULL;
     struct backend *dev = NULL;
+    if (cli_tp_refuse("serve", device, n_tp) != 0) return 2;
     if (cli_device_open("serve", device, n_threads, &dev) != 0) return 2;
     struct api_backend be;
     if (fake) {

@@ -180,6 +180,18 @@ void cpu_gdn(const struct backend_gdn *g);
  * it. Prefer backend_open("cpu", ...). */
 int cpu_backend_open(int n_threads, struct backend **out, struct cairn_err *err);
 
+/* Simulated tensor-parallel ranks (cpu_tp.c): a group of `world` ranks whose backends (one
+ * cpu_backend_open each, one thread each) sum their row-parallel partials in host memory
+ * through the seam's allreduce. The group outlives its backends; free it after closing them. */
+struct cpu_tp_group;
+int cpu_tp_group_create(int world, struct cpu_tp_group **out, struct cairn_err *err);
+void cpu_tp_group_free(struct cpu_tp_group *g);
+/* Makes backend be (not yet in a group) rank `rank` of g: sets be->tp_rank / tp_world. */
+int cpu_backend_tp_join(struct backend *be, struct cpu_tp_group *g, int rank, struct cairn_err *err);
+/* The backend op (backend_ops.allreduce) and step_end's check for its latched error. */
+void cpu_tp_allreduce(struct backend *be, float *buf, int64_t n);
+int cpu_tp_take_error(struct backend *be, struct cairn_err *err);
+
 /* Runs fn(ctx, ith, nth) for ith in [0, nth) on the pool and waits (nth = cpu_n_threads()). */
 void cpu_parallel(void (*fn)(void *ctx, int ith, int nth), void *ctx);
 

@@ -12,7 +12,8 @@
  *   each weight once. Other weights are used in place (be_data NULL).
  * - Steps: step_begin takes cpu_lock (the one compute pool serves one step at a time, and a
  *   step uses it whole), step_end releases it. Ops run to completion on the pool, so there is
- *   nothing to latch: step_end and sync always succeed.
+ *   nothing to latch: step_end and sync succeed, except for a simulated tensor-parallel rank
+ *   whose all-reduce failed (cpu_tp.c, the only op that can: another rank never came).
  * - attention loops over the step's sequences and runs cpu_attention on each (the same kernel
  *   as one sequence at a time); moe_* and gdn are cpu_moe.c and cpu_gdn.c.
  * - The pool is process-wide: the first open starts it (cpu_init), the last close stops it. */
@@ -157,7 +158,7 @@ static int cpu_be_step_begin(struct backend *be, struct cairn_err *err)
 static int cpu_be_step_end(struct backend *be, struct cairn_err *err)
 {
     cpu_unlock();
-    return CAIRN_OK;
+    return cpu_tp_take_error(be, err); /* a simulated rank's failed all-reduce (cpu_tp.c) */
 }
 
 static int cpu_be_sync(struct backend *be, struct cairn_err *err)
@@ -333,6 +334,7 @@ static const struct backend_ops cpu_be_ops = {
     .moe_experts = cpu_be_moe_experts,
     .gdn = cpu_be_gdn,
     .copy_rows = cpu_be_copy_rows,
+    .allreduce = cpu_tp_allreduce,
 };
 
 int cpu_backend_open(int n_threads, struct backend **out, struct cairn_err *err)

@@ -35,6 +35,18 @@
  * the backend with be->ops->destroy (backend_close). */
 int cuda_backend_open(int device, struct backend **out, struct cairn_err *err);
 
+/* Tensor parallel over the GPUs of one host (cuda_nccl.c): makes the CUDA backends bes[0..world)
+ * (distinct GPUs, in no group yet) ranks 0..world-1 of one NCCL group, so that their op
+ * `allreduce` sums over them; sets each be->tp_rank / tp_world. Loads libnccl.so.2 (dlopen),
+ * sets NCCL_NVLS_ENABLE=0 in the environment first (NVLink multicast stays off), creates the
+ * communicators non-blocking and waits at most timeout_s (<= 0: 60 s) for them: past it they
+ * are aborted and the error says so. One host thread per rank then runs that rank's steps.
+ * cuda_tp_free (before closing the backends) destroys the communicators. */
+struct cuda_tp;
+int cuda_tp_init(struct backend *const *bes, int world, int timeout_s, struct cuda_tp **out,
+                 struct cairn_err *err);
+void cuda_tp_free(struct cuda_tp *tp);
+
 /* Number of usable GPUs (0 when there is no driver or no device; never fails). */
 int cuda_device_count(void);
 

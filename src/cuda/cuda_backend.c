@@ -51,6 +51,9 @@ int cuda_check_result(struct cuda_impl *c, struct cairn_err *err, enum cuda_res_
         desc = cudaGetErrorString((cudaError_t)code);
         /* Allocation failures are not sticky: clear them so later calls do not report them. */
         if (code == (int)cudaErrorMemoryAllocation) (void)cudaGetLastError();
+    } else if (kind == CUDA_RES_NCCL) {
+        name = "NCCL";
+        desc = cuda_nccl_error_string(code);
     } else {
         name = cuda_lt.status_name ? cuda_lt.status_name((cublasStatus_t)code) : "cuBLAS error";
         desc = cuda_lt.status_string ? cuda_lt.status_string((cublasStatus_t)code) : "?";
@@ -553,6 +556,7 @@ static const struct backend_ops cuda_backend_ops = {
     .copy_rows = cuda_op_copy_rows,
     .matmul_add = cuda_op_matmul_add,
     .qk_rope_store = cuda_op_qk_rope_store,
+    .allreduce = cuda_nccl_allreduce,
 };
 
 /* The same table with the recording entries of cuda_graph.c (CAIRN_CUDA_GRAPHS unset or 1). */

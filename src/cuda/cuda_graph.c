@@ -13,9 +13,10 @@
  * - Flush: the recorded run is flushed when the step needs its results or does something a
  *   graph cannot hold: a copy in or out (buf_upload/download/copy on the step's thread), sync,
  *   step_end, or an op this file does not record (cuBLASLt-sized matmuls, the tiled prefill
- *   attention with its host tile list, moe_experts over more than CUDA_MOE_DEVICE_MAX_N tokens):
- *   that op and the rest of the step then run eagerly. MoE routing, the device experts path,
- *   the shared expert's gate, DeltaNet and strided copies are recorded like the dense ops. A flush looks the run up in a small cache (CUDA_GRAPH_CACHE runs,
+ *   attention with its host tile list, moe_experts over more than CUDA_MOE_DEVICE_MAX_N tokens,
+ *   the tensor-parallel all-reduce): that op and the rest of the step then run eagerly. MoE
+ *   routing, the device experts path, the shared expert's gate, DeltaNet and strided copies are
+ *   recorded like the dense ops. A flush looks the run up in a small cache (CUDA_GRAPH_CACHE runs,
  *   least recently used replaced): a run captured before is one cudaGraphLaunch; a run seen
  *   once before is replayed into a stream capture, instantiated and launched (the first sight
  *   runs eagerly, so every workspace has grown to its size before any capture: nothing syncs
@@ -777,6 +778,13 @@ static void cuda_gop_copy_rows(struct backend *be, float *dst, int64_t dst_strid
     r->u.crows.width = width;
 }
 
+/* Not recorded yet (NCCL calls can be captured; left for the multi-GPU runs to measure). */
+static void cuda_gop_allreduce(struct backend *be, float *buf, int64_t n)
+{
+    cuda_graph_go_eager(be);
+    cuda_nccl_allreduce(be, buf, n);
+}
+
 void cuda_graphs_fill_ops(struct backend_ops *ops)
 {
     ops->matmul = cuda_gop_matmul;
@@ -799,4 +807,5 @@ void cuda_graphs_fill_ops(struct backend_ops *ops)
     ops->copy_rows = cuda_gop_copy_rows;
     ops->matmul_add = cuda_gop_matmul_add;
     ops->qk_rope_store = cuda_gop_qk_rope_store;
+    ops->allreduce = cuda_gop_allreduce;
 }

@@ -31,6 +31,10 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#if __has_include(<nccl.h>) /* NCCL is a package of its own; without it TP is refused */
+#include <nccl.h>
+#define CAIRN_HAVE_NCCL 1
+#endif
 
 #include "base/mem.h"
 #include "base/status.h"
@@ -87,6 +91,8 @@ struct cuda_impl {
     cudaEvent_t wait_event;     /* recorded on the stream by cuda_stream_wait; lazily created */
     int dead;                   /* a wait timed out or hit a sticky error: no more steps */
     char dead_why[256];         /* what happened, for the errors of later calls */
+    void *nccl_comm;            /* ncclComm_t of the rank's tensor-parallel group, or NULL
+                                   (cuda_nccl.c, set by cuda_tp_init) */
 };
 
 /* Recorded runs of ops kept as graphs (cuda_graph.c). */
@@ -119,10 +125,17 @@ int cuda_lt_load(struct cairn_err *err);
 enum cuda_res_kind {
     CUDA_RES_RT = 0,   /* cudaError_t */
     CUDA_RES_BLAS = 1, /* cublasStatus_t */
+    CUDA_RES_NCCL = 2, /* ncclResult_t */
 };
 
+#ifdef CAIRN_HAVE_NCCL
+#define cuda_res_kind_of(call)                                                                     \
+    _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS,                      \
+             ncclResult_t: CUDA_RES_NCCL)
+#else
 #define cuda_res_kind_of(call)                                                                     \
     _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS)
+#endif
 
 /* A kernel launcher's result (cuda_kernels.h), checked like a runtime call; with
  * CAIRN_CUDA_SYNC=1 the stream is also waited for, so an asynchronous fault is reported at
@@ -144,6 +157,9 @@ int cuda_check_result(struct cuda_impl *c, struct cairn_err *err, enum cuda_res_
  * later wait and step_begin fails at once, so a timed-out context is never reused. */
 #define cuda_stream_wait(c, err) cuda_stream_wait_at((c), (err), __FILE__, __LINE__)
 int cuda_stream_wait_at(struct cuda_impl *c, struct cairn_err *err, const char *file, int line);
+/* NCCL (cuda_nccl.c): the text of an ncclResult_t, and the seam's allreduce of a rank. */
+const char *cuda_nccl_error_string(int code);
+void cuda_nccl_allreduce(struct backend *be, float *buf, int64_t n);
 /* Latches an error that is not a CUDA result (a workspace that cannot grow). */
 void cuda_latch(struct cuda_impl *c, const struct cairn_err *err);
 

@@ -167,6 +167,17 @@ static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err
 static int hybrid_post_bind(struct model *m, struct cairn_err *err)
 {
     struct hybrid_ext *x = m->ext;
+    /* A tensor-parallel rank (model_load_shard) binds with the whole model's sizes and runs
+     * with its own heads: take the DeltaNet sizes and the state layout from cfg again. */
+    x->dims.n_k_heads = m->cfg.linear_num_key_heads;
+    x->dims.n_v_heads = m->cfg.linear_num_value_heads;
+    size_t state_off = 0;
+    for (int i = 0; i < m->cfg.n_layers; i++)
+        if (m->layers[i].kind == MODEL_LAYER_LINEAR_ATTN) {
+            x->layers[i].state_off = state_off;
+            state_off += gdn_state_floats(&x->dims);
+        }
+    m->info.state_bytes = state_off * sizeof(float);
     for (int i = 0; i < m->cfg.n_layers + m->n_mtp; i++)
         if (x->layers[i].sparse) {
             int rc = moe_layer_bind(m, &x->layers[i].moe, err);

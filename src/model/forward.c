@@ -12,7 +12,9 @@
  *               h = rmsnorm(x); x += ffn(h)     (dense SwiGLU, or the family's MoE)
  *   where the backend has the optional fused ops (tensor/backend.h), o_proj and down_proj add
  *   into x themselves (matmul_add) and an attention layer's q/k norms, RoPE and KV write are one
- *   op (qk_rope_store); otherwise the plain ops run, as on the CPU.
+ *   op (qk_rope_store); otherwise the plain ops run, as on the CPU. A tensor-parallel rank
+ *   (model/shard.h) all-reduces each sub-layer's partial output before the add, so it never
+ *   takes matmul_add;
  * then the rows whose hidden states are asked for (model_seq.n_hidden, for an MTP head) are
  * gathered, normed and downloaded, and the rows whose logits are asked for are gathered, normed
  * and multiplied by lm_head in chunks of ws.logit_rows, each chunk's rows downloaded into
@@ -42,16 +44,18 @@ void model_linear_apply(struct model *m, const struct model_linear *l, const flo
     model_linears_apply(m, &l, &y, 1, x, n_tokens);
 }
 
-/* resid[T, out] += l(x): the backend's fused matmul_add when it has one (and l has no bias),
- * else l(x) into tmp and an add. */
+/* resid[T, out] += l(x): the backend's fused matmul_add when it has one (and l has no bias,
+ * and this is no tensor-parallel rank, whose partial product must be summed over the ranks
+ * before the add), else l(x) into tmp, the ranks' all-reduce, and an add. */
 static void model_linear_residual(struct model *m, const struct model_linear *l, const float *x, float *tmp,
                                   float *resid, int n_tokens)
 {
-    if (m->be->ops->matmul_add && !l->bias) {
+    if (m->be->ops->matmul_add && !l->bias && m->tp_world < 1) {
         MODEL_OP(m, matmul_add, &l->w, x, resid, n_tokens);
         return;
     }
     model_linear_apply(m, l, x, tmp, n_tokens);
+    model_tp_allreduce(m, tmp, (int64_t)n_tokens * l->w.shape[0]);
     MODEL_OP(m, add, resid, tmp, (int64_t)n_tokens * l->w.shape[0]);
 }
 
@@ -291,13 +295,16 @@ int model_layer_forward(struct model *m, int il, const struct backend_kv_view *k
     case MODEL_LAYER_LINEAR_ATTN:
         rc = m->fam->linear_attn ? m->fam->linear_attn(m, il, seqs, n_seqs, w->h, w->out, err)
                                  : cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "linear attention not implemented");
-        if (rc == CAIRN_OK) MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
+        if (rc != CAIRN_OK) break;
+        model_tp_allreduce(m, w->out, (int64_t)T * hid); /* tensor parallel: sum the ranks' partials */
+        MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
         break;
     }
     if (rc != CAIRN_OK) return rc;
     MODEL_OP(m, rmsnorm, w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
     if (m->fam->ffn) {
         m->fam->ffn(m, il, w->h, w->out, T);
+        model_tp_allreduce(m, w->out, (int64_t)T * hid);
         MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
     } else {
         model_mlp_apply(m, il, w->h, w->out, w->x, T);

@@ -1,6 +1,8 @@
 /* Model loading: config, family lookup, binding every weight spec from the safetensors set
  * (dtype/shape checks, MLX quantization, f32 conversion of small vectors into device buffers),
- * identity hash, preparing every weight on the model's backend, workspace reservation. */
+ * identity hash, preparing every weight on the model's backend, workspace reservation. A
+ * tensor-parallel rank (model_load_shard) binds its share of each weight (shard_bind.c) and
+ * then runs with its local sizes. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "base/mem.h"
 #include "model/model_identity.h"
 #include "model/model_int.h"
+#include "model/shard.h"
 
 static void model_ws_free(struct model *m);
 
@@ -194,9 +197,8 @@ static const void *model_aligned(struct model *m, const struct safetensors_tenso
     return p;
 }
 
-/* A 1-D tensor of `rows` floats (F32/F16/BF16) converted to an owned f32 device vector. */
-static int model_bind_vector(struct model *m, const char *name, int64_t rows, float **out,
-                             int optional, int flat, struct cairn_err *err)
+int model_vector_host(struct model *m, const char *name, int64_t rows, int optional, int flat, float **out,
+                      struct cairn_err *err)
 {
     const struct safetensors_tensor *t = model_find(m, name);
     *out = NULL;
@@ -225,6 +227,18 @@ static int model_bind_vector(struct model *m, const char *name, int64_t rows, fl
             v[i] = t->dtype == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
         }
     }
+    *out = v;
+    return CAIRN_OK;
+}
+
+/* A 1-D tensor of `rows` floats (F32/F16/BF16) converted to an owned f32 device vector. */
+static int model_bind_vector(struct model *m, const char *name, int64_t rows, float **out,
+                             int optional, int flat, struct cairn_err *err)
+{
+    float *v = NULL;
+    *out = NULL;
+    int rc = model_vector_host(m, name, rows, optional, flat, &v, err);
+    if (rc != CAIRN_OK || !v) return rc;
     *out = model_dev_vector(m, v, (size_t)rows, err);
     free(v);
     if (!*out) {
@@ -474,8 +488,9 @@ int model_load(const char *dir, struct backend *be, struct model **out, struct c
     return model_load_watch(dir, be, NULL, out, err);
 }
 
-int model_load_watch(const char *dir, struct backend *be, struct model_load_progress *pr,
-                     struct model **out, struct cairn_err *err)
+/* Loads the whole model, or (shard != NULL) the rank's share of it under that plan. */
+static int model_load_impl(const char *dir, struct backend *be, struct model_load_progress *pr,
+                           const struct shard_plan *shard, struct model **out, struct cairn_err *err)
 {
     *out = NULL;
     if (!be) return cairn_err_set(err, CAIRN_ERR_INVALID, "model_load: no backend");
@@ -511,8 +526,13 @@ int model_load_watch(const char *dir, struct backend *be, struct model_load_prog
     m->info.n_kv_layers = n_kv;
     m->info.n_mtp_layers = m->n_mtp;
     for (int i = 0; i < specs.n; i++) {
-        rc = model_bind_spec(m, &specs.v[i], err);
+        rc = shard ? shard_bind_spec(m, shard, &specs.v[i], err) : model_bind_spec(m, &specs.v[i], err);
         if (rc != CAIRN_OK) goto fail;
+    }
+    if (shard) {
+        /* from here on the rank runs with its local sizes (heads, intermediate, DeltaNet heads) */
+        shard_localize_config(shard, &m->cfg);
+        m->tp_world = shard->world;
     }
     if (m->n_q_derived > 1)
         LOG_INFO("model", "%s: quantization of %d linears in all derived from packed shapes", dir, m->n_q_derived);
@@ -558,6 +578,35 @@ fail:
 fail_cfg:
     free(m);
     return rc;
+}
+
+int model_load_watch(const char *dir, struct backend *be, struct model_load_progress *pr,
+                     struct model **out, struct cairn_err *err)
+{
+    return model_load_impl(dir, be, pr, NULL, out, err);
+}
+
+int model_load_shard(const char *dir, struct backend *be, int rank, int world, struct model **out,
+                     struct cairn_err *err)
+{
+    *out = NULL;
+    if (world == 1 && rank == 0 && be && be->tp_world == 0) /* not in a group: the whole model */
+        return model_load_impl(dir, be, NULL, NULL, out, err);
+    if (!be || be->tp_world != world || be->tp_rank != rank || !be->ops->allreduce)
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "model_load_shard: backend %s is not rank %d of a tensor-parallel group of %d",
+                             be ? be->name : "(none)", rank, world);
+    struct model_config cfg;
+    int rc = model_config_load(dir, &cfg, err);
+    if (rc != CAIRN_OK) return rc;
+    struct shard_plan plan;
+    rc = shard_plan_make(&cfg, world, rank, &plan, err);
+    model_config_free(&cfg);
+    if (rc != CAIRN_OK) {
+        cairn_err_prefix(err, "%s", dir);
+        return rc;
+    }
+    return model_load_impl(dir, be, NULL, &plan, out, err);
 }
 
 void model_free(struct model *m)

@@ -95,6 +95,16 @@ struct model_load_progress {
 };
 int model_load_watch(const char *dir, struct backend *be, struct model_load_progress *pr,
                      struct model **out, struct cairn_err *err);
+/* Loads rank `rank` of a tensor-parallel group of `world` (model/shard.h says what each rank
+ * holds): be must be that rank's backend in its group (be->tp_rank, tp_world; the CPU's
+ * simulated ranks: cpu_backend_tp_join). The rank's model reports its local sizes (n_heads,
+ * n_kv_heads: its KV pool's; state_bytes) and the same identity as the whole model. Every rank's
+ * model_forward must be called with the same steps, each from its own thread: the all-reduces
+ * inside meet across ranks. Replicated lm_head: every rank's logits are the whole model's.
+ * world 1 on a backend in no group is model_load (in a group of one: the identity shard, with
+ * its all-reduces). Shapes that do not divide by world fail with CAIRN_ERR_INVALID. */
+int model_load_shard(const char *dir, struct backend *be, int rank, int world, struct model **out,
+                     struct cairn_err *err);
 void model_free(struct model *m);
 const struct model_info *model_get_info(const struct model *m);
 /* The backend the model runs on (for its KV pool: kv_pool_init). */

@@ -221,6 +221,8 @@ struct model {
     float norm_offset;            /* 1 for zero-centred RMSNorm weights (qwen3_next, qwen3_5) */
     int attn_gated;               /* q_proj also yields a sigmoid output gate per head */
     void *ext;                    /* family-owned (MoE experts, DeltaNet weights) */
+    int tp_world;                 /* tensor-parallel ranks (0: loaded whole); cfg holds the rank's
+                                     local sizes (model_load_shard) */
     int n_mtp;                    /* MTP layers loaded (0: no head); layers[] has n_layers + this */
     struct model_mtp mtp;         /* valid when n_mtp > 0 */
 };
@@ -241,6 +243,21 @@ void model_mtp_free(struct model *m);
 
 /* Binds one spec from the safetensors set (the loader's checks and conversions). */
 int model_bind_spec(struct model *m, const struct model_wspec *s, struct cairn_err *err);
+/* The 1-D tensor `name` of `rows` floats (any shape with that many when flat) as a malloc'd
+ * host f32 array the caller frees; *out NULL (and CAIRN_OK) when optional and absent. */
+int model_vector_host(struct model *m, const char *name, int64_t rows, int optional, int flat, float **out,
+                      struct cairn_err *err);
+struct shard_plan;
+/* Binds the rank's share of spec s under plan p (shard_bind.c): model_bind_spec, then slices. */
+int shard_bind_spec(struct model *m, const struct shard_plan *p, const struct model_wspec *s,
+                    struct cairn_err *err);
+/* Sums a row-parallel partial output [n] over the tensor-parallel ranks (not called for a model
+ * loaded whole; a group of one still calls it, so that path can be checked on one GPU): after
+ * o_proj, down_proj, the MoE FFN and the DeltaNet out_proj. */
+static inline void model_tp_allreduce(struct model *m, float *buf, int64_t n)
+{
+    if (m->tp_world >= 1) MODEL_OP(m, allreduce, buf, n);
+}
 
 /* Forward building blocks (forward.c), on device buffers. */
 void model_linear_apply(struct model *m, const struct model_linear *l, const float *x, float *y, int n_tokens);

@@ -1,4 +1,5 @@
-/* Opening a backend by name (tensor/backend.h): "cpu", "cuda", "cuda:N" or "auto".
+/* Opening a backend by name (tensor/backend.h): "cpu", "cuda", "cuda:N" or "auto"; and
+ * tensor-parallel groups of them (backend_tp_open).
  *
  * The CUDA backend is compiled in only when the build defines CAIRN_HAVE_CUDA (CMake found the
  * toolkit); its entry point is cuda_backend_open in cuda/cuda.h. Without it "cuda" fails with
@@ -93,4 +94,84 @@ int backend_test_stall(const struct backend *be, const char *model_type, struct 
     if (stall < limit) return CAIRN_OK;
     return cairn_err_set(err, CAIRN_ERR_DEVICE, "%s: the step did not finish within %.3g s (--step-timeout; "
                          "injected stall)", be ? be->name : "backend", limit);
+}
+
+/* ---- tensor-parallel groups ---- */
+
+static int backend_tp_gpus(void)
+{
+#ifdef CAIRN_HAVE_CUDA
+    return cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+static int backend_tp_open_cuda(struct backend_tp *tp, struct cairn_err *err)
+{
+#ifdef CAIRN_HAVE_CUDA
+    int n_gpus = backend_tp_gpus();
+    if (tp->world > n_gpus)
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "tensor parallel over %d GPUs: only %d visible", tp->world, n_gpus);
+    for (int r = 0; r < tp->world; r++) {
+        int rc = cuda_backend_open(r, &tp->bes[r], err);
+        if (rc != CAIRN_OK) return rc;
+    }
+    const char *t = getenv("CAIRN_TP_INIT_TIMEOUT");
+    return cuda_tp_init(tp->bes, tp->world, t ? atoi(t) : 0, (struct cuda_tp **)&tp->group, err);
+#else
+    (void)tp;
+    return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED,
+                         "tensor parallel on cuda: this cairn was built without CUDA");
+#endif
+}
+
+static int backend_tp_open_cpu(struct backend_tp *tp, struct cairn_err *err)
+{
+    int rc = cpu_tp_group_create(tp->world, (struct cpu_tp_group **)&tp->group, err);
+    for (int r = 0; r < tp->world && rc == CAIRN_OK; r++) {
+        rc = cpu_backend_open(0, &tp->bes[r], err);
+        if (rc == CAIRN_OK) rc = cpu_backend_tp_join(tp->bes[r], tp->group, r, err);
+    }
+    return rc;
+}
+
+int backend_tp_open(const char *device, int world, struct backend_tp **out, struct cairn_err *err)
+{
+    *out = NULL;
+    if (!device || !*device) device = "auto";
+    if (world < 1 || world > BACKEND_TP_MAX)
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "tensor parallel over %d ranks: expected 1..%d", world,
+                             BACKEND_TP_MAX);
+    int cuda =
+        strcmp(device, "cuda") == 0 || (strcmp(device, "auto") == 0 && backend_tp_gpus() > 0);
+    if (!cuda && strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
+        return cairn_err_set(
+            err, CAIRN_ERR_INVALID,
+            "tensor parallel on device %s: give cuda (ranks take GPUs 0..N-1) or cpu", device);
+    struct backend_tp *tp = calloc(1, sizeof(*tp));
+    if (!tp) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
+    tp->world = world;
+    tp->kind = cuda ? BACKEND_CUDA : BACKEND_CPU;
+    int rc = cuda ? backend_tp_open_cuda(tp, err) : backend_tp_open_cpu(tp, err);
+    if (rc != CAIRN_OK) {
+        backend_tp_close(tp);
+        return rc;
+    }
+    *out = tp;
+    return CAIRN_OK;
+}
+
+void backend_tp_close(struct backend_tp *tp)
+{
+    if (!tp) return;
+#ifdef CAIRN_HAVE_CUDA
+    if (tp->kind == BACKEND_CUDA) cuda_tp_free(tp->group);
+#endif
+    for (int r = 0; r < tp->world; r++)
+        backend_close(tp->bes[r]);
+    if (tp->kind == BACKEND_CPU) cpu_tp_group_free(tp->group);
+    free(tp);
 }

@@ -60,6 +60,8 @@ struct backend {
                             * CAIRN_ERR_DEVICE, as does a sticky device error; a backend whose
                             * device timed out refuses later steps (CUDA: the context is not
                             * reused). Set once, before steps run (cairn serve --step-timeout). */
+    int tp_rank, tp_world; /* tensor-parallel group membership (0, 0: none), set when the
+                              backend joins one (cpu_backend_tp_join, cuda_tp_init) */
 };
 
 #define BACKEND_STEP_TIMEOUT_S 30.0
@@ -289,6 +291,14 @@ struct backend_ops {
     void (*matmul_add)(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
     /* struct backend_qk_rope_store above. */
     void (*qk_rope_store)(struct backend *be, const struct backend_qk_rope_store *r);
+    /* ---- tensor parallel (optional: NULL when the backend cannot join a group) ---- */
+    /* buf[n] (f32) = the sum of buf over every rank of the backend's group (tp_world ranks), in
+     * place, ordered after the ops issued so far; every rank gets the same bits. Each rank calls
+     * it in the same order with the same n (the row-parallel partial sums of model/shard.h).
+     * Outside a group (tp_world <= 1) it does nothing. Failures (a rank that never comes, a
+     * communicator error) are latched and reported by step_end. CPU: the in-process sum of
+     * simulated ranks (cpu/cpu_tp.c); CUDA: ncclAllReduce on the rank's stream. */
+    void (*allreduce)(struct backend *be, float *buf, int64_t n);
 };
 
 /* weight_prepare's hint_release bits. */
@@ -306,5 +316,22 @@ int backend_open(const char *name, int n_threads, struct backend **out, struct c
 void backend_close(struct backend *be);
 /* Whether this build has the CUDA backend compiled in. */
 int backend_cuda_compiled(void);
+
+/* A tensor-parallel group (issue 23, model/shard.h): `world` backends, rank r = bes[r], whose
+ * allreduce op sums over the group. device "cuda" (or "auto" with a GPU): GPUs 0..world-1 with
+ * NCCL communicators (cuda_tp_init: bounded start-up, NVLink multicast off); more ranks than
+ * visible GPUs fail with CAIRN_ERR_INVALID saying how many there are. device "cpu": simulated
+ * ranks (cpu/cpu_tp.c) sharing the one CPU pool, for checking the sharding math; no speed-up.
+ * Each rank's steps must run on its own thread. Close with backend_tp_close (closes the
+ * backends). */
+#define BACKEND_TP_MAX 16
+struct backend_tp {
+    int world;
+    enum backend_kind kind;
+    struct backend *bes[BACKEND_TP_MAX];
+    void *group; /* cpu_tp_group or cuda_tp */
+};
+int backend_tp_open(const char *device, int world, struct backend_tp **out, struct cairn_err *err);
+void backend_tp_close(struct backend_tp *tp);
 
 #endif
