@@ -72,12 +72,14 @@ int spec_sched_mode_resolve(struct engine_opts *o, const struct model_info *info
                             struct cairn_err *err)
 {
     int has = has_mtp_op && info->n_mtp_layers > 0;
-    if (o->speculative == ENGINE_SPEC_AUTO) o->speculative = has ? ENGINE_SPEC_MTP : ENGINE_SPEC_NGRAM;
+    if (o->speculative == ENGINE_SPEC_AUTO)
+        o->speculative = has ? ENGINE_SPEC_MTP : ENGINE_SPEC_NGRAM;
     if (o->speculative == ENGINE_SPEC_MTP && !has)
-        return cairn_err_set(err, CAIRN_ERR_INVALID,
-                             "engine: --speculative mtp needs a model with an MTP head (mtp.* weights); %s has "
-                             "none (use ngram, or auto to pick the best drafter the model has)",
-                             info->model_type);
+        return cairn_err_set(
+            err, CAIRN_ERR_INVALID,
+            "engine: --speculative mtp needs a model with an MTP head (mtp.* weights); %s has "
+            "none (use ngram, or auto to pick the best drafter the model has)",
+            info->model_type);
     return CAIRN_OK;
 }
 
@@ -116,7 +118,9 @@ void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct en
         return;
     }
     p->use_mtp = e->mtp && r->speculative != ENGINE_SPEC_NGRAM;
-    struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max, .recompute = e->info.state_bytes > 0};
+    struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max,
+                               .recompute = e->info.state_bytes > 0,
+                               .model_drafts = p->use_mtp};
     spec_ctl_init(&p->ctl, &co);
     if (e->info.state_bytes) {
         p->state_copy = cairn_mem_alloc(e->info.state_bytes, CAIRN_MEM_STATE);
@@ -171,7 +175,8 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
     int used = 0, rows_left = e->spec_extra_rows, bs = e->opts.block_size;
     int want[SPEC_SCHED_PLAN_MAX];
     int n_plan = CAIRN_MIN(n_decodes, SPEC_SCHED_PLAN_MAX), any_mtp = 0;
-    for (int i = 0; i < n_plan; i++) want[i] = 0;
+    for (int i = 0; i < n_plan; i++)
+        want[i] = 0;
     for (int i = 0; i < n_plan && budget - used > 0 && rows_left > 0; i++) {
         struct engine_seq *s = e->sched[i];
         struct spec_seq *p = s->spec;
@@ -230,7 +235,8 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
         struct engine_seq *s = e->sched[i];
         int n = want[i];
         if (n > 0 && e->opts.mtp_script.draft) {
-            n = e->opts.mtp_script.draft(e->opts.mtp_script.ctx, s->tokens, s->n_tokens, n, s->tokens + s->n_tokens);
+            n = e->opts.mtp_script.draft(e->opts.mtp_script.ctx, s->tokens, s->n_tokens, n,
+                                         s->tokens + s->n_tokens);
             n = CAIRN_MAX(0, CAIRN_MIN(n, want[i]));
         }
         n = spec_sched_grammar_cut(s, n);
@@ -258,7 +264,8 @@ struct spec_sched_emit_ctx {
 static int spec_sched_emit(void *ctx, int32_t tok)
 {
     struct spec_sched_emit_ctx *x = ctx;
-    x->done = engine_sched_grammar_accept(x->s, tok, x->fin) || engine_sched_commit(x->e, x->s, tok, x->fin);
+    x->done = engine_sched_grammar_accept(x->s, tok, x->fin) ||
+              engine_sched_commit(x->e, x->s, tok, x->fin);
     return x->done;
 }
 
@@ -279,8 +286,8 @@ int spec_sched_verify(struct engine *e, struct engine_seq *s, int n_draft, const
     struct spec_sched_emit_ctx x = {e, s, fin, 0};
     int acc = 0;
     *n_emitted = spec_verify_masked(&s->sampler, rows, (size_t)e->info.vocab_size, s->tokens, n0,
-                                    n0 - s->n_prompt, p->draft, n_draft, s->gm ? spec_sched_mask : NULL,
-                                    spec_sched_emit, &x, &acc);
+                                    n0 - s->n_prompt, p->draft, n_draft,
+                                    s->gm ? spec_sched_mask : NULL, spec_sched_emit, &x, &acc);
     s->usage.spec_drafted += n_draft;
     s->usage.spec_accepted += acc;
     e->n_spec_drafted += (uint64_t)n_draft;
