@@ -34,10 +34,10 @@ int model_mtp_specs(struct model *m, struct model_specs *s, float norm_synth)
     int64_t hid = m->cfg.hidden_size;
     m->mtp.il = m->cfg.n_layers;
     int ok = model_specs_linear(s, &m->mtp.fc, hid, 2 * hid, MODEL_BIAS_NONE, "mtp.fc") != NULL;
-    ok &= model_specs_vector(s, &m->mtp.norm_emb, hid, norm_synth, "mtp.pre_fc_norm_embedding.weight") !=
-          NULL;
-    ok &=
-        model_specs_vector(s, &m->mtp.norm_hid, hid, norm_synth, "mtp.pre_fc_norm_hidden.weight") != NULL;
+    ok &= model_specs_vector(s, &m->mtp.norm_emb, hid, norm_synth,
+                             "mtp.pre_fc_norm_embedding.weight") != NULL;
+    ok &= model_specs_vector(s, &m->mtp.norm_hid, hid, norm_synth,
+                             "mtp.pre_fc_norm_hidden.weight") != NULL;
     ok &= model_specs_vector(s, &m->mtp.norm, hid, norm_synth, "mtp.norm.weight") != NULL;
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
