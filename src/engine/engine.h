@@ -195,8 +195,8 @@ struct engine_request {
     int n_stop;
     uint8_t cache_salt[32];   /* mixed into block hashes (zeroes = none) */
     enum engine_spec_mode speculative; /* DEFAULT = the engine's; OFF opts out; NGRAM / AUTO /
-                               * MTP opt in (only where the engine's mode is not OFF; never with a
-                               * grammar, see spec_sched.h); AUTO = the engine's drafter; NGRAM
+                               * MTP opt in (only where the engine's mode is not OFF; with a
+                               * grammar too, see spec_sched.h); AUTO = the engine's drafter; NGRAM
                                * drafts by prompt lookup on an MTP engine too; MTP needs an
                                * engine in mode MTP (else CAIRN_ERR_INVALID) */
     /* Constrained decoding (NULL = none): before each sampling step the tokens the grammar does
