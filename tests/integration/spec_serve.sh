@@ -60,6 +60,15 @@ check "some were accepted ($accepted of $drafted)" [ "${accepted:-0}" -gt 0 ]
 check_eq "plain server drafts nothing" "$(curl -s "http://127.0.0.1:$PORT_plain/api/status" | field 'o.models[0].speculative.drafted')" "0"
 check_has "metrics count drafts" "$(curl -s "http://127.0.0.1:$PORT_spec/metrics")" "cairn_spec_accepted_tokens_total{model=\"demo\"} $accepted"
 
+# under a grammar (response_format json_object): the same text with speculation on and off,
+# and drafts verified (the ones the grammar rejects are cut before verification)
+q='{"model":"demo","temperature":0,"max_tokens":80,"response_format":{"type":"json_object"},"messages":[{"role":"user","content":"Here is a config file:\n\n```json\n{\n  \"name\": \"web\",\n  \"port\": 8080\n}\n```\n\nChange the port to 9090. Show the full file."}]'
+on=$(post "$PORT_spec" /v1/chat/completions "$q}")
+off=$(post "$PORT_spec" /v1/chat/completions "$q,\"speculative\":\"off\"}" | field 'o.choices[0].message.content')
+check_eq "json_object: speculation on = off" "$(echo "$on" | field 'o.choices[0].message.content')" "$off"
+check "json_object: drafts were verified ($(echo "$on" | field 'JSON.stringify(o.usage.cairn_speculative)'))" \
+    [ "$(echo "$on" | field 'o.usage.cairn_speculative ? o.usage.cairn_speculative.drafted : 0')" -gt 0 ]
+
 r=$(post "$PORT_spec" /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"hi"}],"speculative":"fast"}')
 check_eq "bad speculative field: 400 param" "$(echo "$r" | field 'o.error.param')" "speculative"
 
