@@ -65,7 +65,7 @@ double spec_cost_slope(const struct spec_cost *c)
 
 void spec_cost_observe_draft(struct spec_cost *c, double seconds)
 {
-    if (!(seconds > 0) || !isfinite(seconds)) return;
+    if (c->draft_fixed || !(seconds > 0) || !isfinite(seconds)) return;
     c->draft_s = c->n_draft_obs++
                      ? SPEC_COST_TABLE_EWMA * c->draft_s + (1 - SPEC_COST_TABLE_EWMA) * seconds
                      : seconds;

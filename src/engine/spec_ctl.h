@@ -67,6 +67,7 @@ struct spec_cost {
     double draft_s;       /* mean seconds of one drafting model step (weighted to the recent) */
     uint32_t n_draft_obs; /* how many were timed */
     double draft_prior;   /* a drafting step relative to a one-token step, before any was timed */
+    int draft_fixed;      /* drafting steps' timings ignored: always draft_prior */
 };
 
 /* default_slope <= 0: SPEC_COST_DEFAULT_SLOPE. */
@@ -78,8 +79,8 @@ double spec_cost_ratio(const struct spec_cost *c, int n_base, int k);
 /* The fitted per-token slope relative to a one-token step (b / (a + b)), or the default when the
  * fit is not usable yet; for reports. */
 double spec_cost_slope(const struct spec_cost *c);
-/* One step of the drafting model (a chained MTP head step) took `seconds` (ignored unless > 0;
- * kept even when c->fixed: it is the drafter's own cost, not the step shape). */
+/* One step of the drafting model (a chained MTP head step) took `seconds` (ignored unless > 0,
+ * and when c->draft_fixed). */
 void spec_cost_observe_draft(struct spec_cost *c, double seconds);
 /* The prior cost of a drafting step relative to a one-token target step (clamped to [0, 1]). */
 void spec_cost_set_draft_prior(struct spec_cost *c, double rel);

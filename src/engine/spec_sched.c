@@ -48,6 +48,10 @@ int spec_sched_opts_fill(struct engine_opts *o, struct cairn_err *err)
     if (o->speculative < ENGINE_SPEC_OFF || o->speculative > ENGINE_SPEC_MTP)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "engine: unknown speculative mode %d",
                              (int)o->speculative);
+    if (!(o->spec_draft_cost >= 0 && o->spec_draft_cost <= 1))
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "engine: spec_draft_cost must be in [0, 1] (got %g)",
+                             o->spec_draft_cost);
     if (!(o->spec_cost_slope >= 0 && o->spec_cost_slope <= 1))
         return cairn_err_set(err, CAIRN_ERR_INVALID,
                              "engine: spec_cost_slope must be in [0, 1] (got %g)",

@@ -75,7 +75,7 @@ check_eq "bad speculative field: 400 param" "$(echo "$r" | field 'o.error.param'
 stop_server spec
 
 # the MTP head: greedy text with it equals the server without speculation
-start_server mtp --model "$model" --threads 2 --speculative mtp --spec-cost-slope 0.05
+start_server mtp --model "$model" --threads 2 --speculative mtp --spec-cost-slope 0.05 --spec-draft-cost 0.02
 for q in '"messages":[{"role":"user","content":"Rewrite this story with the fox replaced by an owl:\n\nOnce upon a time, there was a fox who lived by the sea. The fox loved to sing songs to the birds. One day, the fox found a mysterious map under a rock. In the end, the fox returned home happy and tired. The end."}]' \
          '"messages":[{"role":"user","content":"Write a long story about a brave knight."}]'; do
     body="{\"model\":\"demo\",\"temperature\":0,\"max_tokens\":100,$q}"
