@@ -1,4 +1,5 @@
-"""Generates the demo model's chat corpus: templated dialogues in OpenAI message form.
+"""Generates the demo model's chat corpus: templated dialogues in OpenAI message form (the
+copy-and-edit category lives in gen_copy.py).
 
 Each generator returns (category, messages, tools, expect) where `expect` is a list of strings
 that the final assistant turn must contain (used by the evaluation in train.py). A seeded
@@ -10,6 +11,8 @@ import random
 import zlib
 
 import jinja2
+
+from gen_copy import gen_copy
 
 HERE = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
 TEMPLATE = open(f"{HERE}/chat_template.jinja").read()
@@ -684,7 +687,7 @@ def gen_multi(rng, split):
 
 
 GENERATORS = [(gen_arith, 24), (gen_units, 9), (gen_dates, 11), (gen_facts, 12), (gen_chat, 7),
-              (gen_story, 9), (gen_tools, 16), (gen_multi, 12)]
+              (gen_story, 9), (gen_tools, 16), (gen_multi, 12), (gen_copy, 10)]
 
 
 def sample(rng, split="train"):

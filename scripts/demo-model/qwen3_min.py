@@ -4,6 +4,14 @@ It mirrors Hugging Face's Qwen3 eager implementation: RMSNorm (computed in float
 q_norm/k_norm before RoPE (rotate_half layout), grouped-query attention, SwiGLU MLP, tied
 embeddings. Tensor names match HF so save_safetensors() writes a checkpoint that
 transformers / cairn load as-is. check_oracle.py verifies it against the HF oracle fixtures.
+
+Optionally an MTP head (mtp.*, cfg["num_nextn_predict_layers"] = 1), laid out as Qwen3-Next's
+(vLLM qwen3_next_mtp.py) with this family's plain norms: at position p it reads the final-normed
+hidden state h[p] and the embedding of token p + 1 and predicts token p + 2:
+    x = fc(cat(pre_fc_norm_embedding(embed(tok[p + 1])), pre_fc_norm_hidden(h[p])))
+    x = layers.0(x) at position p (causal over the head's own positions); logits = lm_head(norm(x))
+Its decoder layer is a Qwen3 layer whose MLP may be narrower (mtp_intermediate). HF transformers
+ignores mtp.* (it warns about unused weights); cairn loads and drafts with it.
 """
 import json
 import math
@@ -68,9 +76,9 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, inter=None):
         super().__init__()
-        H, I = cfg["hidden_size"], cfg["intermediate_size"]
+        H, I = cfg["hidden_size"], inter or cfg["intermediate_size"]
         self.gate_proj = nn.Linear(H, I, bias=False)
         self.up_proj = nn.Linear(H, I, bias=False)
         self.down_proj = nn.Linear(I, H, bias=False)
@@ -80,12 +88,12 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, inter=None):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg, inter)
 
     def forward(self, x, cos, sin, mask):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
@@ -100,6 +108,19 @@ class Inner(nn.Module):
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
 
 
+class MTP(nn.Module):
+    """The MTP head's own tensors (embeddings and lm_head are the target's)."""
+
+    def __init__(self, cfg, inter):
+        super().__init__()
+        H, eps = cfg["hidden_size"], cfg["rms_norm_eps"]
+        self.pre_fc_norm_embedding = RMSNorm(H, eps)
+        self.pre_fc_norm_hidden = RMSNorm(H, eps)
+        self.fc = nn.Linear(2 * H, H, bias=False)
+        self.layers = nn.ModuleList([Layer(cfg, inter)])
+        self.norm = RMSNorm(H, eps)
+
+
 def rope_theta(cfg):
     if "rope_parameters" in cfg and cfg["rope_parameters"]:
         return cfg["rope_parameters"]["rope_theta"]
@@ -107,10 +128,12 @@ def rope_theta(cfg):
 
 
 class Qwen3(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, mtp_intermediate=None):
         super().__init__()
         self.cfg = cfg
         self.model = Inner(cfg)
+        if cfg.get("num_nextn_predict_layers", 0):
+            self.mtp = MTP(cfg, mtp_intermediate)
         self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
         if cfg.get("tie_word_embeddings", True):
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -125,20 +148,41 @@ class Qwen3(nn.Module):
                 s = std / math.sqrt(2 * n) if name.endswith(("o_proj.weight", "down_proj.weight")) else std
                 nn.init.normal_(p, 0.0, s)
 
-    def forward(self, ids, dtype=None, fused=False):
-        B, T = ids.shape
-        pos = torch.arange(T, dtype=torch.float32, device=ids.device)
-        freqs = torch.outer(pos, self.inv_freq)
+    def _rope_mask(self, T, x, fused):
+        pos = torch.arange(T, dtype=torch.float32, device=x.device)
+        freqs = torch.outer(pos, self.inv_freq.to(x.device))
         emb = torch.cat((freqs, freqs), dim=-1)
+        mask = None if fused else torch.full((T, T), float("-inf"), device=x.device).triu(1).to(x.dtype)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype), mask
+
+    def forward(self, ids, dtype=None, fused=False, hidden=False):
+        """Logits [B, T, V]; with hidden=True also the final-normed hidden states [B, T, H]."""
+        B, T = ids.shape
         x = self.model.embed_tokens(ids)
         if dtype is not None:
             x = x.to(dtype)
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        mask = None if fused else torch.full((T, T), float("-inf"), device=ids.device).triu(1).to(x.dtype)
+        cos, sin, mask = self._rope_mask(T, x, fused)
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask)
         x = self.model.norm(x)
-        return self.lm_head(x)
+        return (self.lm_head(x), x) if hidden else self.lm_head(x)
+
+    def mtp_forward(self, next_ids, h, fused=False, shared_grad=True):
+        """The MTP head at positions 0..T-1: next_ids [B, T] (the token after each position), h
+        [B, T, H] (the target's final-normed hidden, or the head's own output when chaining).
+        Returns (logits [B, T, V], the head's normed output [B, T, H]). shared_grad=False keeps
+        gradients out of the shared embeddings and lm_head (training the head alone)."""
+        W = self.model.embed_tokens.weight
+        if not shared_grad:
+            W = W.detach()
+        e = F.embedding(next_ids, W).to(h.dtype)
+        hd = self.mtp
+        x = hd.fc(torch.cat((hd.pre_fc_norm_embedding(e), hd.pre_fc_norm_hidden(h)), dim=-1))
+        cos, sin, mask = self._rope_mask(next_ids.shape[1], x, fused)
+        x = hd.layers[0](x, cos, sin, mask)
+        out = hd.norm(x)
+        Wl = self.lm_head.weight if shared_grad else self.lm_head.weight.detach()
+        return F.linear(out, Wl), out
 
 
 # ---- safetensors (tiny reader/writer; the format is an 8-byte header length, JSON, raw data)
@@ -250,8 +294,9 @@ def dequantized(sd, bits, group):
 
 def load_model(folder, dtype=torch.float32):
     cfg = json.load(open(f"{folder}/config.json"))
-    m = Qwen3(cfg)
     sd, _ = load_safetensors(f"{folder}/model.safetensors")
+    g = sd.get("mtp.layers.0.mlp.gate_proj.weight")
+    m = Qwen3(cfg, g.shape[0] if g is not None else None)
     if "quantization" in cfg:
         sd = dequantized(sd, cfg["quantization"]["bits"], cfg["quantization"]["group_size"])
     sd = {k: v.to(dtype) for k, v in sd.items()}

@@ -1,7 +1,8 @@
 """Builds cairn's demo chat model end to end: corpus -> tokenizer -> training -> eval -> export.
 
   python3 train.py prep   --work DIR            corpus, tokenizer.json, encoded data (DIR/data.pt)
-  python3 train.py train  --work DIR --minutes M   train a Qwen3ForCausalLM for M minutes of wall time
+  python3 train.py train  --work DIR --minutes M   train a Qwen3ForCausalLM for M minutes of wall time,
+                                                    with its MTP head (qwen3_min.py) trained beside it
   python3 train.py export --work DIR --out models/demo --expected tests/data/demo/expected.safetensors
   python3 train.py eval   --model models/demo   greedy eval of an exported checkpoint on held-out prompts
   python3 train.py verify --model models/demo   the export against HF transformers and tokenizers
@@ -33,7 +34,10 @@ ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), 
          ("<think>", False), ("</think>", False)]
 MODEL = dict(hidden_size=384, num_hidden_layers=8, intermediate_size=1024, num_attention_heads=6,
              num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-6, rope_theta=10000.0,
-             tie_word_embeddings=True, max_position_embeddings=2048)
+             tie_word_embeddings=True, max_position_embeddings=2048, num_nextn_predict_layers=1)
+# The MTP head's MLP width: narrower than the target's 1024 so that the head adds ~1 MB in q8
+# (fc 0.3 M + attention 0.4 M + MLP 0.3 M parameters).
+MTP_INTER = 256
 QUANT = dict(group_size=64, bits=8)
 MAX_LEN = 512
 
@@ -202,7 +206,7 @@ def cmd_train(args):
     data = torch.load(f"{args.work}/data.pt")
     lens = data["lens"].tolist()
     data = {k: v.to(dev) for k, v in data.items()}
-    model = Qwen3(cfg)
+    model = Qwen3(cfg, MTP_INTER)
     model.init_weights()
     if args.resume:
         ck = torch.load(f"{args.work}/ckpt.pt")
@@ -210,20 +214,26 @@ def cmd_train(args):
         log(f"resumed from step {ck['step']}")
     if args.init_from:  # continue from an exported checkpoint (dequantized if it is q8)
         m, _ = load_model(args.init_from)
-        model.load_state_dict(m.state_dict())
-        log(f"weights from {args.init_from}")
+        miss, extra = model.load_state_dict(m.state_dict(), strict=False)
+        assert not extra and all(k.startswith("mtp.") for k in miss), (miss, extra)
+        log(f"weights from {args.init_from}" + (" (MTP head new)" if miss else ""))
     model.to(dev)
     fused = dev.type == "cuda"  # SDPA needs torch >= 2 (Debian 12 has 1.13)
     nparam = sum(p.numel() for p in model.parameters())
     log(f"params {nparam / 1e6:.2f}M, vocab {V}, dialogues {len(lens)}, device {dev}")
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
-    other = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    # The MTP head trains on its own loss with the trunk's hidden states and the shared embeddings
+    # and lm_head detached (qwen3_min.Qwen3.mtp_forward, shared_grad=False): it cannot move what
+    # the chat model already does. It starts from scratch, so it gets its own (higher) learning
+    # rate and its own gradient clipping.
+    trunk = [(n, p) for n, p in model.named_parameters() if not n.startswith("mtp.")]
+    head = [(n, p) for n, p in model.named_parameters() if n.startswith("mtp.")]
+    groups = [{"params": [p for _, p in ps if p.dim() == wd_dim], "weight_decay": wd, "mult": mult}
+              for ps, mult in ((trunk, 1.0), (head, args.mtp_lr_mult)) for wd_dim, wd in ((2, 0.1), (1, 0.0))]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     rng = random.Random(args.seed)
     budget = args.minutes * 60
     t0 = time.time()
-    step, seen, loss_acc, n_acc = 0, 0, torch.zeros((), device=dev), 0
+    step, seen, loss_acc, mtp_acc, n_acc = 0, 0, torch.zeros((), device=dev), torch.zeros((), device=dev), 0
     epoch = 0
     done = False
     while not done:
@@ -236,24 +246,30 @@ def cmd_train(args):
             warm = min(1.0, (step + 1) / args.warmup)
             lr = args.lr * warm * (args.final_lr + (1 - args.final_lr) * 0.5 * (1 + math.cos(math.pi * frac)))
             for g in opt.param_groups:
-                g["lr"] = lr
+                g["lr"] = lr * g["mult"]
             ids, tgt = collate(data, torch.tensor(idx), dev)
-            with torch.autocast(dev.type, dtype=torch.bfloat16):
-                logits = model(ids, fused=fused)
+            # bf16 autocast on the GPU; on the CPU (torch 1.13) bf16 matmuls are far slower than f32
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+                logits, h = model(ids, fused=fused, hidden=True)
+                # head at position t: token t + 1 and hidden t -> token t + 2 (= tgt[t + 1])
+                mtp_logits, _ = model.mtp_forward(ids[:, 1:], h[:, :-1].detach(), fused=fused, shared_grad=False)
             loss = F.cross_entropy(logits.float().view(-1, V), tgt.view(-1), ignore_index=-100)
+            mtp_loss = F.cross_entropy(mtp_logits.float().reshape(-1, V), tgt[:, 1:].reshape(-1), ignore_index=-100)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            (loss + mtp_loss).backward()
+            torch.nn.utils.clip_grad_norm_([p for _, p in trunk], 1.0)
+            torch.nn.utils.clip_grad_norm_([p for _, p in head], 1.0)
             opt.step()
             step += 1
             seen += ids.numel()
             loss_acc += loss.detach()
+            mtp_acc += mtp_loss.detach()
             n_acc += 1
             if step % args.log_every == 0:
                 el = time.time() - t0
-                log(f"step {step} epoch {epoch} loss {loss_acc.item() / n_acc:.4f} lr {lr:.2e} "
-                    f"tok/s {seen / el:.0f} seen {seen / 1e6:.1f}M elapsed {el / 60:.2f}m")
-                loss_acc, n_acc = torch.zeros((), device=dev), 0
+                log(f"step {step} epoch {epoch} loss {loss_acc.item() / n_acc:.4f} mtp {mtp_acc.item() / n_acc:.4f} "
+                    f"lr {lr:.2e} tok/s {seen / el:.0f} seen {seen / 1e6:.1f}M elapsed {el / 60:.2f}m")
+                loss_acc, mtp_acc, n_acc = torch.zeros((), device=dev), torch.zeros((), device=dev), 0
     el = time.time() - t0
     state = {k: v.cpu() for k, v in model.state_dict().items()}
     torch.save({"cfg": cfg, "state": state, "step": step, "seconds": el, "tokens": seen, "epochs": epoch,
@@ -277,8 +293,26 @@ def greedy(model, ids, stop, max_new=96):
     return out
 
 
+# copy-edit last: the earlier categories draw the same prompts as before it was added
 EVAL_GENS = {"arithmetic": gc.gen_arith, "units": gc.gen_units, "dates": gc.gen_dates, "facts": gc.gen_facts,
-             "identity": gc.gen_chat, "stories": gc.gen_story, "tools": gc.gen_tools, "multi-turn": gc.gen_multi}
+             "identity": gc.gen_chat, "stories": gc.gen_story, "tools": gc.gen_tools, "multi-turn": gc.gen_multi,
+             "copy-edit": gc.gen_copy}
+
+
+@torch.no_grad()
+def mtp_hits(model, ids, n_prompt):
+    """(hits, tries): how often the MTP head's k = 1 draft at position p (hidden p, token p + 1)
+    equals token p + 2, over the reply tokens p + 2 >= n_prompt + 1 (what decoding would draft)."""
+    if not hasattr(model, "mtp") or len(ids) < n_prompt + 2:
+        return 0, 0
+    dev = next(model.parameters()).device
+    x = torch.tensor([list(ids)], device=dev)
+    _, h = model(x, hidden=True)
+    lg, _ = model.mtp_forward(x[:, 1:], h[:, :-1])
+    pred = lg[0].argmax(-1)
+    p0 = n_prompt - 1  # first draft: hidden at the last prompt position, fed the first reply token
+    hits = (pred[p0:len(ids) - 2] == x[0, p0 + 2:]).sum().item()
+    return hits, len(ids) - 2 - p0
 
 
 def cmd_eval(args):
@@ -293,24 +327,31 @@ def cmd_eval(args):
     model, _ = load_model(args.model)
     model.to(dev).eval()
     rng = random.Random(12345)
-    per, shown = {}, {}
+    per, shown, mtp = {}, {}, {}
     for cat, g in EVAL_GENS.items():
         if args.cats and cat not in args.cats.split(","):
             continue
-        ok = 0
+        ok, hits, tries = 0, 0, 0
         for i in range(args.n):
             _, msgs, tools, expect = g(rng, "eval")
             prompt = gc.render(msgs[:-1], tools, add_generation_prompt=True)
-            out = enc.decode(greedy(model, enc.encode(prompt), stop), skip_special=False)
+            p_ids = enc.encode(prompt)
+            o_ids = greedy(model, p_ids, stop, max_new=args.max_new)
+            h, t = mtp_hits(model, p_ids + o_ids, len(p_ids))
+            hits, tries = hits + h, tries + t
+            out = enc.decode(o_ids, skip_special=False)
             good = all(e in out for e in expect) and out.endswith("<|im_end|>")
             ok += good
             if not good and shown.get(cat, 0) < args.show:
                 shown[cat] = shown.get(cat, 0) + 1
                 print(f"  [{cat}] FAIL  Q={msgs[-2]['content'][:70]!r}\n      got={out[:160]!r}\n      want={expect}")
         per[cat] = ok / args.n
-        log(f"{cat:12s} {ok}/{args.n} = {100 * ok / args.n:.0f}%")
+        mtp[cat] = hits / tries if tries else 0.0
+        log(f"{cat:12s} {ok}/{args.n} = {100 * ok / args.n:.0f}%  MTP k=1 drafts right {hits}/{tries}")
     if args.eval_out:
         json.dump(per, open(args.eval_out, "w"), indent=1)
+        if hasattr(model, "mtp"):
+            json.dump(mtp, open(args.eval_out.replace(".json", "") + "_mtp.json", "w"), indent=1)
     log("overall", f"{100 * sum(per.values()) / len(per):.1f}%")
 
 
@@ -331,7 +372,8 @@ def cmd_export(args):
     enc = bpe.Encoder(tok)
     ck = torch.load(f"{args.work}/ckpt.pt")
     cfg = dict(ck["cfg"])
-    model = Qwen3(cfg)
+    g = ck["state"].get("mtp.layers.0.mlp.gate_proj.weight")
+    model = Qwen3(cfg, g.shape[0] if g is not None else None)
     model.load_state_dict(ck["state"])
     if args.format == "q8":
         state = quantized_state(model, QUANT["bits"], QUANT["group_size"])
@@ -378,6 +420,52 @@ def cmd_export(args):
                                               "(dequantized where quantized; scripts/demo-model/qwen3_min.py, "
                                               "eager attention)", "cases": json.dumps(meta)})
     log("wrote", args.out, args.expected)
+    if args.expected_mtp:
+        write_expected_mtp(args, enc)
+
+
+def margin(row):
+    top = torch.topk(row, 2).values
+    return (top[0] - top[1]).item()
+
+
+@torch.no_grad()
+def write_expected_mtp(args, enc, chain=3):
+    """The MTP head's reference logits for the first two EXPECTED_CASES prompts, in float64 on
+    the exported (dequantized) weights, in the layout of tests/data/mtp/*/expected_mtp.safetensors
+    (scripts/mtp-ref/make_fixtures.py): k = 1 at every prompt position (fed token p + 1, the
+    target's greedy next token for the last) and a chain of `chain` greedy drafts."""
+    model, _ = load_model(args.out, torch.float64)
+    model.eval()
+    out, cases = {}, []
+    for i, (msgs, tools) in enumerate(EXPECTED_CASES[:2]):
+        toks = torch.tensor([expected_prompt(enc, msgs, tools)])
+        lg, h = model(toks, hidden=True)
+        nxt = int(lg[0, -1].argmax())
+        ids = torch.cat((toks[:, 1:], torch.tensor([[nxt]])), dim=1)
+        rows, hs, drafts = None, h, []
+        for j in range(chain):  # the head is causal: recomputing the grown sequence = chaining
+            mlg, g = model.mtp_forward(ids, hs)
+            if j == 0:
+                rows = [mlg[0, -1]]
+                k1 = mlg[0]
+            else:
+                rows.append(mlg[0, -1])
+            drafts.append(int(mlg[0, -1].argmax()))
+            ids = torch.cat((ids, torch.tensor([[drafts[-1]]])), dim=1)
+            hs = torch.cat((hs, g[:, -1:]), dim=1)
+        T = toks.shape[1]
+        out[f"case{i}.tokens"] = toks[0].to(torch.int32)
+        out[f"case{i}.next"] = torch.tensor([nxt], dtype=torch.int32)
+        out[f"case{i}.mtp_logits"] = k1.to(torch.float32).contiguous()
+        out[f"case{i}.chain_tokens"] = torch.tensor(drafts, dtype=torch.int32)
+        out[f"case{i}.chain_logits"] = torch.stack(rows).to(torch.float32)
+        out[f"case{i}.chain_margins"] = torch.tensor([margin(r) for r in rows], dtype=torch.float32)
+        cases.append({"case": i, "prompt_len": T, "chain": chain})
+        log(f"mtp case{i}: T={T} next={nxt} drafts={drafts} ({enc.decode(drafts)!r})")
+    save_safetensors(args.expected_mtp, out, {"cases": json.dumps(cases), "note": "qwen3_min.py's MTP head in "
+                     "float64 on the dequantized export; see scripts/demo-model/train.py write_expected_mtp"})
+    log("wrote", args.expected_mtp)
 
 
 def cmd_verify(args):
@@ -449,6 +537,9 @@ def main():
     ap.add_argument("--resume", action="store_true", help="start from the weights in WORK/ckpt.pt")
     ap.add_argument("--init-from", default="", help="start from an exported checkpoint folder")
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--mtp-lr-mult", type=float, default=3.0, help="the MTP head's learning rate, times --lr")
+    ap.add_argument("--max-new", type=int, default=256, help="eval: greedy tokens per reply at most")
+    ap.add_argument("--expected-mtp", default="", help="export: also write the MTP head's reference logits here")
     ap.add_argument("--final-lr", type=float, default=0.05, help="cosine floor, as a fraction of --lr")
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--batch-tokens", type=int, default=65536)

@@ -126,6 +126,7 @@ struct api_real_opts {
     int speculative;              /* enum engine_spec_mode; 0 = engine default (off) */
     int spec_ngram_min, spec_k_max; /* 0 = engine defaults */
     double spec_cost_slope;         /* 0 = measured (engine.h) */
+    double spec_draft_cost;         /* 0 = prior, then measured (engine.h) */
     /* Per-model lower tiers (kv/tiers.h), what `cairn serve` uses: when set, every model opens
      * its own kv_tiers at load with these settings (its signature filled from the model and the
      * engine options; tiers_opts->sig is ignored), so models sharing --ssd-cache-dir never see

@@ -272,7 +272,7 @@ static int api_req_speculative(json_t *o, struct api_req *r, struct api_req_err 
     if (api_req_get_str(o, "speculative", &spec, e)) return -1;
     if (spec) {
         int m = engine_spec_mode_parse(spec);
-        if (m < 0) return api_req_fail(e, "speculative", "'speculative' must be \"off\", \"ngram\" or \"auto\"");
+        if (m < 0) return api_req_fail(e, "speculative", "'speculative' must be \"off\", \"ngram\", \"mtp\" or \"auto\"");
         r->speculative = m;
     }
     return 0;

@@ -426,6 +426,7 @@ static void pool_engine_opts(struct pool *p, int idx, struct engine_opts *o)
     o->spec_ngram_min = p->opts.spec_ngram_min;
     o->spec_k_max = p->opts.spec_k_max;
     o->spec_cost_slope = p->opts.spec_cost_slope;
+    o->spec_draft_cost = p->opts.spec_draft_cost;
     json_t *v = pool_setting(p, idx, "context_length");
     if (json_is_integer(v)) o->context_length = (int)json_integer_value(v);
     v = pool_setting(p, idx, "kv_dtype");

@@ -83,7 +83,7 @@ int cmd_serve(int argc, char **argv)
         O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
         O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
         O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_MAX_MEM, O_MAX_LOADED, O_TTL, O_MEM_WAIT, O_STEP_TIMEOUT,
-        O_SETTINGS, O_ADMIN_KEY, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST, O_MAX_DEV_MEM,
+        O_SETTINGS, O_ADMIN_KEY, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST, O_SPEC_DRAFT, O_MAX_DEV_MEM,
         O_TP,
     };
     static const struct option opts[] = {
@@ -127,6 +127,7 @@ int cmd_serve(int argc, char **argv)
         {"spec-ngram-min", required_argument, 0, O_SPEC_MIN}, /* speculation tuning, for bench/spec_* */
         {"spec-k-max", required_argument, 0, O_SPEC_K},
         {"spec-cost-slope", required_argument, 0, O_SPEC_COST},
+        {"spec-draft-cost", required_argument, 0, O_SPEC_DRAFT}, /* tests: engine.h */
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -199,6 +200,7 @@ int cmd_serve(int argc, char **argv)
         case O_SPEC_MIN: ro.spec_ngram_min = atoi(optarg); break;
         case O_SPEC_K: ro.spec_k_max = atoi(optarg); break;
         case O_SPEC_COST: ro.spec_cost_slope = atof(optarg); break;
+        case O_SPEC_DRAFT: ro.spec_draft_cost = atof(optarg); break;
         case O_HOT_MAX:
             if (!cairn_parse_size(optarg, &v)) {
                 fprintf(stderr, "cairn serve: bad --hot-cache-max-size '%s'\n", optarg);

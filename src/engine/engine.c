@@ -81,6 +81,13 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     e->spec_extra_rows = spec_sched_extra_rows(o);
     spec_cost_init(&e->spec_cost, o->spec_cost_slope);
     e->spec_cost.fixed = o->spec_cost_slope > 0;
+    /* a head step reads its layer and the shared lm_head again: its share of the target's layers
+     * plus lm_head, until head steps are timed (spec_ctl.h: drafting cost); or fixed */
+    if (o->speculative == ENGINE_SPEC_MTP)
+        spec_cost_set_draft_prior(&e->spec_cost, o->spec_draft_cost > 0
+                                                     ? o->spec_draft_cost
+                                                     : (e->info.n_mtp_layers + 1.0) / (e->info.n_layers + 1.0));
+    e->spec_cost.draft_fixed = o->spec_draft_cost > 0;
 
     /* KV pool: kv_bytes covers K and V. */
     size_t layer_bytes = (size_t)o->block_size * (size_t)e->info.n_kv_heads * (size_t)e->info.head_dim *

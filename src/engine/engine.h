@@ -92,6 +92,9 @@ struct engine_opts {
     double spec_cost_slope;   /* > 0: cost of one more token in a step relative to a one-token
                                * step, fixed (tests: plans then depend on acceptance alone);
                                * 0 = measured from the engine's steps (spec_ctl.h) */
+    double spec_draft_cost;   /* > 0: cost of one MTP head step (per drafted token) relative to a
+                               * one-token step, fixed; 0 (default): the head's share of the layers
+                               * until head steps are timed (spec_ctl.h) */
 };
 /* Block size, by measurement (`cairn bench-engine --attn-sweep 1024,4096`, Qwen3-0.6B attention
  * shape, bf16 KV, AVX-512, 2 threads): the decode attention kernel reads one block at a time with
@@ -196,8 +199,8 @@ struct engine_request {
     int n_stop;
     uint8_t cache_salt[32];   /* mixed into block hashes (zeroes = none) */
     enum engine_spec_mode speculative; /* DEFAULT = the engine's; OFF opts out; NGRAM / AUTO /
-                               * MTP opt in (only where the engine's mode is not OFF; never with a
-                               * grammar, see spec_sched.h); AUTO = the engine's drafter; NGRAM
+                               * MTP opt in (only where the engine's mode is not OFF; with a
+                               * grammar too, see spec_sched.h); AUTO = the engine's drafter; NGRAM
                                * drafts by prompt lookup on an MTP engine too; MTP needs an
                                * engine in mode MTP (else CAIRN_ERR_INVALID) */
     /* Constrained decoding (NULL = none): before each sampling step the tokens the grammar does

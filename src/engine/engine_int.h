@@ -128,5 +128,12 @@ void engine_seq_state_put(struct engine *e, struct engine_seq *s);
 /* Commits a sampled token to s (tokens, usage, stop rules) and emits its TOKEN event; returns 1
  * if the sequence finished (*fin filled). sched.c; spec_sched.c calls it per verified token. */
 int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enum engine_finish *fin);
+/* The grammar around one sampled row of a constrained sequence (no-ops without s->gm): _mask
+ * fills s->gmask for the matcher's state and points s->sampler.allowed at it (not in a lazy
+ * grammar's free text); _accept advances the matcher by the sampled token. Each returns 1 when
+ * the sequence finished (*fin filled: STOP for a completed grammar, ERROR with error_msg). sched.c;
+ * spec_sched.c calls them per verified row. */
+int engine_sched_grammar_mask(struct engine_seq *s, enum engine_finish *fin);
+int engine_sched_grammar_accept(struct engine_seq *s, int32_t tok, enum engine_finish *fin);
 
 #endif

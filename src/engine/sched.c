@@ -463,38 +463,49 @@ static void sched_publish(struct engine *e, struct engine_seq *s)
     }
 }
 
-/* Samples, emits the token, and returns 1 if the sequence finished (finish filled). */
-static int sched_sample(struct engine *e, struct engine_seq *s, const float *logits, enum engine_finish *fin)
+int engine_sched_grammar_mask(struct engine_seq *s, enum engine_finish *fin)
 {
-    int n_gen = s->n_tokens - s->n_prompt;
-    /* grammar hook: mask before sampling (only constrained sequences pay; a lazy grammar's free
-     * text needs none) */
-    int free_text = s->gm ? grammar_matcher_unconstrained(s->gm) : 0;
+    if (!s->gm) return 0;
+    /* only constrained sequences pay; a lazy grammar's free text needs no mask */
+    int free_text = grammar_matcher_unconstrained(s->gm);
     if (free_text < 0) {
         s->error_msg = "grammar: matcher out of memory";
         *fin = ENGINE_FINISH_ERROR;
         return 1;
     }
-    if (s->gm && !free_text) {
-        int n_ok = grammar_matcher_fill_mask(s->gm, s->gmask);
-        if (n_ok == 0 && grammar_matcher_finished(s->gm)) { /* complete, eos already taken (ignore_eos) */
-            *fin = ENGINE_FINISH_STOP;
-            return 1;
-        }
-        if (n_ok <= 0) {
-            s->error_msg = n_ok == 0 ? "grammar: no token can continue the output" : "grammar: matcher out of memory";
-            *fin = ENGINE_FINISH_ERROR;
-            return 1;
-        }
-        s->sampler.allowed = s->gmask;
+    if (free_text) return 0;
+    int n_ok = grammar_matcher_fill_mask(s->gm, s->gmask);
+    if (n_ok == 0 && grammar_matcher_finished(s->gm)) { /* complete, eos already taken (ignore_eos) */
+        *fin = ENGINE_FINISH_STOP;
+        return 1;
     }
-    int32_t tok = sampler_sample(&s->sampler, logits, s->tokens, s->n_tokens, n_gen);
-    sampler_accept(&s->sampler, tok);
+    if (n_ok <= 0) {
+        s->error_msg = n_ok == 0 ? "grammar: no token can continue the output" : "grammar: matcher out of memory";
+        *fin = ENGINE_FINISH_ERROR;
+        return 1;
+    }
+    s->sampler.allowed = s->gmask;
+    return 0;
+}
+
+int engine_sched_grammar_accept(struct engine_seq *s, int32_t tok, enum engine_finish *fin)
+{
     if (s->gm && grammar_matcher_accept_token(s->gm, tok) != CAIRN_OK) {
         s->error_msg = "grammar: the sampled token was not accepted";
         *fin = ENGINE_FINISH_ERROR;
         return 1;
     }
+    return 0;
+}
+
+/* Samples, emits the token, and returns 1 if the sequence finished (finish filled). */
+static int sched_sample(struct engine *e, struct engine_seq *s, const float *logits, enum engine_finish *fin)
+{
+    int n_gen = s->n_tokens - s->n_prompt;
+    if (engine_sched_grammar_mask(s, fin)) return 1; /* mask before sampling */
+    int32_t tok = sampler_sample(&s->sampler, logits, s->tokens, s->n_tokens, n_gen);
+    sampler_accept(&s->sampler, tok);
+    if (engine_sched_grammar_accept(s, tok, fin)) return 1;
     return engine_sched_commit(e, s, tok, fin);
 }
 

@@ -63,6 +63,35 @@ double spec_cost_slope(const struct spec_cost *c)
     return b / (a + b);
 }
 
+void spec_cost_observe_draft(struct spec_cost *c, double seconds)
+{
+    if (c->draft_fixed || !(seconds > 0) || !isfinite(seconds)) return;
+    c->draft_s = c->n_draft_obs++
+                     ? SPEC_COST_TABLE_EWMA * c->draft_s + (1 - SPEC_COST_TABLE_EWMA) * seconds
+                     : seconds;
+}
+
+void spec_cost_set_draft_prior(struct spec_cost *c, double rel)
+{
+    c->draft_prior = rel > 0 && rel <= 1 ? rel : rel > 1 ? 1 : 0;
+}
+
+/* Measured seconds of a step of n tokens: the table, else the fit; 0 when neither is usable. */
+static double spec_cost_seconds(const struct spec_cost *c, int n)
+{
+    double t = spec_cost_table(c, n), a, b;
+    if (t > 0) return t;
+    return spec_cost_fit(c, &a, &b) ? a + b * n : 0;
+}
+
+double spec_cost_draft_rel(const struct spec_cost *c, int n_base)
+{
+    if (n_base < 1) n_base = 1;
+    double t = spec_cost_seconds(c, n_base);
+    if (c->n_draft_obs >= 2 && t > 0) return c->draft_s / t;
+    return c->draft_prior / spec_cost_ratio(c, 1, n_base - 1);
+}
+
 double spec_cost_ratio(const struct spec_cost *c, int n_base, int k)
 {
     if (n_base < 1) n_base = 1;
@@ -80,17 +109,19 @@ double spec_cost_ratio(const struct spec_cost *c, int n_base, int k)
 
 /* ---- break-even ---- */
 
-double spec_ctl_best_gain_rc(const struct spec_cost *cost, int n_base, double alpha, int k_max,
-                             int recompute, int *best_k)
+double spec_ctl_best_gain_x(const struct spec_cost *cost, int n_base, double alpha, int k_max,
+                            int recompute, int model_drafts, int *best_k)
 {
     if (n_base < 1) n_base = 1;
     double best = 0, e = 1, ak = 1; /* e = E(k) = 1 + alpha + ... + alpha^k */
     double redo = recompute ? spec_cost_ratio(cost, n_base, 1) - 1 : 0;
+    double draft = model_drafts ? spec_cost_draft_rel(cost, n_base) : 0;
     int arg = 1;
     for (int k = 1; k <= k_max; k++) {
         ak *= alpha;
         e += ak;
-        double g = (n_base - 1 + e) / n_base / (spec_cost_ratio(cost, n_base, k) + (1 - ak) * redo);
+        double g = (n_base - 1 + e) / n_base /
+                   (spec_cost_ratio(cost, n_base, k) + (1 - ak) * redo + k * draft);
         if (g > best) {
             best = g;
             arg = k;
@@ -98,6 +129,12 @@ double spec_ctl_best_gain_rc(const struct spec_cost *cost, int n_base, double al
     }
     if (best_k) *best_k = arg;
     return best;
+}
+
+double spec_ctl_best_gain_rc(const struct spec_cost *cost, int n_base, double alpha, int k_max,
+                             int recompute, int *best_k)
+{
+    return spec_ctl_best_gain_x(cost, n_base, alpha, k_max, recompute, 0, best_k);
 }
 
 double spec_ctl_best_gain(const struct spec_cost *cost, int n_base, double alpha, int k_max,
@@ -148,7 +185,9 @@ int spec_ctl_plan(const struct spec_ctl *c, const struct spec_cost *cost, int n_
     if (c->state == SPEC_CTL_PARKED) return 0;
     int k;
     double alpha = spec_ctl_alpha(c);
-    if (spec_ctl_best_gain_rc(cost, n_base, alpha, c->o.k_max, c->o.recompute, &k) > 1.0) return k;
+    if (spec_ctl_best_gain_x(cost, n_base, alpha, c->o.k_max, c->o.recompute, c->o.model_drafts,
+                             &k) > 1.0)
+        return k;
     /* a probe always drafts (that is how evidence comes back), short: the cheapest evidence */
     if (c->state == SPEC_CTL_PROBING) return CAIRN_MIN(k, SPEC_CTL_SHORT_K);
     /* ACTIVE and not paying in this step. If the estimate fell below the prior early and the prior
@@ -157,8 +196,8 @@ int spec_ctl_plan(const struct spec_ctl *c, const struct spec_cost *cost, int n_
      * big batch, a costly chunk): skip this step; a cheaper one drafts again. */
     int k1;
     if (c->n_tries_phase < c->o.min_tries && alpha < c->o.prior_alpha &&
-        spec_ctl_best_gain_rc(cost, n_base, c->o.prior_alpha, c->o.k_max, c->o.recompute, &k1) >
-            1.0)
+        spec_ctl_best_gain_x(cost, n_base, c->o.prior_alpha, c->o.k_max, c->o.recompute,
+                             c->o.model_drafts, &k1) > 1.0)
         return CAIRN_MIN(k1, SPEC_CTL_SHORT_K);
     return 0;
 }
@@ -188,8 +227,8 @@ void spec_ctl_observe(struct spec_ctl *c, const struct spec_cost *cost, int k, i
     /* verdicts on the acceptance alone (a one-sequence step): a big batch only skips drafts in
      * spec_ctl_plan, it never parks a request whose drafts are good */
     if (c->state == SPEC_CTL_ACTIVE) {
-        double g =
-            spec_ctl_best_gain_rc(cost, 1, spec_ctl_alpha(c), c->o.k_max, c->o.recompute, NULL);
+        double g = spec_ctl_best_gain_x(cost, 1, spec_ctl_alpha(c), c->o.k_max, c->o.recompute,
+                                        c->o.model_drafts, NULL);
         if (c->n_tries_phase >= c->o.min_tries && g <= 1.0) {
             c->cooldown = c->o.cooldown_min;
             spec_ctl_park(c);
@@ -197,8 +236,8 @@ void spec_ctl_observe(struct spec_ctl *c, const struct spec_cost *cost, int k, i
     } else if (c->n_tries_phase >= c->o.probe_tries) {
         /* PROBING: the verdict on the probe's own evidence (the prior would outweigh a short probe)
          */
-        double g = spec_ctl_best_gain(cost, 1, (double)c->n_acc_phase / c->n_tries_phase,
-                                      c->o.k_max, NULL);
+        double g = spec_ctl_best_gain_x(cost, 1, (double)c->n_acc_phase / c->n_tries_phase,
+                                        c->o.k_max, 0, c->o.model_drafts, NULL);
         if (g > 1.0) {
             c->state = SPEC_CTL_ACTIVE;
             c->cooldown = c->o.cooldown_min;

@@ -10,10 +10,18 @@
  * of a one-token step (SPEC_COST_DEFAULT_SLOPE: decode reads every weight once per step, so each
  * extra token adds little; the CPU's compute share is higher, hence measured).
  *
+ * Drafting cost. A drafter that runs a model (the MTP head: one chained head step, logits
+ * included, per drafted token) costs d per drafted token, in units of a one-token step: measured
+ * (spec_cost_observe_draft: the exponentially weighted mean seconds of a head step, over t(1) or
+ * t(n_base) as measured) once two head steps were timed, else the prior the engine sets from
+ * the head's share of the weights (spec_cost_set_draft_prior). N-gram drafts cost nothing here.
+ *
  * Break-even. With per-position acceptance probability alpha (the draft is accepted up to its
  * first mismatch), a verify step with a k-token draft emits E(k) = (1 - alpha^(k+1)) / (1 - alpha)
  * tokens. In a step of n_base tokens without the draft (this sequence's decode included), the
- * step's throughput changes by gain(k) = (n_base - 1 + E(k)) / n_base * t(n_base) / t(n_base + k).
+ * step's throughput changes by
+ *   gain(k) = (n_base - 1 + E(k)) / n_base * t(n_base) / (t(n_base + k) + k * draft(n_base)),
+ * draft(n_base) being the drafting cost per token in seconds (0 for n-grams).
  * Speculation pays when max over k of gain(k) > 1; spec_ctl_plan returns that k. A big batch
  * thus dilutes what one sequence's draft can gain, and a compute-bound step (large b) charges
  * more for it: speculation stops on its own where it cannot pay.
@@ -56,6 +64,10 @@ struct spec_cost {
     double default_slope;
     int fixed; /* observations ignored: always the default slope */
     uint64_t n_obs;
+    double draft_s;       /* mean seconds of one drafting model step (weighted to the recent) */
+    uint32_t n_draft_obs; /* how many were timed */
+    double draft_prior;   /* a drafting step relative to a one-token step, before any was timed */
+    int draft_fixed;      /* drafting steps' timings ignored: always draft_prior */
 };
 
 /* default_slope <= 0: SPEC_COST_DEFAULT_SLOPE. */
@@ -67,6 +79,14 @@ double spec_cost_ratio(const struct spec_cost *c, int n_base, int k);
 /* The fitted per-token slope relative to a one-token step (b / (a + b)), or the default when the
  * fit is not usable yet; for reports. */
 double spec_cost_slope(const struct spec_cost *c);
+/* One step of the drafting model (a chained MTP head step) took `seconds` (ignored unless > 0,
+ * and when c->draft_fixed). */
+void spec_cost_observe_draft(struct spec_cost *c, double seconds);
+/* The prior cost of a drafting step relative to a one-token target step (clamped to [0, 1]). */
+void spec_cost_set_draft_prior(struct spec_cost *c, double rel);
+/* Cost of one drafted token relative to a step of n_base tokens (the draft(n_base) / t(n_base)
+ * of the break-even). */
+double spec_cost_draft_rel(const struct spec_cost *c, int n_base);
 
 enum spec_ctl_state {
     SPEC_CTL_ACTIVE = 0,
@@ -83,6 +103,8 @@ struct spec_ctl_opts {
     double prior_alpha; /* acceptance assumed before evidence; default 0.5 */
     int recompute;      /* 1: a draft not accepted in full costs a recompute of about one more
                          * token in the next step (models with recurrent state, spec_sched.h) */
+    int model_drafts;   /* 1: each drafted token costs a drafting model step (the MTP head:
+                         * spec_cost_draft_rel); 0: drafts are free (n-grams) */
 };
 
 struct spec_ctl {
@@ -116,5 +138,8 @@ double spec_ctl_best_gain(const struct spec_cost *cost, int n_base, double alpha
  * `recompute` (the chance that a draft is cut, times the recompute of a rolled-back state). */
 double spec_ctl_best_gain_rc(const struct spec_cost *cost, int n_base, double alpha, int k_max,
                              int recompute, int *best_k);
+/* The same, charging k * spec_cost_draft_rel(cost, n_base) more when `model_drafts`. */
+double spec_ctl_best_gain_x(const struct spec_cost *cost, int n_base, double alpha, int k_max,
+                            int recompute, int model_drafts, int *best_k);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/spec_sched.h"
@@ -167,7 +168,10 @@ void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
         }
         m = c; /* the others keep the d drafts they have */
         if (m == 0) break;
+        double t0 = cairn_now();
         rc = e->ops.mtp_forward(e->ops.ctx, &e->pool, x->seqs, m, &err);
+        /* the drafting cost the controllers' break-even charges per drafted token */
+        spec_cost_observe_draft(&e->spec_cost, cairn_now() - t0);
         if (rc != CAIRN_OK) {
             LOG_WARN("engine", "MTP head step failed, drafts cut at %d: %s", d, err.msg);
             for (int j = 0; j < m; j++)

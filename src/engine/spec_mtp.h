@@ -19,8 +19,8 @@
  *   steps write positions the verify will overwrite; rejected drafts' positions are rewritten by
  *   the next catch-up before anything reads them.
  * - Parked sequences still run the catch-up (one head layer per token, no logits), so their
- *   head's KV stays whole for the next probe. Sequences that never speculate (opted out,
- *   grammar) do not: blocks they publish carry no head KV, so a speculating request that reuses
+ *   head's KV stays whole for the next probe. Sequences that never speculate (opted out) do
+ *   not: blocks they publish carry no head KV, so a speculating request that reuses
  *   such a prefix drafts worse there (never wrongly: drafts are only proposals).
  * - Scheduler thread only. Buffers are sized at engine_create: nothing allocated per step. */
 #ifndef CAIRN_ENGINE_SPEC_MTP_H

@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/spec_mtp.h"
+#include "grammar/grammar.h"
 #include "engine/spec_verify.h"
 #include "kv/kv_state.h"
 
@@ -48,6 +49,10 @@ int spec_sched_opts_fill(struct engine_opts *o, struct cairn_err *err)
     if (o->speculative < ENGINE_SPEC_OFF || o->speculative > ENGINE_SPEC_MTP)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "engine: unknown speculative mode %d",
                              (int)o->speculative);
+    if (!(o->spec_draft_cost >= 0 && o->spec_draft_cost <= 1))
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "engine: spec_draft_cost must be in [0, 1] (got %g)",
+                             o->spec_draft_cost);
     if (!(o->spec_cost_slope >= 0 && o->spec_cost_slope <= 1))
         return cairn_err_set(err, CAIRN_ERR_INVALID,
                              "engine: spec_cost_slope must be in [0, 1] (got %g)",
@@ -72,12 +77,14 @@ int spec_sched_mode_resolve(struct engine_opts *o, const struct model_info *info
                             struct cairn_err *err)
 {
     int has = has_mtp_op && info->n_mtp_layers > 0;
-    if (o->speculative == ENGINE_SPEC_AUTO) o->speculative = has ? ENGINE_SPEC_MTP : ENGINE_SPEC_NGRAM;
+    if (o->speculative == ENGINE_SPEC_AUTO)
+        o->speculative = has ? ENGINE_SPEC_MTP : ENGINE_SPEC_NGRAM;
     if (o->speculative == ENGINE_SPEC_MTP && !has)
-        return cairn_err_set(err, CAIRN_ERR_INVALID,
-                             "engine: --speculative mtp needs a model with an MTP head (mtp.* weights); %s has "
-                             "none (use ngram, or auto to pick the best drafter the model has)",
-                             info->model_type);
+        return cairn_err_set(
+            err, CAIRN_ERR_INVALID,
+            "engine: --speculative mtp needs a model with an MTP head (mtp.* weights); %s has "
+            "none (use ngram, or auto to pick the best drafter the model has)",
+            info->model_type);
     return CAIRN_OK;
 }
 
@@ -100,8 +107,7 @@ void spec_sched_seq_free(struct engine *e, struct engine_seq *s)
 void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct engine_request *r)
 {
     s->spec = NULL;
-    /* a grammar's mask and matcher state would have to follow each draft position: not done */
-    if (!e->spec_extra_rows || r->speculative == ENGINE_SPEC_OFF || r->grammar) return;
+    if (!e->spec_extra_rows || r->speculative == ENGINE_SPEC_OFF) return;
     struct cairn_err err = {0};
     struct spec_seq *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -117,7 +123,9 @@ void spec_sched_seq_init(struct engine *e, struct engine_seq *s, const struct en
         return;
     }
     p->use_mtp = e->mtp && r->speculative != ENGINE_SPEC_NGRAM;
-    struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max, .recompute = e->info.state_bytes > 0};
+    struct spec_ctl_opts co = {.k_max = e->opts.spec_k_max,
+                               .recompute = e->info.state_bytes > 0,
+                               .model_drafts = p->use_mtp};
     spec_ctl_init(&p->ctl, &co);
     if (e->info.state_bytes) {
         if (kv_state_alloc(e->ops.be, e->info.state_bytes, &p->state_copy, &err) != CAIRN_OK) {
@@ -141,6 +149,20 @@ static int spec_sched_take_blocks(struct engine *e, struct engine_seq *s, int n)
     return n;
 }
 
+/* The longest prefix of s's n-token draft (at s->tokens + s->n_tokens) that its grammar accepts
+ * (n without one): the rest could never be verified (a masked row cannot sample it), so it is
+ * cut before it costs a row. The matcher walks the draft and is rolled back (O(1) per token). */
+static int spec_sched_grammar_cut(struct engine_seq *s, int n)
+{
+    if (!s->gm || n <= 0) return n;
+    const int32_t *d = s->tokens + s->n_tokens;
+    int ok = 0;
+    while (ok < n && grammar_matcher_accept_token(s->gm, d[ok]) == CAIRN_OK)
+        ok++;
+    if (ok > 0 && grammar_matcher_rollback(s->gm, ok) != CAIRN_OK) return 0;
+    return ok;
+}
+
 /* s drafts n tokens (at s->tokens + s->n_tokens) in decode entry i of this step */
 static void spec_sched_add_draft(struct engine *e, int i, int n)
 {
@@ -162,7 +184,8 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
     int used = 0, rows_left = e->spec_extra_rows, bs = e->opts.block_size;
     int want[SPEC_SCHED_PLAN_MAX];
     int n_plan = CAIRN_MIN(n_decodes, SPEC_SCHED_PLAN_MAX), any_mtp = 0;
-    for (int i = 0; i < n_plan; i++) want[i] = 0;
+    for (int i = 0; i < n_plan; i++)
+        want[i] = 0;
     for (int i = 0; i < n_plan && budget - used > 0 && rows_left > 0; i++) {
         struct engine_seq *s = e->sched[i];
         struct spec_seq *p = s->spec;
@@ -200,6 +223,7 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
                 continue;
             }
         }
+        n = spec_sched_grammar_cut(s, n);
         if (n > 0) n = spec_sched_take_blocks(e, s, n);
         if (n <= 0) {
             spec_ctl_decoded(&p->ctl, 1); /* counts a parked request's cooldown */
@@ -220,9 +244,11 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
         struct engine_seq *s = e->sched[i];
         int n = want[i];
         if (n > 0 && e->opts.mtp_script.draft) {
-            n = e->opts.mtp_script.draft(e->opts.mtp_script.ctx, s->tokens, s->n_tokens, n, s->tokens + s->n_tokens);
+            n = e->opts.mtp_script.draft(e->opts.mtp_script.ctx, s->tokens, s->n_tokens, n,
+                                         s->tokens + s->n_tokens);
             n = CAIRN_MAX(0, CAIRN_MIN(n, want[i]));
         }
+        n = spec_sched_grammar_cut(s, n);
         used -= asked[i] - n;
         /* blocks taken for drafts the head did not make go back (never written by the target) */
         int keep = (s->n_tokens + n + bs - 1) / bs;
@@ -247,7 +273,16 @@ struct spec_sched_emit_ctx {
 static int spec_sched_emit(void *ctx, int32_t tok)
 {
     struct spec_sched_emit_ctx *x = ctx;
-    x->done = engine_sched_commit(x->e, x->s, tok, x->fin);
+    x->done = engine_sched_grammar_accept(x->s, tok, x->fin) ||
+              engine_sched_commit(x->e, x->s, tok, x->fin);
+    return x->done;
+}
+
+/* The grammar's mask for the next row (sched_sample's, per verified row) */
+static int spec_sched_mask(void *ctx)
+{
+    struct spec_sched_emit_ctx *x = ctx;
+    x->done = engine_sched_grammar_mask(x->s, x->fin);
     return x->done;
 }
 
@@ -259,8 +294,9 @@ int spec_sched_verify(struct engine *e, struct engine_seq *s, int n_draft, const
     int n0 = s->n_tokens, c0 = s->n_computed, bs = e->opts.block_size;
     struct spec_sched_emit_ctx x = {e, s, fin, 0};
     int acc = 0;
-    *n_emitted = spec_verify(&s->sampler, rows, (size_t)e->info.vocab_size, s->tokens, n0,
-                             n0 - s->n_prompt, p->draft, n_draft, spec_sched_emit, &x, &acc);
+    *n_emitted = spec_verify_masked(&s->sampler, rows, (size_t)e->info.vocab_size, s->tokens, n0,
+                                    n0 - s->n_prompt, p->draft, n_draft,
+                                    s->gm ? spec_sched_mask : NULL, spec_sched_emit, &x, &acc);
     s->usage.spec_drafted += n_draft;
     s->usage.spec_accepted += acc;
     e->n_spec_drafted += (uint64_t)n_draft;

@@ -24,10 +24,12 @@
  *   state as is). Verify steps never attach prefix-cache snapshots.
  * - Step cost: every step without prefill feeds (tokens, forward seconds) to the engine's
  *   spec_cost; the controllers read it for their break-even.
- * - Requests with a grammar (constrained decoding) do not speculate: each verified row would need
- *   the grammar's mask for the state after the drafts before it, and the matcher advanced per
- *   emitted token (sched_sample does it for one row). Structured output is copy-heavy, so this
- *   is the next thing to add: spec_verify would take a per-row sample callback. */
+ * - Requests with a grammar (constrained decoding) speculate too: a draft is cut to its longest
+ *   prefix the grammar accepts before it takes a row (the matcher walks it and rolls back), and
+ *   verification masks each row with the grammar's state after the tokens emitted before it
+ *   (spec_verify_masked; engine_sched_grammar_mask / _accept, as sched_sample does for one row).
+ *   Only emitted tokens advance the matcher, so a rejected draft token never has to be rolled
+ *   back out of it; greedy output is the same as without speculation. */
 #ifndef CAIRN_ENGINE_SPEC_SCHED_H
 #define CAIRN_ENGINE_SPEC_SCHED_H
 

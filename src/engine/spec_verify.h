@@ -47,4 +47,17 @@ int spec_verify(struct sampler *s, const float *rows, size_t row_stride, int32_t
                 int n_tokens, int n_generated, const int32_t *draft, int k,
                 spec_verify_emit_fn emit, void *ctx, int *n_accepted);
 
+/* Called before row j is sampled (a grammar sets the sampler's mask for the state after t_0 ..
+ * t_(j-1), which emit advanced it by). Nonzero: stop before sampling row j (the grammar is
+ * complete, or an error); spec_verify_masked then returns the j tokens emitted so far (0 when
+ * j = 0). */
+typedef int (*spec_verify_mask_fn)(void *ctx);
+
+/* spec_verify with a mask hook (NULL: none). Since only emitted tokens reach the hook's state
+ * (through emit), a rejected draft token never enters it: nothing to roll back. */
+int spec_verify_masked(struct sampler *s, const float *rows, size_t row_stride, int32_t *tokens,
+                       int n_tokens, int n_generated, const int32_t *draft, int k,
+                       spec_verify_mask_fn mask, spec_verify_emit_fn emit, void *ctx,
+                       int *n_accepted);
+
 #endif

@@ -175,7 +175,7 @@ static int qwen3_moe_specs(struct model *m, struct model_specs *s, struct cairn_
             int rc = moe_layer_specs(m, s, i, &x->layers[i], err);
             if (rc != CAIRN_OK) return rc;
         } else {
-            ok &= llama_specs_mlp(m, s, i, MODEL_BIAS_NONE) == CAIRN_OK;
+            ok &= llama_specs_mlp(m, s, i, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
         }
     }
     return ok ? CAIRN_OK : cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");

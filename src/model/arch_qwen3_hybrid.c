@@ -90,7 +90,7 @@ static int hybrid_specs_mtp(struct model *m, struct model_specs *s, struct hybri
     }
     int il = c->n_layers;
     struct hybrid_layer *H = &x->layers[il];
-    int ok = model_mtp_specs(m, s) == CAIRN_OK;
+    int ok = model_mtp_specs(m, s, 0.0f) == CAIRN_OK;
     ok &= llama_specs_layer_norms(m, s, il, 0.0f) == CAIRN_OK;
     ok &= llama_specs_attn(m, s, il) == CAIRN_OK;
     H->sparse = hybrid_is_sparse(c, 0);
@@ -98,7 +98,7 @@ static int hybrid_specs_mtp(struct model *m, struct model_specs *s, struct hybri
         int rc = moe_layer_specs(m, s, il, &H->moe, err);
         if (rc != CAIRN_OK) return rc;
     } else {
-        ok &= llama_specs_mlp(m, s, il, MODEL_BIAS_NONE) == CAIRN_OK;
+        ok &= llama_specs_mlp(m, s, il, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
     }
     if (!ok) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     m->n_mtp = 1;
@@ -153,7 +153,7 @@ static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err
         } else {
             if (c->intermediate_size <= 0)
                 return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
-            ok &= llama_specs_mlp(m, s, i, MODEL_BIAS_NONE) == CAIRN_OK;
+            ok &= llama_specs_mlp(m, s, i, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
         }
     }
     m->info.state_bytes = state_off * sizeof(float);

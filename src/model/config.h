@@ -89,8 +89,9 @@ struct model_config {
     int linear_num_key_heads;
     int linear_num_value_heads;
 
-    /* MTP head (qwen3_next, qwen3_5): mtp_num_hidden_layers (qwen3_5) or num_nextn_predict_layers
-     * (qwen3_next's name); 0 when absent. The weights (mtp.*) may still be missing (stripped
+    /* MTP head (qwen3_next, qwen3_5, dense checkpoints such as the demo model):
+     * mtp_num_hidden_layers (qwen3_5) or num_nextn_predict_layers (qwen3_next's and DeepSeek's
+     * name); 0 when absent. The weights (mtp.*) may still be missing (stripped
      * conversions): the family then loads the model without a head. */
     int n_mtp_layers;
 

@@ -174,6 +174,12 @@ int model_has_tensor(struct model *m, const char *name)
     return model_find(m, name) != NULL;
 }
 
+int64_t model_tensor_rows(struct model *m, const char *name)
+{
+    const struct safetensors_tensor *t = model_find(m, name);
+    return t && t->n_dims >= 1 ? t->shape[0] : -1;
+}
+
 /* A stacked [stack, r, c] tensor (MLX switch_mlp experts) read as 2-D [stack * r, c]: expert e
  * is then rows [e * r, (e + 1) * r). Returns t itself when there is nothing to flatten. */
 static const struct safetensors_tensor *model_flatten_stack(const struct safetensors_tensor *t, int stack,

@@ -135,7 +135,7 @@ int llama_specs_attn(struct model *m, struct model_specs *s, int i);
  * them with (1, or 0 for zero-centred norms). */
 int llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth);
 /* Dense SwiGLU MLP of layer i (intermediate_size). */
-int llama_specs_mlp(struct model *m, struct model_specs *s, int i, enum model_wspec_bias bias);
+int llama_specs_mlp(struct model *m, struct model_specs *s, int i, int64_t inter, enum model_wspec_bias bias);
 /* embed_tokens, the final norm and lm_head (unless tied). */
 int llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth);
 
@@ -186,7 +186,7 @@ struct model_owned {
     size_t bytes;
 };
 
-/* The MTP head (mtp.*, qwen3_next / qwen3_5; mtp.c): its decoder layer is m->layers[il], past
+/* The MTP head (mtp.*: qwen3_next / qwen3_5, and dense llama-family checkpoints that carry one; mtp.c): its decoder layer is m->layers[il], past
  * the target's, a full-attention layer with its own KV layer (kv_index after the target's). */
 struct model_mtp {
     int il;                       /* its layer index (= cfg.n_layers) */
@@ -234,11 +234,15 @@ void *model_alloc_owned(struct model *m, size_t bytes);
 float *model_dev_vector(struct model *m, const float *host, size_t n, struct cairn_err *err);
 
 int model_has_tensor(struct model *m, const char *name);
+/* Rows (shape[0]) of a checkpoint tensor, or -1 when it is absent: sizes a layer from its weights
+ * where config.json does not give them (the dense MTP head's MLP width). */
+int64_t model_tensor_rows(struct model *m, const char *name);
 /* "model.layers.<il>" for the target's layers, "mtp.layers.<il - n_layers>" past them. */
 void model_layer_name(const struct model *m, int il, char *buf, size_t n);
 /* MTP head's specs (mtp.c): fc, its norms and layer il = cfg.n_layers (norms, attention, FFN via
- * the family's own spec helpers, which the caller runs for that layer). */
-int model_mtp_specs(struct model *m, struct model_specs *s);
+ * the family's own spec helpers, which the caller runs for that layer). norm_synth: the value
+ * synthetic norms get (0 for the zero-centred norms of the hybrids, 1 for plain ones). */
+int model_mtp_specs(struct model *m, struct model_specs *s, float norm_synth);
 void model_mtp_free(struct model *m);
 
 /* Binds one spec from the safetensors set (the loader's checks and conversions). */

@@ -1,19 +1,23 @@
-/* The MTP (multi-token prediction) head of qwen3_next / qwen3_5 checkpoints: mtp.* weights, one
- * draft step per sequence (model.h: model_mtp_forward says what it computes).
+/* The MTP (multi-token prediction) head: mtp.* weights, one draft step per sequence (model.h:
+ * model_mtp_forward says what it computes). Checkpoints with a head: qwen3_next / qwen3_5
+ * (arch_qwen3_hybrid.c lists it) and dense llama-family ones that carry mtp.* (arch_llama.c:
+ * the demo model's, trained by scripts/demo-model/train.py in the same layout).
  *
  * The definition followed is vLLM's vllm/model_executor/models/qwen3_next_mtp.py
  * (Qwen3NextMultiTokenPredictor.forward; qwen3_5_mtp.py is the same computation) with the chaining
  * of vllm/v1/spec_decode/eagle.py (method "mtp"):
  * - inputs: the embedding of the token after position p (shared embed_tokens) and the target's
  *   hidden state at p AFTER the final norm (what Qwen3NextModel.forward returns and eagle.py
- *   passes as target_hidden_states); each through its own zero-centred RMSNorm
- *   (pre_fc_norm_embedding, pre_fc_norm_hidden: y = norm(x) * (1 + w), like every norm of the
- *   family), concatenated embedding first, then mtp.fc [hidden, 2 * hidden];
+ *   passes as target_hidden_states); each through its own RMSNorm (pre_fc_norm_embedding,
+ *   pre_fc_norm_hidden), concatenated embedding first, then mtp.fc [hidden, 2 * hidden]. The
+ *   norms are the family's: zero-centred (y = norm(x) * (1 + w)) in the hybrids, plain
+ *   (y = norm(x) * w) in the llama family (m->norm_offset);
  * - one decoder layer of the model's own kind with full attention (mtp.layers.0: gated q_proj,
  *   q/k norm, partial RoPE at position p; MoE with shared expert for qwen3_next, dense SwiGLU for
- *   qwen3_5), whose KV is its own: a KV layer of the pool after the target's, in the sequence's
+ *   qwen3_5; the family's plain attention and a SwiGLU MLP of its own width for the llama
+ *   family), whose KV is its own: a KV layer of the pool after the target's, in the sequence's
  *   blocks, so it is allocated, shared, cached and rolled back with the sequence's KV;
- * - mtp.norm (zero-centred), then the shared lm_head.
+ * - mtp.norm, then the shared lm_head.
  * - Chaining (k > 1): the next step runs at position p + 1 with the drafted token and the head's
  *   own normed output as its hidden.
  *
@@ -25,16 +29,16 @@
 #include "base/mem.h"
 #include "model/model_int.h"
 
-int model_mtp_specs(struct model *m, struct model_specs *s)
+int model_mtp_specs(struct model *m, struct model_specs *s, float norm_synth)
 {
     int64_t hid = m->cfg.hidden_size;
     m->mtp.il = m->cfg.n_layers;
     int ok = model_specs_linear(s, &m->mtp.fc, hid, 2 * hid, MODEL_BIAS_NONE, "mtp.fc") != NULL;
-    ok &= model_specs_vector(s, &m->mtp.norm_emb, hid, 0.0f, "mtp.pre_fc_norm_embedding.weight") !=
-          NULL;
-    ok &=
-        model_specs_vector(s, &m->mtp.norm_hid, hid, 0.0f, "mtp.pre_fc_norm_hidden.weight") != NULL;
-    ok &= model_specs_vector(s, &m->mtp.norm, hid, 0.0f, "mtp.norm.weight") != NULL;
+    ok &= model_specs_vector(s, &m->mtp.norm_emb, hid, norm_synth,
+                             "mtp.pre_fc_norm_embedding.weight") != NULL;
+    ok &= model_specs_vector(s, &m->mtp.norm_hid, hid, norm_synth,
+                             "mtp.pre_fc_norm_hidden.weight") != NULL;
+    ok &= model_specs_vector(s, &m->mtp.norm, hid, norm_synth, "mtp.norm.weight") != NULL;
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 

@@ -3,7 +3,10 @@
  * unconstrained request batched with constrained ones (a lazy one too) gets exactly the tokens it
  * gets alone; a lazy grammar's calls come out in their constrained form; a
  * completed grammar ends the request even with ignore_eos; a grammar without a vocabulary is
- * refused at submit. */
+ * refused at submit. With speculation (a scripted drafter: the reference continuation with
+ * some tokens wrong, many of them ones the grammar rejects) the constrained requests give
+ * exactly their tokens without it, greedy and seeded sampled, and a drafter whose every token
+ * the grammar rejects has all its drafts cut before verification. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -72,6 +75,104 @@ static int pcre_full(const char *pat, const char *s)
     pcre2_match_data_free(md);
     pcre2_code_free(c);
     return rc >= 0;
+}
+
+/* The scripted drafter: the reference continuation of whichever constrained output the
+ * generated tokens so far are a prefix of, with about one token in five replaced by the next
+ * vocabulary id (mostly one the grammar rejects there); `only_bad` drafts 'z' throughout, which
+ * no pattern of spec_check allows. */
+static struct gscript {
+    const struct collect *ref;
+    int n, n_prompt, only_bad;
+} gscript;
+
+static int gscript_draft(void *ctx, const int32_t *tokens, int n_tokens, int max_k, int32_t *out)
+{
+    struct gscript *sc = ctx;
+    int g = n_tokens - sc->n_prompt;
+    if (sc->only_bad) {
+        for (int j = 0; j < max_k; j++) out[j] = 25; /* "z" */
+        return max_k;
+    }
+    for (int r = 0; r < sc->n; r++) {
+        const struct collect *c = &sc->ref[r];
+        if (c->n_tokens <= g || memcmp(c->tokens, tokens + sc->n_prompt, sizeof(int32_t) * (size_t)g) != 0) continue;
+        for (int j = 0; j < max_k; j++) {
+            out[j] = c->tokens[CAIRN_MIN(g + j, c->n_tokens - 1)];
+            if ((n_tokens * 7 + j * 3) % 5 == 0) out[j] = (out[j] + 1) % GV;
+        }
+        return max_k;
+    }
+    return 0;
+}
+
+/* Two regex-constrained requests per pattern (greedy; sampled with a seed) on engine e, into cs. */
+static void spec_submit(struct engine *e, struct grammar_vocab *v, struct collect *cs, const int32_t *prompt)
+{
+    static const char *pats[] = {"(ab|c)+x{2}", "[a-e]{3,6}-[0-9]{1,3}", "(ca|ab)+-(ba)*9"};
+    struct cairn_err err = {0};
+    for (int k = 0; k < 3; k++) {
+        struct grammar *g;
+        CHECK(grammar_from_regex(pats[k], strlen(pats[k]), &g, NULL) == CAIRN_OK);
+        for (int smp = 0; smp < 2; smp++) {
+            struct engine_request r = collect_request(&cs[k * 2 + smp], prompt, 4, 40);
+            r.grammar = g;
+            r.grammar_vocab = v;
+            if (smp) {
+                r.sampling.temperature = 1.0f;
+                r.sampling.seed = 21 + (uint64_t)k;
+                r.sampling.has_seed = 1;
+            }
+            CHECK_MSG(engine_submit(e, &r, NULL, &err) == CAIRN_OK, "%s", err.msg);
+        }
+        grammar_free(g);
+    }
+    CHECK(collect_wait(cs, 6));
+}
+
+static void spec_check(const struct engine_model_ops *ops, const struct engine_opts *base, struct grammar_vocab *v)
+{
+    int32_t prompt[4] = {1, 2, 3, 4};
+    struct cairn_err err = {0};
+    struct engine *e0 = NULL, *e1 = NULL;
+    CHECK(engine_create_ops(ops, base, &e0, &err) == CAIRN_OK);
+    if (!e0) return;
+    static struct collect ref[6], got[6], bad[6];
+    spec_submit(e0, v, ref, prompt);
+    engine_destroy(e0);
+
+    struct engine_opts o = *base;
+    o.speculative = ENGINE_SPEC_NGRAM;
+    o.spec_cost_slope = 0.05; /* fixed: which steps draft must not depend on timings */
+    o.drafter = (struct engine_drafter){.ctx = &gscript, .draft = gscript_draft};
+    gscript = (struct gscript){.ref = ref, .n = 6, .n_prompt = 4};
+    CHECK(engine_create_ops(ops, &o, &e1, &err) == CAIRN_OK);
+    if (!e1) return;
+    spec_submit(e1, v, got, prompt);
+    struct engine_stats st;
+    engine_get_stats(e1, &st);
+    for (int i = 0; i < 6; i++) {
+        CHECK_MSG(got[i].n_tokens == ref[i].n_tokens && got[i].finish == ref[i].finish &&
+                      memcmp(got[i].tokens, ref[i].tokens, sizeof(int32_t) * (size_t)ref[i].n_tokens) == 0,
+                  "request %d: '%s' with speculation, '%s' without", i, got[i].text, ref[i].text);
+    }
+    printf("grammar + speculation: %llu drafted, %llu accepted in %llu verify steps\n",
+           (unsigned long long)st.n_spec_drafted, (unsigned long long)st.n_spec_accepted,
+           (unsigned long long)st.n_spec_steps);
+    CHECK(st.n_spec_accepted > 0 && st.n_spec_accepted < st.n_spec_drafted);
+    engine_destroy(e1);
+
+    /* every draft token rejected by the grammar: cut before verification, none verified */
+    gscript.only_bad = 1;
+    CHECK(engine_create_ops(ops, &o, &e1, &err) == CAIRN_OK);
+    if (!e1) return;
+    spec_submit(e1, v, bad, prompt);
+    engine_get_stats(e1, &st);
+    CHECK_EQ_INT((int)st.n_spec_drafted, 0);
+    for (int i = 0; i < 6; i++)
+        CHECK(bad[i].n_tokens == ref[i].n_tokens &&
+              memcmp(bad[i].tokens, ref[i].tokens, sizeof(int32_t) * (size_t)ref[i].n_tokens) == 0);
+    engine_destroy(e1);
 }
 
 int main(void)
@@ -208,6 +309,7 @@ int main(void)
     CHECK(engine_submit(e, &rx, NULL, &err) == CAIRN_ERR_INVALID && strstr(err.msg, "grammar"));
     grammar_free(g1);
     engine_destroy(e);
+    spec_check(&ops, &o, v);
     grammar_vocab_free(v);
     return test_summary("test_grammar_engine");
 }

@@ -2,7 +2,9 @@
  * the break-even gain matches the formula evaluated here, and the state machine parks on no
  * acceptance, probes after the cooldown, backs off exponentially to the cap, resumes on a good
  * probe, skips drafts (without parking) where the batch makes them a loss, and keeps the modelled
- * overhead of a never-accepting drafter under 3% over a long generation. */
+ * overhead of a never-accepting drafter under 3% over a long generation. A drafter that runs a
+ * model (the MTP head) is charged its own steps: the prior until head steps are timed, then the
+ * measured time; the charge turns a verdict that pays for free drafts into a park. */
 #include "base/status.h"
 #include "engine/spec_ctl.h"
 #include "testlib.h"
@@ -238,9 +240,69 @@ static void test_no_acceptance_overhead(void)
     CHECK(c.n_probes >= 5); /* it did keep probing */
 }
 
+/* gain(k) with each drafted token costing d one-token steps, t(n) = 1 + slope (n - 1) */
+static double ref_gain_draft(double slope, double alpha, int k, double d)
+{
+    double e = 0;
+    for (int i = 0; i <= k; i++)
+        e += pow(alpha, i);
+    return e / (1 + slope * k + k * d);
+}
+
+static void test_draft_cost(void)
+{
+    struct spec_cost c;
+    spec_cost_init(&c, 0);
+    /* nothing timed, no prior: drafts are free */
+    CHECK_NEAR(spec_cost_draft_rel(&c, 1), 0.0, 1e-12);
+    spec_cost_set_draft_prior(&c, 0.25);
+    CHECK_NEAR(spec_cost_draft_rel(&c, 1), 0.25, 1e-12);
+    /* relative to a 3-token step: 0.25 / t(3) with the default slope */
+    CHECK_NEAR(spec_cost_draft_rel(&c, 3), 0.25 / (1 + 2 * SPEC_COST_DEFAULT_SLOPE), 1e-12);
+    /* the break-even charges k * d: the formula evaluated here, best over k */
+    double want = 0;
+    for (int k = 1; k <= 8; k++)
+        want = fmax(want, ref_gain_draft(SPEC_COST_DEFAULT_SLOPE, 0.7, k, 0.25));
+    CHECK_NEAR(spec_ctl_best_gain_x(&c, 1, 0.7, 8, 0, 1, NULL), want, 1e-9);
+    CHECK(spec_ctl_best_gain_x(&c, 1, 0.7, 8, 0, 0, NULL) > want + 0.1);
+    /* timed: one-token steps of 10 ms, head steps of 4 ms -> 0.4 of a step, whatever the prior */
+    for (int i = 0; i < 4; i++) {
+        spec_cost_observe(&c, 1, 0.010);
+        spec_cost_observe_draft(&c, 0.004);
+    }
+    CHECK_NEAR(spec_cost_draft_rel(&c, 1), 0.4, 1e-9);
+    spec_cost_observe_draft(&c, -1); /* ignored */
+    CHECK_NEAR(spec_cost_draft_rel(&c, 1), 0.4, 1e-9);
+
+    /* acceptance 0.35 pays with free drafts (1.35 / 1.1 at k = 1) but not with a head step of
+     * 0.25 each (1.35 / 1.35): the MTP controller parks, the n-gram one keeps drafting; with 0.4
+     * even the prior 0.5 does not pay (1.5 / 1.5), so the MTP controller never drafts at all */
+    const double ds[3] = {0.25, 0.25, 0.4};
+    for (int t = 0; t < 3; t++) {
+        int model = t > 0;
+        struct spec_cost d;
+        spec_cost_init(&d, 0);
+        spec_cost_set_draft_prior(&d, ds[t]);
+        struct spec_ctl_opts o = {.model_drafts = model};
+        struct spec_ctl ctl;
+        spec_ctl_init(&ctl, &o);
+        /* about 35% of tested positions accepted: 1 of 3 steps accepts one of its 2 */
+        for (int step = 0; step < 60 && ctl.state == SPEC_CTL_ACTIVE; step++) {
+            int k = spec_ctl_plan(&ctl, &d, 1);
+            if (k == 0) continue;
+            spec_ctl_observe(&ctl, &d, k, step % 3 == 0 ? CAIRN_MIN(k, 1) : 0);
+        }
+        int want_parks = t == 1, want_drafts = t < 2;
+        CHECK_MSG((int)ctl.n_parks == want_parks && (ctl.n_drafted > 0) == want_drafts,
+                  "case %d: %llu parks, %llu drafted, alpha %.2f", t, (unsigned long long)ctl.n_parks,
+                  (unsigned long long)ctl.n_drafted, spec_ctl_alpha(&ctl));
+    }
+}
+
 int main(void)
 {
     test_cost();
+    test_draft_cost();
     test_park_probe_backoff();
     test_batch_condition();
     test_no_acceptance_overhead();

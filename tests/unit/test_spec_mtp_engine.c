@@ -89,6 +89,7 @@ static struct engine *make_engine(struct model *m, enum engine_spec_mode mode, u
     oracle_engine_opts(&o, 16, kv_bytes, 8);
     o.speculative = mode;
     o.spec_cost_slope = 0.05; /* fixed: which steps draft must not depend on ASan timings */
+    o.spec_draft_cost = 0.01; /* likewise the head's own cost (test_spec_ctl checks its charge) */
     o.spec_k_max = 4;
     if (scripted) {
         o.mtp_script.ctx = &script;

@@ -1,6 +1,9 @@
 /* The MTP head against its PyTorch reference, like check-logits: tests/data/mtp/<name>/ are the
  * tiny hybrid oracle checkpoints with random mtp.* tensors, and expected_mtp.safetensors holds
- * scripts/mtp-ref/hybrid_ref.py's MTP logits (float64) for a few prompts (README.md there).
+ * scripts/mtp-ref/hybrid_ref.py's MTP logits (float64) for a few prompts (README.md there); the
+ * demo model (models/demo, dense qwen3, MLX q8) carries a trained head, and
+ * tests/data/demo/expected_mtp.safetensors holds scripts/demo-model/qwen3_min.py's logits for it
+ * (float64 on the dequantized weights; train.py export --expected-mtp).
  *
  * Per case: cairn's target forward over the prompt returns the hidden states (model_seq.n_hidden),
  * the head runs over every prompt position (k = 1: first a chunk, then one position per call, so
@@ -61,12 +64,13 @@ static double max_err(const float *a, const float *b, size_t n)
     return m;
 }
 
-static void check_model(const char *name)
+/* model_rel: the checkpoint folder; exp_rel: its reference (both relative to the source tree). */
+static void check_model(const char *model_rel, const char *exp_rel)
 {
-    char dir[1024], exp[1200], rel[256];
-    snprintf(rel, sizeof(rel), "tests/data/mtp/%s", name);
-    test_src_path(rel, dir, sizeof(dir));
-    snprintf(exp, sizeof(exp), "%s/expected_mtp.safetensors", dir);
+    char dir[1024], exp[1024];
+    const char *name = model_rel;
+    test_src_path(model_rel, dir, sizeof(dir));
+    test_src_path(exp_rel, exp, sizeof(exp));
     struct cairn_err err = {0};
     struct model *m = NULL;
     int rc = model_load(dir, test_cpu_be(), &m, &err);
@@ -267,8 +271,11 @@ static void check_no_head(void)
 
 int main(void)
 {
-    check_model("qwen3_5-tiny");
-    check_model("qwen3next-tiny");
+    check_model("tests/data/mtp/qwen3_5-tiny",
+                "tests/data/mtp/qwen3_5-tiny/expected_mtp.safetensors");
+    check_model("tests/data/mtp/qwen3next-tiny",
+                "tests/data/mtp/qwen3next-tiny/expected_mtp.safetensors");
+    check_model("models/demo", "tests/data/demo/expected_mtp.safetensors");
     check_no_head();
     return test_summary("test_spec_mtp_ref");
 }
