@@ -122,6 +122,15 @@ static json_t *api_info_tiers_json(const struct kv_tiers_stats *ts)
     return o;
 }
 
+int api_n_active(struct api *a)
+{
+    pthread_mutex_lock(&a->mu);
+    int n = 0;
+    for (struct api_call *c = a->active; c; c = c->next) n++;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
 char *api_info_status(struct api *a, int *status)
 {
     struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
