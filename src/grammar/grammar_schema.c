@@ -162,7 +162,7 @@ static int32_t gs_any_rule(struct gs *s)
     /* array */
     struct gram_frag more_a = gram_f_star(b, gram_f_seq(b, gs_lit(s, ","), gram_f_seq(b, gs_ws(s), gram_f_call(b, r))));
     struct gram_frag arr = gram_f_seq(b, gs_lit(s, "["), gram_f_seq(b, gram_f_opt(b, gram_f_seq(b, gram_f_call(b, r), more_a)), gs_lit(s, "]")));
-    struct gram_frag num = gs_number(s, NULL, 0);
+    struct gram_frag num = gram_schema_number(s, NULL, 0);
     struct gram_frag f = gram_f_alt(b, obj, arr);
     f = gram_f_alt(b, f, str);
     f = gram_f_alt(b, f, num);
@@ -463,8 +463,8 @@ static const char *const gs_known[] = {
 static struct gram_frag gs_type(struct gs *s, const json_t *node, const char *t)
 {
     if (!strcmp(t, "string")) return gs_string(s, node);
-    if (!strcmp(t, "integer")) return gs_number(s, node, 1);
-    if (!strcmp(t, "number")) return gs_number(s, node, 0);
+    if (!strcmp(t, "integer")) return gram_schema_number(s, node, 1);
+    if (!strcmp(t, "number")) return gram_schema_number(s, node, 0);
     if (!strcmp(t, "boolean")) return gram_f_alt(s->b, gs_lit(s, "true"), gs_lit(s, "false"));
     if (!strcmp(t, "null")) return gs_lit(s, "null");
     if (!strcmp(t, "object")) return gs_object(s, node);
@@ -494,7 +494,7 @@ static struct gram_frag gs_body(struct gs *s, const json_t *node)
     }
     if ((v = json_object_get(node, "$ref"))) {
         const char *ref = json_string_value(v);
-        const json_t *target = ref ? gs_resolve(s, ref) : NULL;
+        const json_t *target = ref ? gram_schema_resolve(s, ref) : NULL;
         if (!target) {
             gs_fail(s, CAIRN_ERR_UNSUPPORTED, "$ref '%s' does not resolve (only local refs like #/$defs/x)", ref ? ref : "?");
             return gram_f_empty(b);
@@ -529,7 +529,7 @@ static struct gram_frag gs_body(struct gs *s, const json_t *node)
             gs_fail(s, CAIRN_ERR_UNSUPPORTED, "%s", "'oneOf' together with 'anyOf'");
             return gram_f_empty(b);
         }
-        if (json_is_array(v) && !gs_oneof_disjoint(s, v)) {
+        if (json_is_array(v) && !gram_schema_oneof_disjoint(s, v)) {
             gs_fail(s, CAIRN_ERR_UNSUPPORTED, "%s",
                     "'oneOf' whose branches may overlap (only branches of distinct types, consts or a required "
                     "const property are supported)");

@@ -3,7 +3,8 @@
  * grammar_schema_oneof.c ($ref resolution, the oneOf disjointness check). Not for other files.
  *
  * The small fragment helpers are static inline here so the two leaf files depend on this header
- * only, never back on grammar_schema.c. */
+ * only, never back on grammar_schema.c. The functions the leaves export are gram_schema_*
+ * (the room's internal prefix); the helpers here keep grammar_schema.c's gs_ prefix. */
 #ifndef CAIRN_GRAMMAR_GRAMMAR_SCHEMA_INT_H
 #define CAIRN_GRAMMAR_GRAMMAR_SCHEMA_INT_H
 
@@ -68,12 +69,12 @@ static inline struct gram_frag gs_rep(struct gs *s, struct gram_frag (*emit)(str
 
 /* grammar_schema_num.c: a JSON integer (integer = 1) or number within node's bounds
  * (minimum, maximum, exclusive ones) and multipleOf; node NULL: any number. */
-struct gram_frag gs_number(struct gs *s, const json_t *node, int integer);
+struct gram_frag gram_schema_number(struct gs *s, const json_t *node, int integer);
 
 /* grammar_schema_oneof.c */
 /* The node a local $ref ("#/a/b", JSON-pointer escapes) names, or NULL. */
-const json_t *gs_resolve(struct gs *s, const char *ref);
+const json_t *gram_schema_resolve(struct gs *s, const char *ref);
 /* 1 if no value validates against two branches of the oneOf (so anyOf means the same). */
-int gs_oneof_disjoint(struct gs *s, const json_t *arr);
+int gram_schema_oneof_disjoint(struct gs *s, const json_t *arr);
 
 #endif

@@ -242,7 +242,7 @@ static int gs_get_multiple(struct gs *s, const json_t *node, int *m)
     return 0;
 }
 
-struct gram_frag gs_number(struct gs *s, const json_t *node, int integer)
+struct gram_frag gram_schema_number(struct gs *s, const json_t *node, int integer)
 {
     struct gram_builder *b = s->b;
     struct gs_bounds bd;

@@ -9,7 +9,7 @@
 
 #include "grammar/grammar_schema_int.h"
 
-const json_t *gs_resolve(struct gs *s, const char *ref)
+const json_t *gram_schema_resolve(struct gs *s, const char *ref)
 {
     if (ref[0] != '#') return NULL;
     const json_t *cur = s->root;
@@ -77,7 +77,7 @@ static const json_t *gs_deref(struct gs *s, const json_t *node)
     for (int i = 0; i < 8 && json_is_object(node); i++) {
         const char *ref = json_string_value(json_object_get(node, "$ref"));
         if (!ref) return node;
-        node = gs_resolve(s, ref);
+        node = gram_schema_resolve(s, ref);
     }
     return json_is_object(node) && !json_object_get(node, "$ref") ? node : NULL;
 }
@@ -185,7 +185,7 @@ static int gs_objects_disjoint(struct gs *s, const json_t *x, const json_t *y)
 }
 
 /* 1 if no value validates against two branches of the oneOf (so anyOf means the same). */
-int gs_oneof_disjoint(struct gs *s, const json_t *arr)
+int gram_schema_oneof_disjoint(struct gs *s, const json_t *arr)
 {
     size_t n = json_array_size(arr);
     for (size_t i = 0; i < n; i++)
