@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Soak: one ASan build of `cairn serve` (the demo model) under STREAMS (64) concurrent request
+# loops for SOAK_SECONDS (600), mixing good streaming / whole requests (checked against their
+# greedy reference), client disconnects mid-stream and malformed requests (bad JSON, wrong types,
+# a body over --max-body-size). Reports resident memory at the start, peak and end, then stops
+# the server gracefully (SIGTERM) and requires exit 0 with LeakSanitizer clean.
+#   make test builds the ASan binary; then:  SOAK_SECONDS=60 tests/reliability/soak.sh
+# Not in make test (too long); README "Reliability" names it. Needs node (18+, for fetch).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${CAIRN_BIN:-build-test/cairn}
+MODEL=${CAIRN_DEMO_MODEL:-models/demo}
+SECS=${SOAK_SECONDS:-600}
+STREAMS=${STREAMS:-64}
+[ -x "$BIN" ] || { echo "soak: $BIN missing (make test builds it)"; exit 2; }
+command -v node >/dev/null || { echo "soak: node missing"; exit 2; }
+TMP=$(mktemp -d /tmp/cairn-soak.XXXXXX)
+export CAIRN_HOME="$TMP/home"
+trap 'kill -KILL $PID 2>/dev/null; rm -rf "$TMP"' EXIT
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$BIN" serve --model "$MODEL" --port 0 --port-file "$TMP/port" --threads 2 --max-body-size 1M \
+    2>"$TMP/serve.log" &
+PID=$!
+for _ in $(seq 1 400); do [ -s "$TMP/port" ] && break; sleep 0.05; done
+[ -s "$TMP/port" ] || { echo "soak: server did not start"; cat "$TMP/serve.log"; exit 1; }
+rss() { awk '/^VmRSS/{print $2}' /proc/$PID/status 2>/dev/null; }
+( while kill -0 $PID 2>/dev/null; do echo "$(date +%s) $(rss)" >> "$TMP/rss"; sleep 2; done ) &
+SAMPLER=$!
+node tests/reliability/soak_client.mjs "http://127.0.0.1:$(cat "$TMP/port")" "$SECS" "$STREAMS" $((2 * 1024 * 1024)) \
+    > "$TMP/client.json"
+client_rc=$?
+sleep 2
+kill -TERM $PID
+wait $PID
+server_rc=$?
+kill $SAMPLER 2>/dev/null
+cat "$TMP/client.json"
+# start: the first sample once the client's reference requests ran (the model is loaded)
+awk 'NR==3{s=$2} $2>p{p=$2} {e=$2} END{printf "rss_kib start %d peak %d end %d\n", s, p, e}' "$TMP/rss"
+leaks=$(grep -c 'LeakSanitizer\|AddressSanitizer\|runtime error' "$TMP/serve.log")
+echo "server exit $server_rc, sanitizer reports $leaks, client exit $client_rc, $SECS s, $STREAMS streams"
+[ "$leaks" -gt 0 ] && grep -A30 'Sanitizer\|runtime error' "$TMP/serve.log" | head -60
+[ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] && [ "$leaks" -eq 0 ]
