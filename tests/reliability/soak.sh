@@ -30,13 +30,17 @@ node tests/reliability/soak_client.mjs "http://127.0.0.1:$(cat "$TMP/port")" "$S
     > "$TMP/client.json"
 client_rc=$?
 sleep 2
+echo "stop" >> "$TMP/rss" # samples after this one are of the shutdown
 kill -TERM $PID
 wait $PID
 server_rc=$?
 kill $SAMPLER 2>/dev/null
 cat "$TMP/client.json"
-# start: the first sample once the client's reference requests ran (the model is loaded)
-awk 'NR==3{s=$2} $2>p{p=$2} {e=$2} END{printf "rss_kib start %d peak %d end %d\n", s, p, e}' "$TMP/rss"
+# start: the third sample (2 s apart; the model is loaded, the client's reference requests ran);
+# end: the last sample before the stop; the quarter points show whether it keeps growing
+awk '$1=="stop"{exit} {v[++n]=$2; if ($2>p) p=$2}
+     END{printf "rss_kib start %d q1 %d half %d q3 %d end %d peak %d (%d samples)\n", v[3], v[int(n/4)],
+         v[int(n/2)], v[int(3*n/4)], v[n], p, n}' "$TMP/rss"
 leaks=$(grep -c 'LeakSanitizer\|AddressSanitizer\|runtime error' "$TMP/serve.log")
 echo "server exit $server_rc, sanitizer reports $leaks, client exit $client_rc, $SECS s, $STREAMS streams"
 [ "$leaks" -gt 0 ] && grep -A30 'Sanitizer\|runtime error' "$TMP/serve.log" | head -60
