@@ -641,7 +641,7 @@ int api_req_parse(enum api_kind kind, const char *body, size_t len, int max_n,
     r->n = 1;
     r->thinking = -1;
     r->parallel_tools = 1;
-    api_req_sampling_default(&r->sampling);
+    engine_sampling_default(&r->sampling);
     r->messages = json_array();
     r->kwargs = json_object();
     json_error_t je;

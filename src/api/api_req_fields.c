@@ -73,14 +73,6 @@ int api_req_get_str(json_t *o, const char *key, const char **out, struct api_req
     return 0;
 }
 
-void api_req_sampling_default(struct engine_sampling *s)
-{
-    memset(s, 0, sizeof(*s));
-    s->temperature = 1.0f;
-    s->top_p = 1.0f;
-    s->repetition_penalty = 1.0f;
-}
-
 /* Concatenated text of an OpenAI/Responses content value (string, null or parts). */
 int api_req_content_text(json_t *content, const char *param, char **out,
                          struct api_req_err *e)

@@ -18,8 +18,6 @@ int api_req_get_int(json_t *o, const char *key, long long lo, long long hi, long
 int api_req_get_bool(json_t *o, const char *key, int *out, struct api_req_err *e);
 int api_req_get_str(json_t *o, const char *key, const char **out, struct api_req_err *e);
 
-/* The sampling of a request that sets nothing: temperature 1, top_p 1, no penalties. */
-void api_req_sampling_default(struct engine_sampling *s);
 /* Concatenated text of an OpenAI/Responses content value (string, null or parts); *out malloc'd. */
 int api_req_content_text(json_t *content, const char *param, char **out, struct api_req_err *e);
 /* Arguments of a tool call as an object when they parse (templates iterate them), else as

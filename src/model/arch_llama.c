@@ -5,7 +5,7 @@
 
 #include "model/model_int.h"
 
-int llama_specs_attn(struct model *m, struct model_specs *s, int i)
+int model_llama_specs_attn(struct model *m, struct model_specs *s, int i)
 {
     char pfx[64];
     model_layer_name(m, i, pfx, sizeof(pfx));
@@ -31,7 +31,7 @@ int llama_specs_attn(struct model *m, struct model_specs *s, int i)
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
-int llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth)
+int model_llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth)
 {
     char pfx[64];
     model_layer_name(m, i, pfx, sizeof(pfx));
@@ -43,7 +43,7 @@ int llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
-int llama_specs_mlp(struct model *m, struct model_specs *s, int i, enum model_wspec_bias bias)
+int model_llama_specs_mlp(struct model *m, struct model_specs *s, int i, enum model_wspec_bias bias)
 {
     char pfx[64];
     model_layer_name(m, i, pfx, sizeof(pfx));
@@ -55,7 +55,7 @@ int llama_specs_mlp(struct model *m, struct model_specs *s, int i, enum model_ws
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
-int llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth)
+int model_llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth)
 {
     const struct model_config *c = &m->cfg;
     int64_t hid = c->hidden_size;
@@ -72,14 +72,14 @@ static int llama_specs(struct model *m, struct model_specs *s, struct cairn_err 
     enum model_wspec_bias mlp_bias = c->mlp_bias ? MODEL_BIAS_REQUIRED : MODEL_BIAS_NONE;
     if (c->intermediate_size <= 0)
         return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
-    int ok = llama_specs_ends(m, s, 1.0f) == CAIRN_OK;
+    int ok = model_llama_specs_ends(m, s, 1.0f) == CAIRN_OK;
     for (int i = 0; i < c->n_layers && ok; i++) {
         if (m->layers[i].kind != MODEL_LAYER_ATTN)
             return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "config.json: layer %d: %s has only attention layers", i,
                                  c->model_type);
-        ok &= llama_specs_layer_norms(m, s, i, 1.0f) == CAIRN_OK;
-        ok &= llama_specs_attn(m, s, i) == CAIRN_OK;
-        ok &= llama_specs_mlp(m, s, i, mlp_bias) == CAIRN_OK;
+        ok &= model_llama_specs_layer_norms(m, s, i, 1.0f) == CAIRN_OK;
+        ok &= model_llama_specs_attn(m, s, i) == CAIRN_OK;
+        ok &= model_llama_specs_mlp(m, s, i, mlp_bias) == CAIRN_OK;
     }
     if (!ok) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     return CAIRN_OK;
