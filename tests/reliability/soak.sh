@@ -5,6 +5,8 @@
 # a body over --max-body-size). Reports resident memory at the start, peak and end, then stops
 # the server gracefully (SIGTERM) and requires exit 0 with LeakSanitizer clean.
 #   make test builds the ASan binary; then:  SOAK_SECONDS=60 tests/reliability/soak.sh
+# SOAK_ASAN_OPTIONS replaces the server's ASAN_OPTIONS (e.g. add quarantine_size_mb=8: ASan holds
+# up to 256 MiB of freed memory by default, which reads as RSS growth).
 # Not in make test (too long); README "Reliability" names it. Needs node (18+, for fetch).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +19,7 @@ command -v node >/dev/null || { echo "soak: node missing"; exit 2; }
 TMP=$(mktemp -d /tmp/cairn-soak.XXXXXX)
 export CAIRN_HOME="$TMP/home"
 trap 'kill -KILL $PID 2>/dev/null; rm -rf "$TMP"' EXIT
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+ASAN_OPTIONS=${SOAK_ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$BIN" serve --model "$MODEL" --port 0 --port-file "$TMP/port" --threads 2 --max-body-size 1M \
     2>"$TMP/serve.log" &
 PID=$!
