@@ -10,7 +10,7 @@ set -uo pipefail
 model=$CAIRN_SRC/models/demo
 [ -f "$model/model.safetensors" ] || { echo "skip: no demo model"; exit 77; }
 BLOCK=64 # ENGINE_DEFAULT_BLOCK_SIZE
-WORDS=$(printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 30))
+WORDS=$(printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 12))
 REQ="{\"model\":\"demo\",\"temperature\":0,\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Repeat: $WORDS\"}]}"
 content() { sed -n 's/.*"content":"\(.*\)"},"logprobs".*/\1/p'; }
 num() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" | head -1; }
