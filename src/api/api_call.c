@@ -1,6 +1,7 @@
 /* Calls: routing, the worker thread and the calls' preparing threads (model load, template,
  * tokenize, submit), engine event handling and the HTTP-facing read/release functions. See api.h
- * for the threading model.
+ * for the threading model. The API object's create / shutdown / tick / destroy are in
+ * api_life.c, the allocation hook, string buffer and ids in api_util.c.
  *
  * DESIGN: a call is created by api_call_start on an HTTP thread with refs = 1 (HTTP side). A
  * generation call is queued to the worker (+1 ref), which starts a detached thread per call
@@ -13,96 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/file.h"
 #include "base/log.h"
 #include "base/mem.h"
 
-/* ---- allocation (with the tests' failure hook) ---- */
-
-static long api_fail_at;     /* atomic: 0 off; n > 0: allocation n fails; n < 0: from -n on */
-static long api_n_allocs;    /* atomic: allocations counted since the last api_test_fail_alloc */
-
-long api_test_fail_alloc(long n)
-{
-    long counted = __atomic_exchange_n(&api_n_allocs, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&api_fail_at, n, __ATOMIC_RELAXED);
-    return counted;
-}
-
-static int api_alloc_fails(void)
-{
-    long at = __atomic_load_n(&api_fail_at, __ATOMIC_RELAXED);
-    long k = __atomic_add_fetch(&api_n_allocs, 1, __ATOMIC_RELAXED);
-    if (at == 0) return 0;
-    return at > 0 ? k == at : k >= -at;
-}
-
-void *api_malloc(size_t n)
-{
-    return api_alloc_fails() ? NULL : malloc(n);
-}
-
-void *api_calloc(size_t n, size_t size)
-{
-    return api_alloc_fails() ? NULL : calloc(n, size);
-}
-
-void *api_realloc(void *p, size_t n)
-{
-    return api_alloc_fails() ? NULL : realloc(p, n);
-}
-
-char *api_strdup(const char *s)
-{
-    return api_alloc_fails() ? NULL : strdup(s);
-}
-
-int api_sbuf_add(struct api_sbuf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = api_realloc(b->p, cap);
-        if (!p) return CAIRN_ERR_NOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return CAIRN_OK;
-}
-
-int api_sbuf_adds(struct api_sbuf *b, const char *s)
-{
-    return api_sbuf_add(b, s, strlen(s));
-}
-
-void api_sbuf_free(struct api_sbuf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof(*b));
-}
-
-void api_new_id(struct api *a, const char *prefix, char *out, size_t cap)
-{
-    /* atomic: called under call locks, which come after api->mu in the lock order */
-    uint64_t n = __atomic_add_fetch(&a->id_counter, 1, __ATOMIC_RELAXED);
-    if (a->cfg.deterministic) {
-        snprintf(out, cap, "%s%llu", prefix, (unsigned long long)n);
-        return;
-    }
-    uint64_t x = (n * 0x9E3779B97F4A7C15ull) ^ a->id_salt;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)x,
-             (unsigned long long)(n & 0xffffffffu));
-}
-
-static void api_call_notify(struct api_call *c)
+void api_call_notify(struct api_call *c)
 {
     if (c->notify) c->notify(c->notify_user);
 }
@@ -465,7 +382,7 @@ static void *api_prepare_main(void *arg)
     return NULL;
 }
 
-static void *api_worker_main(void *arg)
+void *api_worker_main(void *arg)
 {
     struct api *a = arg;
     pthread_mutex_lock(&a->mu);
@@ -922,128 +839,3 @@ void api_call_summarize(struct api_call *c, struct api_call_summary *o)
     pthread_mutex_unlock(&c->mu);
 }
 
-void api_shutdown_begin(struct api *a)
-{
-    struct api_cancel_id {
-        int model;
-        uint64_t id;
-    };
-    pthread_mutex_lock(&a->mu);
-    __atomic_store_n(&a->shutting_down, 1, __ATOMIC_RELEASE);
-    /* Cancel everything running; DONE(CANCELLED) then writes the error events. Cancel must not
-     * run under the locks: the ids are collected first, every one of them (any number of calls
-     * and choices; a fixed array only if even that allocation fails). */
-    int cap = 0;
-    for (struct api_call *c = a->active; c; c = c->next) cap += c->n_subs;
-    struct api_cancel_id spare[64];
-    struct api_cancel_id *todo = cap > (int)CAIRN_ARRAY_LEN(spare) ? malloc((size_t)cap * sizeof(*todo)) : NULL;
-    if (!todo) {
-        if (cap > (int)CAIRN_ARRAY_LEN(spare))
-            LOG_ERROR("api", "out of memory at shutdown: cancelling the first %zu of %d requests",
-                      CAIRN_ARRAY_LEN(spare), cap);
-        todo = spare;
-        if (cap > (int)CAIRN_ARRAY_LEN(spare)) cap = (int)CAIRN_ARRAY_LEN(spare);
-    }
-    int n = 0;
-    for (struct api_call *c = a->active; c; c = c->next) {
-        pthread_mutex_lock(&c->mu);
-        for (int i = 0; i < c->n_subs && n < cap; i++)
-            if (c->subs[i].submitted && !c->subs[i].done) {
-                todo[n].model = c->model_idx;
-                todo[n].id = c->subs[i].engine_id;
-                n++;
-            }
-        pthread_mutex_unlock(&c->mu);
-    }
-    pthread_mutex_unlock(&a->mu);
-    for (int i = 0; i < n; i++) a->be.cancel(a->be.ctx, todo[i].model, todo[i].id);
-    if (todo != spare) free(todo);
-}
-
-int api_n_active(struct api *a)
-{
-    pthread_mutex_lock(&a->mu);
-    int n = 0;
-    for (struct api_call *c = a->active; c; c = c->next) n++;
-    pthread_mutex_unlock(&a->mu);
-    return n;
-}
-
-void api_tick(struct api *a)
-{
-    double now = cairn_now();
-    double ka = (a->cfg.keepalive_ms > 0 ? a->cfg.keepalive_ms : 5000) / 1000.0;
-    pthread_mutex_lock(&a->mu);
-    for (struct api_call *c = a->active; c; c = c->next) {
-        pthread_mutex_lock(&c->mu);
-        if (c->streaming && c->ready && !c->done && !c->http_gone && now - c->last_out >= ka) {
-            api_emit_keepalive(c);
-            c->last_out = now;
-            api_call_notify(c);
-        }
-        pthread_mutex_unlock(&c->mu);
-    }
-    pthread_mutex_unlock(&a->mu);
-}
-
-static void api_opts_free(struct api *a)
-{
-    for (int i = 0; i < a->cfg.n_model_opts; i++) free((char *)a->opts_copy[i].id);
-    free(a->opts_copy);
-}
-
-int api_create(const struct api_config *cfg, const struct api_backend *backend, struct api **out,
-               struct cairn_err *err)
-{
-    struct api *a = calloc(1, sizeof(*a));
-    if (!a) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    if (cfg) a->cfg = *cfg;
-    if (a->cfg.n_model_opts > 0 && a->cfg.model_opts) {
-        a->opts_copy = calloc((size_t)a->cfg.n_model_opts, sizeof(*a->opts_copy));
-        if (!a->opts_copy) {
-            free(a);
-            return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-        }
-        for (int i = 0; i < a->cfg.n_model_opts; i++) {
-            a->opts_copy[i] = a->cfg.model_opts[i];
-            a->opts_copy[i].id = cairn_xstrdup(a->cfg.model_opts[i].id ? a->cfg.model_opts[i].id : "");
-        }
-        a->cfg.model_opts = a->opts_copy;
-    } else {
-        a->cfg.model_opts = NULL;
-        a->cfg.n_model_opts = 0;
-    }
-    a->be = *backend;
-    a->id_salt = cairn_now_ns() ^ ((uint64_t)getpid() << 32);
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
-    if (pthread_create(&a->worker, NULL, api_worker_main, a) != 0) {
-        api_opts_free(a);
-        free(a);
-        return cairn_err_set(err, CAIRN_ERR_INTERNAL, "cannot start the API worker thread");
-    }
-    a->worker_started = 1;
-    *out = a;
-    return CAIRN_OK;
-}
-
-void api_destroy(struct api *a)
-{
-    if (!a) return;
-    pthread_mutex_lock(&a->mu);
-    a->stop_worker = 1;
-    __atomic_store_n(&a->shutting_down, 1, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    if (a->worker_started) pthread_join(a->worker, NULL);
-    pthread_mutex_lock(&a->mu);
-    while (a->n_preparing > 0) pthread_cond_wait(&a->cv, &a->mu);
-    pthread_mutex_unlock(&a->mu);
-    api_admin_bench_free(a); /* its request goes through the backend: before it goes */
-    /* The backend delivers DONE for whatever is left, which drops the calls' references. */
-    if (a->be.destroy) a->be.destroy(a->be.ctx);
-    pthread_mutex_destroy(&a->mu);
-    pthread_cond_destroy(&a->cv);
-    api_opts_free(a);
-    free(a);
-}

@@ -141,6 +141,15 @@ char *api_info_health(struct api *a)
     return out;
 }
 
+int api_n_active(struct api *a)
+{
+    pthread_mutex_lock(&a->mu);
+    int n = 0;
+    for (struct api_call *c = a->active; c; c = c->next) n++;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
 char *api_info_status(struct api *a, int *status)
 {
     struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));

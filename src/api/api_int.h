@@ -1,5 +1,7 @@
-/* Internals of the API room shared by api_call.c (lifecycle, worker), api_emit.c (JSON and SSE
- * encoders) and api_info.c (models, status, metrics, cache). Not for other rooms. */
+/* Internals of the API room shared by api_util.c (allocation hook, string buffer, ids: used by all
+ * the others, uses none), api_call.c (calls, worker), api_life.c (the api object's create,
+ * shutdown, tick, destroy), api_emit.c (JSON and SSE encoders), api_info.c (models, status,
+ * metrics, cache) and the admin files. Not for other rooms. */
 #ifndef CAIRN_API_API_INT_H
 #define CAIRN_API_API_INT_H
 
@@ -10,7 +12,7 @@
 #include "api/api_out.h"
 #include "api/api_req.h"
 
-/* Allocation of the API room (api_call.c): plain malloc & co, with the test hook of
+/* Allocation of the API room (api_util.c): plain malloc & co, with the test hook of
  * api_test_fail_alloc. Everything these return is freed with free(). */
 void *api_malloc(size_t n);
 void *api_calloc(size_t n, size_t size);
@@ -156,8 +158,13 @@ struct api {
 /* Read without api->mu (set once, never cleared). */
 #define API_SHUTTING(a) __atomic_load_n(&(a)->shutting_down, __ATOMIC_ACQUIRE)
 
-/* Fresh id "prefix<hex>" (deterministic in tests). */
+/* Fresh id "prefix<hex>" (deterministic in tests). api_util.c. */
 void api_new_id(struct api *a, const char *prefix, char *out, size_t cap);
+
+/* api_call.c, for api_life.c: the worker thread's body (arg: the struct api), and the wake-up of
+ * a call's HTTP side (under c->mu). */
+void *api_worker_main(void *arg);
+void api_call_notify(struct api_call *c);
 
 /* api_emit.c: encoders. All run under call->mu. An append that fails for memory sets c->oom
  * and c->failed and cuts the output back to the last whole event. */

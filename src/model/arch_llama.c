@@ -8,7 +8,7 @@
 
 #include "model/model_int.h"
 
-int llama_specs_attn(struct model *m, struct model_specs *s, int i)
+int model_llama_specs_attn(struct model *m, struct model_specs *s, int i)
 {
     char pfx[64];
     model_layer_name(m, i, pfx, sizeof(pfx));
@@ -34,7 +34,7 @@ int llama_specs_attn(struct model *m, struct model_specs *s, int i)
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
-int llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth)
+int model_llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth)
 {
     char pfx[64];
     model_layer_name(m, i, pfx, sizeof(pfx));
@@ -46,7 +46,7 @@ int llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
-int llama_specs_mlp(struct model *m, struct model_specs *s, int i, int64_t inter, enum model_wspec_bias bias)
+int model_llama_specs_mlp(struct model *m, struct model_specs *s, int i, int64_t inter, enum model_wspec_bias bias)
 {
     char pfx[64];
     model_layer_name(m, i, pfx, sizeof(pfx));
@@ -58,7 +58,7 @@ int llama_specs_mlp(struct model *m, struct model_specs *s, int i, int64_t inter
     return ok ? CAIRN_OK : CAIRN_ERR_NOMEM;
 }
 
-int llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth)
+int model_llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth)
 {
     const struct model_config *c = &m->cfg;
     int64_t hid = c->hidden_size;
@@ -91,9 +91,9 @@ static int llama_specs_mtp(struct model *m, struct model_specs *s, enum model_ws
         return cairn_err_set(err, CAIRN_ERR_FORMAT, "%s: mtp.layers.0.mlp.gate_proj.weight is missing or has %lld rows",
                              m->st.dir, (long long)inter);
     int ok = model_mtp_specs(m, s, 1.0f) == CAIRN_OK;
-    ok &= llama_specs_layer_norms(m, s, il, 1.0f) == CAIRN_OK;
-    ok &= llama_specs_attn(m, s, il) == CAIRN_OK;
-    ok &= llama_specs_mlp(m, s, il, inter, mlp_bias) == CAIRN_OK;
+    ok &= model_llama_specs_layer_norms(m, s, il, 1.0f) == CAIRN_OK;
+    ok &= model_llama_specs_attn(m, s, il) == CAIRN_OK;
+    ok &= model_llama_specs_mlp(m, s, il, inter, mlp_bias) == CAIRN_OK;
     if (!ok) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     m->n_mtp = 1;
     return CAIRN_OK;
@@ -105,14 +105,14 @@ static int llama_specs(struct model *m, struct model_specs *s, struct cairn_err 
     enum model_wspec_bias mlp_bias = c->mlp_bias ? MODEL_BIAS_REQUIRED : MODEL_BIAS_NONE;
     if (c->intermediate_size <= 0)
         return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
-    int ok = llama_specs_ends(m, s, 1.0f) == CAIRN_OK;
+    int ok = model_llama_specs_ends(m, s, 1.0f) == CAIRN_OK;
     for (int i = 0; i < c->n_layers && ok; i++) {
         if (m->layers[i].kind != MODEL_LAYER_ATTN)
             return cairn_err_set(err, CAIRN_ERR_UNSUPPORTED, "config.json: layer %d: %s has only attention layers", i,
                                  c->model_type);
-        ok &= llama_specs_layer_norms(m, s, i, 1.0f) == CAIRN_OK;
-        ok &= llama_specs_attn(m, s, i) == CAIRN_OK;
-        ok &= llama_specs_mlp(m, s, i, c->intermediate_size, mlp_bias) == CAIRN_OK;
+        ok &= model_llama_specs_layer_norms(m, s, i, 1.0f) == CAIRN_OK;
+        ok &= model_llama_specs_attn(m, s, i) == CAIRN_OK;
+        ok &= model_llama_specs_mlp(m, s, i, c->intermediate_size, mlp_bias) == CAIRN_OK;
     }
     if (!ok) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     return c->n_mtp_layers > 0 ? llama_specs_mtp(m, s, mlp_bias, err) : CAIRN_OK;

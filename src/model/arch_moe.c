@@ -167,15 +167,15 @@ static int qwen3_moe_specs(struct model *m, struct model_specs *s, struct cairn_
     m->ext = x;
     x->layers = calloc((size_t)c->n_layers, sizeof(*x->layers));
     if (!x->layers) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
-    int ok = llama_specs_ends(m, s, 1.0f) == CAIRN_OK;
+    int ok = model_llama_specs_ends(m, s, 1.0f) == CAIRN_OK;
     for (int i = 0; i < c->n_layers && ok; i++) {
-        ok &= llama_specs_layer_norms(m, s, i, 1.0f) == CAIRN_OK;
-        ok &= llama_specs_attn(m, s, i) == CAIRN_OK;
+        ok &= model_llama_specs_layer_norms(m, s, i, 1.0f) == CAIRN_OK;
+        ok &= model_llama_specs_attn(m, s, i) == CAIRN_OK;
         if (moe_layer_is_sparse(c, i)) {
             int rc = moe_layer_specs(m, s, i, &x->layers[i], err);
             if (rc != CAIRN_OK) return rc;
         } else {
-            ok &= llama_specs_mlp(m, s, i, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
+            ok &= model_llama_specs_mlp(m, s, i, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
         }
     }
     return ok ? CAIRN_OK : cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");

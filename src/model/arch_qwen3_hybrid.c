@@ -91,14 +91,14 @@ static int hybrid_specs_mtp(struct model *m, struct model_specs *s, struct hybri
     int il = c->n_layers;
     struct hybrid_layer *H = &x->layers[il];
     int ok = model_mtp_specs(m, s, 0.0f) == CAIRN_OK;
-    ok &= llama_specs_layer_norms(m, s, il, 0.0f) == CAIRN_OK;
-    ok &= llama_specs_attn(m, s, il) == CAIRN_OK;
+    ok &= model_llama_specs_layer_norms(m, s, il, 0.0f) == CAIRN_OK;
+    ok &= model_llama_specs_attn(m, s, il) == CAIRN_OK;
     H->sparse = hybrid_is_sparse(c, 0);
     if (H->sparse) {
         int rc = moe_layer_specs(m, s, il, &H->moe, err);
         if (rc != CAIRN_OK) return rc;
     } else {
-        ok &= llama_specs_mlp(m, s, il, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
+        ok &= model_llama_specs_mlp(m, s, il, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
     }
     if (!ok) return cairn_err_set(err, CAIRN_ERR_NOMEM, "out of memory");
     m->n_mtp = 1;
@@ -134,17 +134,17 @@ static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err
     m->attn_gated = 1;
     size_t state_off = 0;
     /* Zero-centred norms: synth fills them with 0 (weight 1 after the offset). */
-    int ok = llama_specs_ends(m, s, 0.0f) == CAIRN_OK;
+    int ok = model_llama_specs_ends(m, s, 0.0f) == CAIRN_OK;
     for (int i = 0; i < c->n_layers && ok; i++) {
         struct model_layer *L = &m->layers[i];
         struct hybrid_layer *H = &x->layers[i];
-        ok &= llama_specs_layer_norms(m, s, i, 0.0f) == CAIRN_OK;
+        ok &= model_llama_specs_layer_norms(m, s, i, 0.0f) == CAIRN_OK;
         if (L->kind == MODEL_LAYER_LINEAR_ATTN) {
             ok &= hybrid_specs_gdn(m, s, x, i) == CAIRN_OK;
             H->state_off = state_off;
             state_off += gdn_state_floats(d);
         } else {
-            ok &= llama_specs_attn(m, s, i) == CAIRN_OK;
+            ok &= model_llama_specs_attn(m, s, i) == CAIRN_OK;
         }
         H->sparse = hybrid_is_sparse(c, i);
         if (H->sparse) {
@@ -153,7 +153,7 @@ static int hybrid_specs(struct model *m, struct model_specs *s, struct cairn_err
         } else {
             if (c->intermediate_size <= 0)
                 return cairn_err_set(err, CAIRN_ERR_FORMAT, "config.json: intermediate_size missing");
-            ok &= llama_specs_mlp(m, s, i, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
+            ok &= model_llama_specs_mlp(m, s, i, c->intermediate_size, MODEL_BIAS_NONE) == CAIRN_OK;
         }
     }
     m->info.state_bytes = state_off * sizeof(float);

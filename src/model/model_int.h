@@ -130,14 +130,14 @@ extern const struct model_family model_family_qwen3_hybrid; /* qwen3_next, qwen3
 
 /* Attention specs of layer i (llama family layout, q/k norm for the qwen3 kinds). q_proj has
  * 2 * n_heads * head_dim rows when the model's attention is gated. */
-int llama_specs_attn(struct model *m, struct model_specs *s, int i);
+int model_llama_specs_attn(struct model *m, struct model_specs *s, int i);
 /* input_layernorm and post_attention_layernorm of layer i; norm_synth is what synth-model fills
  * them with (1, or 0 for zero-centred norms). */
-int llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth);
+int model_llama_specs_layer_norms(struct model *m, struct model_specs *s, int i, float norm_synth);
 /* Dense SwiGLU MLP of layer i (intermediate_size). */
-int llama_specs_mlp(struct model *m, struct model_specs *s, int i, int64_t inter, enum model_wspec_bias bias);
+int model_llama_specs_mlp(struct model *m, struct model_specs *s, int i, int64_t inter, enum model_wspec_bias bias);
 /* embed_tokens, the final norm and lm_head (unless tied). */
-int llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth);
+int model_llama_specs_ends(struct model *m, struct model_specs *s, float norm_synth);
 
 /* Workspaces. Float buffers are device memory of the model's backend (one buf_alloc under
  * CAIRN_MEM_SCRATCH); h_i32 is the host staging whose used part goes to i32 in one buf_upload

@@ -1,7 +1,7 @@
 /* tmpl internals: arena, values, AST, render state. Shared by the tmpl_*.c files only.
  *
  * DESIGN
- * - Compile: lexer (tmpl_lex.c) -> token array -> recursive-descent parser (tmpl_parse.c) ->
+ * - Compile: lexer (tmpl_lex.c) -> token array -> recursive-descent parser (tmpl_parse.c, tmpl_parse_expr.c) ->
  *   AST of struct tmpl_node, all allocated in the template's own arena (immutable afterwards).
  * - Render: tree-walking interpreter (tmpl_eval.c). Every value made while rendering lives in
  *   a per-render arena (struct tmpl_arena) with a byte limit, so there is no per-value freeing and

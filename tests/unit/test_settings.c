@@ -137,7 +137,7 @@ static void test_restart_and_corrupt(const char *dir)
     struct dirent *de;
     while (d && (de = readdir(d))) {
         if (strncmp(de->d_name, "settings.json.corrupt-", 22)) continue;
-        char ap[900];
+        char ap[1200]; /* p2 (up to 900) + "/" + a d_name (up to 255) */
         snprintf(ap, sizeof(ap), "%s/%s", p2, de->d_name);
         cairn_file_read_all(ap, 1 << 20, &aside, &n, &err);
     }
