@@ -64,6 +64,9 @@ def load_model(path):
             sd[name] = t.to(torch.bfloat16) if t.is_floating_point() else t
     missing, unexpected = model.load_state_dict(sd, strict=False)
     missing = [m for m in missing if "lm_head" not in m]  # tied embeddings
+    # An MTP head (mtp.*, models/demo) has no module in transformers' dense classes; the
+    # reference covers the main model, whose logits check-logits compares.
+    unexpected = [u for u in unexpected if not u.startswith("mtp.")]
     if missing or unexpected:
         raise RuntimeError(f"state dict mismatch: missing {missing[:5]} unexpected {unexpected[:5]}")
     model.tie_weights()
