@@ -16,6 +16,7 @@ struct generate_engine_opts {
     uint64_t seed;
     enum dtype kv_dtype;
     enum engine_spec_mode mode;
+    double spec_draft_cost;  /* > 0: a fixed MTP head cost per drafted token (engine.h); 0: priced */
 };
 
 /* Runs one request through an engine over m; out[0, *n_out) (capacity n_new) the tokens. */

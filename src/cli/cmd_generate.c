@@ -1,6 +1,6 @@
 /* cairn generate --model DIR (--tokens 1,2,3 | --prompt TEXT) -n N [--temp T] [--seed S]
  *                [--kv f32|bf16] [--tokenizer DIR] [--device auto|cpu|cuda[:N]]
- *                [--speculative off|ngram|mtp|auto]
+ *                [--speculative off|ngram|mtp|auto] [--spec-draft-cost C]
  * Prefills the prompt, then decodes N tokens (greedy when temp is 0, else softmax sampling
  * with a seeded generator), stopping at an eos id. With --tokens prints the generated ids,
  * comma-separated; with --prompt (tokenized by DIR/tokenizer.json with its post-processor)
@@ -25,7 +25,9 @@ static void generate_usage(FILE *f)
     fprintf(f,
             "usage: cairn generate --model DIR (--tokens 1,2,3 | --prompt TEXT) [-n N] [--temp T]\n"
             "                      [--seed S] [--kv f32|bf16] [--tokenizer DIR]\n"
-            "                      [--device auto|cpu|cuda[:N]] [--speculative off|ngram|mtp|auto]\n");
+            "                      [--device auto|cpu|cuda[:N]] [--speculative off|ngram|mtp|auto]\n"
+            "                      [--spec-draft-cost C]  (a fixed MTP head cost per drafted token,\n"
+            "                      relative to a one-token step, in [0, 1]; 0: priced by the engine)\n");
 }
 
 static int generate_parse_ids(const char *s, int32_t **out, int *n)
@@ -97,6 +99,7 @@ int cmd_generate(int argc, char **argv)
     uint64_t seed = 0;
     enum dtype kv_dtype = DTYPE_BF16;
     int spec = -1; /* engine_spec_mode, or -1: the plain loop */
+    double draft_cost = 0; /* --spec-draft-cost: 0 = the engine prices the MTP head */
     char timing[160] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -121,6 +124,13 @@ int cmd_generate(int argc, char **argv)
             tok_dir = argv[++i];
         } else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
             device = argv[++i];
+        } else if (strcmp(a, "--spec-draft-cost") == 0 && i + 1 < argc) {
+            char *end;
+            draft_cost = strtod(argv[++i], &end);
+            if (*end || !(draft_cost >= 0 && draft_cost <= 1)) {
+                fprintf(stderr, "generate: bad --spec-draft-cost '%s' (a number in [0, 1])\n", argv[i]);
+                return 2;
+            }
         } else if (strcmp(a, "--speculative") == 0 && i + 1 < argc) {
             spec = engine_spec_mode_parse(argv[++i]);
             if (spec < 0) {
@@ -177,7 +187,8 @@ int cmd_generate(int argc, char **argv)
     const struct model_info *info = model_get_info(m);
     if (spec >= 0) {
         struct generate_engine_opts g = {.prompt = prompt, .n_prompt = n_prompt, .n_new = n_new, .temp = temp,
-                                         .seed = seed, .kv_dtype = kv_dtype, .mode = (enum engine_spec_mode)spec};
+                                         .seed = seed, .kv_dtype = kv_dtype, .mode = (enum engine_spec_mode)spec,
+                                         .spec_draft_cost = draft_cost};
         int32_t *out = malloc(sizeof(int32_t) * (size_t)(n_new > 0 ? n_new : 1));
         int n_out = 0;
         if (!out) goto done;

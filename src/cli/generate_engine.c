@@ -47,6 +47,7 @@ int generate_engine_run(struct model *m, const struct generate_engine_opts *g, i
     o.max_running = 4;
     o.kv_bytes = 256ull << 20;
     o.speculative = g->mode;
+    o.spec_draft_cost = g->spec_draft_cost;
     struct engine *e = NULL;
     int rc = engine_create(m, &o, &e, err);
     if (rc != CAIRN_OK) return rc;

@@ -107,7 +107,7 @@ for dir in tests/data/mtp/*/; do
         out="$LOG/mtp-$name-$kv.log"
         plain=$("$BIN" generate --device cuda --model "$dir" --tokens "$MTP_PROMPT" -n 48 --kv "$kv" 2>> "$out")
         spec=$("$BIN" generate --device cuda --model "$dir" --tokens "$MTP_PROMPT" -n 48 --kv "$kv" \
-            --speculative mtp 2>> "$out")
+            --speculative mtp --spec-draft-cost 0.05 2>> "$out")
         drafts=$(sed -n 's/.*speculative mtp: \(.*\)$/\1/p' "$out")
         if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then
             note "$(printf 'mtp %-22s kv=%-4s greedy == plain (%s)  ok' "$name" "$kv" "${drafts:-?}")"
