@@ -275,7 +275,7 @@ static int cuda_buf_zero(struct backend *be, void *dst, size_t bytes, struct cai
     cuda_graphs_before_copy(be); /* ordered like a copy: after the ops recorded so far */
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaMemsetAsync(dst, 0, bytes, c->stream));
-    if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamSynchronize(c->stream));
+    if (st == CAIRN_OK) st = cuda_stream_wait(c, err); /* bounded, like every wait (cuda_int.h) */
     return st;
 }
 
