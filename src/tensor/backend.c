@@ -82,6 +82,12 @@ void backend_close(struct backend *be)
 int backend_test_stall(const struct backend *be, const char *model_type, struct cairn_err *err)
 {
     static int fired; /* one stall per process: a reloaded model then serves */
+    const char *delay = getenv("CAIRN_TEST_STEP_DELAY_MS");
+    if (delay && *delay) { /* every step: a slow device, so a test's stream outlasts its checks */
+        long d = atol(delay);
+        struct timespec dt = {d / 1000, (d % 1000) * 1000000L};
+        if (d > 0) nanosleep(&dt, NULL);
+    }
     const char *ms = getenv("CAIRN_TEST_STALL_MS");
     if (!ms || !*ms || __atomic_load_n(&fired, __ATOMIC_RELAXED)) return CAIRN_OK;
     const char *arch = getenv("CAIRN_TEST_STALL_ARCH");

@@ -73,7 +73,9 @@ static inline double backend_step_timeout(const struct backend *be)
  * whose model_type is CAIRN_TEST_STALL_ARCH (any model when unset) stands for a device that does
  * not finish: it waits min(stall, the backend's step timeout) and, when the stall is not shorter
  * than the timeout, fails with CAIRN_ERR_DEVICE as a bounded wait on a GPU does. model/forward.c
- * calls it after step_end (the backend's lock is free: other models keep stepping). */
+ * calls it after step_end (the backend's lock is free: other models keep stepping).
+ * CAIRN_TEST_STEP_DELAY_MS (inert unless set) adds that delay to every step: a slow device, so a
+ * test's stream reliably outlasts the checks made while it runs (tests/integration/pool.sh). */
 int backend_test_stall(const struct backend *be, const char *model_type, struct cairn_err *err);
 
 /* Paged KV, as kernels see it. K and V are each laid out

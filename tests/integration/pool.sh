@@ -60,7 +60,9 @@ echo "calibration: a model holds $H bytes, a load reserves $E first; limit $LIMI
 check "calibration numbers" [ "$H" -gt 1000000 ] && [ "$E" -gt 1000000 ]
 
 # ---- the pool ----
-start_server p1 --model-dir "$M" --kv-cache-size 2M --threads 1 --api-key k --admin-key ak \
+# every step of p1 takes >= 5 ms, so the 1,800-token stream below runs >= 9 s: longer than the
+# --memory-wait of the load it must block (on a quiet machine the tiny model finished in ~2 s)
+CAIRN_TEST_STEP_DELAY_MS=5 start_server p1 --model-dir "$M" --kv-cache-size 2M --threads 1 --api-key k --admin-key ak \
     --max-process-memory "$LIMIT" --memory-wait 3
 R="http://127.0.0.1:$PORT_p1"
 check_eq "memory limit" "$(api "$R/admin/api/memory" | field o.limit)" "$LIMIT"
