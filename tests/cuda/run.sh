@@ -18,7 +18,8 @@
 #      (tests/integration/sdk/sdk_check.cjs, when node and the npm packages are there; else
 #      sdk_check.py when python3 has the openai package; the lent H200 image has neither, so
 #      there the SDK part says SKIPPED and the curl checks remain).
-# usage: tests/cuda/run.sh [--no-op-test]
+# usage: tests/cuda/run.sh [--no-op-test | --serve-only]   (--serve-only: step 4 alone, for a
+# device call that leaves the oracle checkpoints behind to carry node and the npm SDKs instead)
 # Env: CAIRN_BUILD (default build-cuda: `make test-cuda` builds it), CAIRN_BIN (default
 # $CAIRN_BUILD/cairn), CAIRN_ORACLE (default tests/data/oracle/models, else
 # ../shared/oracle/models), CAIRN_TOKDIR (the Qwen3 tokenizer folder for the serve check),
@@ -45,13 +46,15 @@ fi
 note "gpu: $(nvidia-smi -L | head -1)"
 
 # 1. op by op
-if [ "${1:-}" != "--no-op-test" ]; then
+MODE=${1:-}
+if [ "$MODE" != "--no-op-test" ] && [ "$MODE" != "--serve-only" ]; then
     "$BUILD/test_cuda_ops" > "$LOG/ops.log" 2>&1
     rc=$?
     tail -1 "$LOG/ops.log" | tee -a "$SUM"
     if [ $rc -ne 0 ]; then bad "test_cuda_ops (rc $rc): see $LOG/ops.log"; grep FAIL "$LOG/ops.log" | head -20; fi
 fi
 
+if [ "$MODE" != "--serve-only" ]; then # steps 2 to 3b
 # 2. the reference's own bf16 error
 ORACLE=${CAIRN_ORACLE:-}
 if [ -z "$ORACLE" ]; then
@@ -116,6 +119,8 @@ for dir in tests/data/mtp/*/; do
         fi
     done
 done
+
+fi # steps 2 to 3b
 
 # 4. serve --device cuda with the official SDKs
 NM="${CAIRN_NPM:-.deps/npm/node_modules}"
