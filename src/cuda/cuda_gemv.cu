@@ -193,9 +193,10 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
  * x is cut into chunk-sized blocks (E = the codes of one 16-byte chunk: 32 for q4, 16 for q8;
  * a block never straddles a weight group). Block b of x row t, with m its largest |x|, is
  * written as two int8 digits per value: x ~ (m / 127) * (h + l / 256), h = rint(127 x / m),
- * l = rint(256 * (127 x / m - h)), |h|, |l| <= 127: an error of at most m / 65,024 per value
- * (2^-16 of the block's largest, 128 times below the 2^-9 of a bf16 value of that size), plus
- * the f32 sum of the block's x for the bias term. Then for each chunk and row
+ * l = rint(256 * (127 x / m - h)) clamped to 127 in magnitude: an error of at most m / 65,024
+ * per value (m / 32,512 where the clamp cuts l = 128), 2^-16 to 2^-15 of the block's largest,
+ * 64 to 128 times below the 2^-9 of a bf16 value of that size; plus the f32 sum of the
+ * block's x for the bias term. Then for each chunk and row
  *   dot = s * (m / 127 / 256) * (256 * sum(q * h) + sum(q * l)) + b * sum(x),
  * the two integer sums taken by dp4a (4 byte products per instruction; q4 codes unpacked by a
  * mask and a shift, q8 codes used as they are, unsigned against signed x digits), exact. Per

@@ -10,9 +10,12 @@
  * Tolerances, relative to the natural scale of each result (sum |w x| for a dot product):
  *   f32-exact paths (GEMV, f32 GEMM, element-wise): 1e-5 (f32 rounding over a few thousand
  *     terms, vs the double reference);
+ *   MLX q4/q8 GEMV (x as two int8 digits, cuda_gemv.cu): that plus the digits' own bound,
+ *     sum |w| m / 32,512 (m: the largest |x| of each 32- or 16-value block; ref_matmul);
  *   bf16 GEMM (n > 8 rows): 8e-3: x rounded to bf16 (2^-9 relative) and, for MLX weights,
  *     the dequantized value rounded to bf16 (another 2^-9), f32 accumulation;
  *   f16 GEMM: 2e-3 (x rounded to f16, 2^-11).
+ * GEMV rows are also checked bitwise: alone and in batches of 1..8 rows, the same bits.
  * Skips (exit 77) on a machine with no usable GPU. A later version runs the shared cases of
  * tests/support/backend_cases.c against the CPU backend as well. */
 #include <math.h>
@@ -280,6 +283,9 @@ static void test_matmul(void)
         test_matmul_case(DTYPE_F16, 13, 77, 0, 0, n);
         test_matmul_case(DTYPE_BF16, 67, 264, 0, 0, n);
         test_matmul_case(DTYPE_BF16, 11, 33, 0, 0, n);
+        /* rows of >= 8 KiB, too many for the few-rows case: 1-row items at n = 1 (a partial
+         * last round of loads: 513 chunks per row) */
+        if (n <= 3) test_matmul_case(DTYPE_BF16, 2300, 4104, 0, 0, n);
         /* MLX: q4 / q8 vector paths over every group size, other widths on the scalar path */
         static const int gss[] = {32, 64, 128};
         for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++) {
@@ -417,6 +423,7 @@ static void test_gemv_invariant(void)
     test_gemv_invariant_case(DTYPE_BF16, 67, 264, 0, 0);
     test_gemv_invariant_case(DTYPE_BF16, 11, 33, 0, 0);   /* scalar kernel */
     test_gemv_invariant_case(DTYPE_BF16, 9, 4104, 0, 0);  /* few long rows: one row per warp at n = 1 */
+    test_gemv_invariant_case(DTYPE_BF16, 2300, 4104, 0, 0); /* 8 KiB rows: 1-row items, 16 loads */
     static const int gss[] = {32, 64, 128};
     for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++) {
         test_gemv_invariant_case(DTYPE_Q, 35, 256, 4, gss[g]);
