@@ -3,35 +3,38 @@
  *
  * GEMV: y_i[n, rows_i] = x[n, cols] . W_i[rows_i, cols]^T for n in 1..CUDA_GEMV_MAX_N and up to
  * CUDA_GEMV_MAX_W weights of one layout that read the same x (q/k/v, gate/up: one launch).
- *   Work item: R consecutive rows of one weight (R = 4 for n = 1 and dense n = 2, but 2 for q8
- *   at n = 1 (cuda_gemv_q_rows), else 2; dense n = 1 over few long rows: 1 row with twice the
- *   loads in flight), taken by one warp;
- *   the warps of a persistent grid (the blocks that fit on the SMs at once) walk the items
- *   grid-stride. Each lane streams 16-byte chunks of the R rows (8 bf16/f16, 4 f32, 32 q4 or 16 q8 codes, so a
- *   quantized chunk always lies in one group: group sizes are multiples of 32) with
- *   non-caching loads, CUDA_GEMV_U chunks of each row issued before any is used: R * U
- *   independent 16-byte loads in flight per lane (16 for n <= 2), which is what keeps HBM busy
- *   (Little's law: ~2.5 MB in flight over the GPU at ~4 TB/s). The activation values of a chunk
- *   are read once (from L1: x is n * cols * 4 bytes, read by every warp) and used for all R
- *   rows. Quantized chunks are dequantized in registers: s * sum(code * x) + b * sum(x), with
- *   each group's scale and bias read once per chunk, and each code q made the exact float
- *   1 + q / 2^bits by a shift and one lop3 (cuda_gemv_code; sum(code * x) is recovered from
- *   sum((1 + q / 2^bits) x) - sum(x)): one fma and two integer ops per code instead of three
- *   (the 2^23 magic number needed a subtraction per code). It did not show in the H200's
- *   timings: the q kernels are latency-bound, not issue-bound (ncu, 4096-row q4 weights: 8
- *   warps per SM, 0.35 instructions issued per scheduler cycle, mostly waiting on L1), at
- *   18-40 % of the copy bandwidth for q4 and 40-74 % for q8.
+ *   Dense weights (f32, f16, bf16), cuda_gemv_kernel. Work item: R consecutive rows of one
+ *   weight, taken by one warp; the warps of a persistent grid (the blocks that fit on the SMs
+ *   at once) walk the items grid-stride. Each lane streams 16-byte chunks of the R rows (8
+ *   bf16/f16 or 4 f32 values) with non-caching loads, U chunks of each row issued before any
+ *   is used: R * U = 16 independent 16-byte loads in flight per lane at n <= 2 (Little's law:
+ *   ~2.5 MB in flight over the GPU at ~4 TB/s). At n = 1: R = 4, U = 4; rows of at least
+ *   CUDA_GEMV_LONG_ROW bytes (the 8B's 4096 and 14336 columns) R = 1, U = 16, one round of
+ *   loads per row; few long rows (the 1B's down_proj) R = 1, U = 8. n = 2: R = 4; n > 2:
+ *   R = 2. The x values of a chunk are read once (from L1: every warp reads x) for all R rows.
+ *   MLX q4/q8, cuda_gemvq_kernel: the same walk (R = 4 at n = 1, else 2; 512-thread blocks),
+ *   but x is first staged by each block in shared memory as int8 digits and the codes meet it
+ *   in dp4a integer dot products (the section comment below). Why: the earlier kernel
+ *   dequantized every code to f32 (one fma and two integer ops per code, x in f32 from L1)
+ *   and was latency/issue-bound at 18-40 % of the copy bandwidth for q4 and 40-74 % for q8
+ *   (ncu: 0.35 instructions issued per scheduler cycle, waiting on L1); this one takes ~30
+ *   instructions per 16-byte q4 chunk and row instead of ~100 (H200, n = 1: 4096 x 4096 q4
+ *   7.0 us against 12.3, 4096 x 14336 q4 18.8 against 38.2, q8 8.3 against 10.2; 8B tg128
+ *   q4 332 tok/s against 208, q8 250 against 198).
  *   accumulate: y += the product, read and written by the lane that owns the element (the
  *   residual adds of o_proj and down_proj, matmul_add).
  *   Launched with programmatic dependent launch (cuda_common.cuh): the grid may start while
  *   the kernel before it (an RMSNorm, SiLU, attention) still runs, and each warp issues its
  *   first R * U weight loads before it waits for that kernel's x.
- *   Bytes per call: the weights once (rows * row_bytes) + x + y; bound by HBM bandwidth.
- *   Accumulation in f32, one accumulator per (row, activation row) and lane, summed across the
- *   warp with shuffles at the end of the item.
+ *   Bytes per call: the weights once (rows * row_bytes) + x (from L2, once per block for q4/q8)
+ *   + y; bound by HBM bandwidth.
+ *   Accumulation in f32, one accumulator per (row, activation row) and lane, chunks of a lane in
+ *   ascending order, summed across the warp with shuffles at the end of the item: a row's
+ *   result is the same bits for every n, R, U and launch split (test_cuda_ops checks it).
  *   Rows whose chunks would not be 16-byte aligned (cols not a multiple of the chunk, an
- *   activation pointer not 16-byte aligned, or q2/q3/q5/q6) take the scalar kernel, which reads
- *   element by element with cuda_w_elem: correct for every layout, not fast.
+ *   activation pointer not 16-byte aligned, q2/q3/q5/q6, or a q4/q8 x row over
+ *   CUDA_GEMVQ_SMEM_MAX staged) take the scalar kernel, which reads element by element with
+ *   cuda_w_elem: correct for every layout, not fast.
  * Conversions: f32 -> bf16/f16 one element per thread (4 bytes in, 2 out per element).
  * Dequant: one element per thread, rows * cols * 2 bytes written; a q4 8B model's prefill pays
  *   it once per matmul per step, which the GEMM's n * 2 * rows * cols FLOPs dwarf at n >= 64.
@@ -42,9 +45,10 @@
 
 #define CUDA_GEMV_THREADS 256 /* 8 warps per block */
 #define CUDA_GEMV_WARPS (CUDA_GEMV_THREADS / CUDA_WARP)
-#define CUDA_GEMV_U 4              /* chunks of each row a lane loads before using them */
+#define CUDA_GEMV_U 4              /* chunks of each row a lane loads before using them (x R) */
 #define CUDA_GEMV_FILL_BLOCKS 4    /* dense n = 1: 4-row items per SM below which a warp */
 #define CUDA_GEMV_FEW_MIN_COLS 4096 /* takes one row, for rows of at least this many values */
+#define CUDA_GEMV_LONG_ROW 8192     /* dense n = 1: rows of this many bytes take 1-row items */
 #define CUDA_GEMV_BLOCKS_PER_SM 4  /* persistent grid: at most this many blocks per SM (fewer
                                     * when the registers do not allow them) */
 #define CUDA_CONV_THREADS 256
@@ -56,8 +60,6 @@ template <int K> struct cuda_gemv_chunk;
 template <> struct cuda_gemv_chunk<GEMV_F32> { static constexpr int elems = 4; };
 template <> struct cuda_gemv_chunk<GEMV_F16> { static constexpr int elems = 8; };
 template <> struct cuda_gemv_chunk<GEMV_BF16> { static constexpr int elems = 8; };
-template <> struct cuda_gemv_chunk<GEMV_Q4> { static constexpr int elems = 32; };
-template <> struct cuda_gemv_chunk<GEMV_Q8> { static constexpr int elems = 16; };
 
 /* The weights of one launch: same type, cols and (for Q) bits and group size. */
 struct cuda_gemv_set {
@@ -96,91 +98,35 @@ template <int K> static __device__ __forceinline__ void cuda_gemv_widen(uint4 c,
     }
 }
 
-/* Code j (0..PER_WORD-1) of a word, q, as the exact float 1 + q / 2^BITS: the code shifted to
- * the top of the mantissa and or'ed with the exponent of 1.0 (a shift and one lop3), with no
- * conversion and no subtraction per code. The caller forms sum(q * x) from
- * sum((1 + q / 2^BITS) * x) - sum(x), times 2^BITS (exact). Accuracy: the f32 sum now carries
- * the sum(x) term too, so its rounding error is a few times larger relative to sum(q * x)
- * (both terms are of one magnitude as 1 + q / 2^BITS lies in [1, 2)): about 2^-21 of it,
- * against 2^-8 for the bf16 weights of a BF16 model. */
-template <int BITS> static __device__ __forceinline__ float cuda_gemv_code(uint32_t word, int j)
-{
-    constexpr int TOP = 23 - BITS; /* the code's lowest bit in 1.0's mantissa */
-    const int at = BITS * j;
-    uint32_t m = at <= TOP ? word << (TOP - at) : word >> (at - TOP);
-    return __uint_as_float((m & (((1u << BITS) - 1) << TOP)) | 0x3F800000u);
-}
-
 /* acc[j][t] += chunk_j . x[t][i .. i + E) for the R rows j and t < n (NT: bound on n). */
 template <int K, int NT, int R>
-static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, const uint8_t *const *row,
-                                                           int64_t i, const struct cuda_wdesc &w,
+static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, int64_t i, int64_t cols,
                                                            const float *__restrict__ x, int n,
                                                            float (*acc)[NT])
 {
     constexpr int E = cuda_gemv_chunk<K>::elems;
-    if (K == GEMV_F32 || K == GEMV_F16 || K == GEMV_BF16) {
-        float wv[R][E];
+    float wv[R][E];
 #pragma unroll
-        for (int j = 0; j < R; j++) cuda_gemv_widen<K>(c[j], wv[j]);
+    for (int j = 0; j < R; j++) cuda_gemv_widen<K>(c[j], wv[j]);
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t >= n) break;
-            const float4 *xp = (const float4 *)(x + (int64_t)t * w.cols + i);
-            float xv[E];
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+        const float4 *xp = (const float4 *)(x + (int64_t)t * cols + i);
+        float xv[E];
 #pragma unroll
-            for (int q = 0; q < E / 4; q++) {
-                float4 v = __ldg(xp + q);
-                xv[4 * q] = v.x;
-                xv[4 * q + 1] = v.y;
-                xv[4 * q + 2] = v.z;
-                xv[4 * q + 3] = v.w;
-            }
-#pragma unroll
-            for (int j = 0; j < R; j++) {
-                float s = 0;
-#pragma unroll
-                for (int e = 0; e < E; e++) s = fmaf(wv[j][e], xv[e], s);
-                acc[j][t] += s;
-            }
+        for (int q = 0; q < E / 4; q++) {
+            float4 v = __ldg(xp + q);
+            xv[4 * q] = v.x;
+            xv[4 * q + 1] = v.y;
+            xv[4 * q + 2] = v.z;
+            xv[4 * q + 3] = v.w;
         }
-    } else {
-        constexpr int BITS = K == GEMV_Q4 ? 4 : 8, PER_WORD = 32 / BITS;
-        int64_t g = i / w.group_size;
-        float scale[R], bias[R];
 #pragma unroll
         for (int j = 0; j < R; j++) {
-            const uint16_t *sc = (const uint16_t *)(row[j] + cuda_q_scales_off(w.cols, BITS));
-            const uint16_t *bi = (const uint16_t *)(row[j] + cuda_q_biases_off(w.cols, BITS, w.group_size));
-            scale[j] = cuda_bf16_f32(__ldg(sc + g));
-            bias[j] = cuda_bf16_f32(__ldg(bi + g));
-        }
+            float s = 0;
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t >= n) break;
-            const float4 *xp = (const float4 *)(x + (int64_t)t * w.cols + i);
-            float cx[R], xs = 0; /* sum (1 + code / 2^BITS) * x per row, sum x */
-#pragma unroll
-            for (int j = 0; j < R; j++) cx[j] = 0;
-#pragma unroll
-            for (int q = 0; q < 4; q++) { /* word q of the chunk: PER_WORD codes */
-#pragma unroll
-                for (int h = 0; h < PER_WORD / 4; h++) {
-                    float4 v = __ldg(xp + q * (PER_WORD / 4) + h);
-                    xs += (v.x + v.y) + (v.z + v.w);
-#pragma unroll
-                    for (int j = 0; j < R; j++) {
-                        uint32_t word = q == 0 ? c[j].x : q == 1 ? c[j].y : q == 2 ? c[j].z : c[j].w;
-                        cx[j] = fmaf(cuda_gemv_code<BITS>(word, 4 * h), v.x, cx[j]);
-                        cx[j] = fmaf(cuda_gemv_code<BITS>(word, 4 * h + 1), v.y, cx[j]);
-                        cx[j] = fmaf(cuda_gemv_code<BITS>(word, 4 * h + 2), v.z, cx[j]);
-                        cx[j] = fmaf(cuda_gemv_code<BITS>(word, 4 * h + 3), v.w, cx[j]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < R; j++) /* sum(q * x) = 2^BITS (sum((1 + q / 2^BITS) x) - sum(x)) */
-                acc[j][t] += scale[j] * ((cx[j] - xs) * (float)(1 << BITS)) + bias[j] * xs;
+            for (int e = 0; e < E; e++) s = fmaf(wv[j][e], xv[e], s);
+            acc[j][t] += s;
         }
     }
 }
@@ -226,9 +172,242 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int64_t ci = c0 + (int64_t)u * CUDA_WARP;
-                if (ci < n_chunks) cuda_gemv_chunk_dot<K, NT, R>(cv[u], row, ci * E, w, x, n, acc);
+                if (ci < n_chunks) cuda_gemv_chunk_dot<K, NT, R>(cv[u], ci * E, w.cols, x, n, acc);
             }
         }
+        float *y = set.y[wi];
+#pragma unroll
+        for (int j = 0; j < R; j++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = cuda_warp_sum(acc[j][t]);
+                if (lane == 0 && t < n && r0 + j < w.rows) {
+                    float *o = y + (int64_t)t * w.rows + r0 + j;
+                    *o = set.accumulate ? *o + v : v;
+                }
+            }
+    }
+}
+
+/* ---- MLX q4/q8: integer dot products against x staged in shared memory as int8 digits ----
+ * x is cut into chunk-sized blocks (E = the codes of one 16-byte chunk: 32 for q4, 16 for q8;
+ * a block never straddles a weight group). Block b of x row t, with m its largest |x|, is
+ * written as two int8 digits per value: x ~ (m / 127) * (h + l / 256), h = rint(127 x / m),
+ * l = rint(256 * (127 x / m - h)) clamped to 127 in magnitude: an error of at most m / 65,024
+ * per value (m / 32,512 where the clamp cuts l = 128), 2^-16 to 2^-15 of the block's largest,
+ * 64 to 128 times below the 2^-9 of a bf16 value of that size; plus the f32 sum of the
+ * block's x for the bias term. Then for each chunk and row
+ *   dot = s * (m / 127 / 256) * (256 * sum(q * h) + sum(q * l)) + b * sum(x),
+ * the two integer sums taken by dp4a (4 byte products per instruction; q4 codes unpacked by a
+ * mask and a shift, q8 codes used as they are, unsigned against signed x digits), exact. Per
+ * 16-byte q4 chunk and row that is ~30 instructions instead of ~100, and the x of a chunk is
+ * 64 bytes of shared memory in 4 loads instead of 128 bytes of f32 in 8 L1 loads.
+ * Staging: after the PDL wait every block converts the n x rows (read from L2) into its
+ * shared memory: [t][piece][chunk] 16-byte pieces (a lane's chunk c reads piece k at
+ * k * n_chunks + c: consecutive lanes, consecutive pieces, no bank conflicts), pieces 0..E/16-1
+ * the h digits and the rest the l digits, in the order the unpacked codes need (q4: word k of
+ * a chunk holds codes 8k..8k+7 as nibbles; its even codes (mask) meet digit word 2k, its odd
+ * codes (shift, mask) word 2k + 1); then [t][chunk] (m / 127 / 256, sum x) as float2.
+ * Every value of a row depends only on that row's x and the weight: the same bits for any n,
+ * rows per item, block size or launch split (tests/cuda/test_cuda_ops.c checks it). */
+#define CUDA_GEMVQ_SMEM_MAX (96 << 10) /* shared bytes per block: n is split to fit */
+#define CUDA_GEMVQ_THREADS 512          /* 16 warps: x staged once per 16 warps (1024 spill) */
+
+template <int BITS> struct cuda_gemvq_shape {
+    static constexpr int E = BITS == 4 ? 32 : 16; /* codes per 16-byte chunk */
+    static constexpr int P = 2 * E / 16;         /* 16-byte digit pieces per chunk (h, then l) */
+};
+
+/* Shared bytes of one staged x row of cols values. */
+static inline size_t cuda_gemvq_row_bytes(int bits, int64_t cols)
+{
+    int64_t e = bits == 4 ? 32 : 16;
+    return (size_t)(cols / e) * (size_t)(2 * e + 8);
+}
+
+/* sum of the 4 products of unsigned bytes of a and signed bytes of b, plus c */
+static __device__ __forceinline__ int cuda_dp4a_us(uint32_t a, uint32_t b, int c)
+{
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* x[n][cols] (f32) -> the block's digits (see above). Called by every thread of the block.
+ * Each thread takes 8 consecutive values (E / 8 threads per x block, reduced by shuffles). */
+template <int BITS, int THREADS>
+static __device__ __forceinline__ void cuda_gemvq_stage(const float *__restrict__ x, int n, int64_t cols,
+                                                        uint4 *sh)
+{
+    constexpr int E = cuda_gemvq_shape<BITS>::E, P = cuda_gemvq_shape<BITS>::P, TPC = E / 8;
+    const int64_t n_chunks = cols / E, slots_row = cols / 8, total = (int64_t)n * slots_row;
+    float2 *meta = (float2 *)(sh + (size_t)n * P * n_chunks);
+    for (int64_t base = 0; base < total; base += THREADS) { /* uniform trip count: shuffles below */
+        int64_t s = base + threadIdx.x;
+        bool on = s < total;
+        float v[8];
+        if (on) {
+            float4 a = __ldg((const float4 *)x + 2 * s), b = __ldg((const float4 *)x + 2 * s + 1);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = 0;
+        }
+        float m = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(v[e]));
+        float sum = __fadd_rn(__fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3])),
+                              __fadd_rn(__fadd_rn(v[4], v[5]), __fadd_rn(v[6], v[7])));
+#pragma unroll
+        for (int o = 1; o < TPC; o <<= 1) { /* a + b == b + a: every lane of the block gets one sum */
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+        }
+        if (!on) continue;
+        float inv = m > 0 ? __fdiv_rn(127.0f, m) : 0.0f;
+        uint32_t hw[2] = {0, 0}, lw[2] = {0, 0};
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float p = __fmul_rn(v[e], inv);
+            int h = __float2int_rn(p);
+            int l = __float2int_rn(__fmul_rn(__fsub_rn(p, (float)h), 256.0f)); /* p - h is exact */
+            l = max(-127, min(127, l));
+            /* q4: this thread's 8 values are word k of the chunk: even codes -> digit word 0
+             * (bytes e / 2), odd -> word 1; q8: bytes in order. */
+            int wd = BITS == 4 ? (e & 1) : e >> 2, by = BITS == 4 ? e >> 1 : e & 3;
+            hw[wd] |= (uint32_t)(h & 0xff) << (8 * by);
+            lw[wd] |= (uint32_t)(l & 0xff) << (8 * by);
+        }
+        int64_t t = s / slots_row, c = (s % slots_row) / TPC;
+        int k = (int)(s % TPC); /* 8-byte slot k of the chunk's E digit bytes */
+        uint8_t *hp = (uint8_t *)(sh + ((size_t)t * P + k / 2) * n_chunks + c) + 8 * (k % 2);
+        uint8_t *lp = (uint8_t *)(sh + ((size_t)t * P + P / 2 + k / 2) * n_chunks + c) + 8 * (k % 2);
+        *(uint2 *)hp = make_uint2(hw[0], hw[1]);
+        *(uint2 *)lp = make_uint2(lw[0], lw[1]);
+        if (k == 0) meta[t * n_chunks + c] = make_float2(__fdiv_rn(m, 127.0f) * (1.0f / 256.0f), sum);
+    }
+}
+
+/* acc[j][t] += chunk ci of rows j . x[t] (the staged digits) for the R rows and t < n. */
+template <int BITS, int NT, int R>
+static __device__ __forceinline__ void cuda_gemvq_chunk(const uint4 *c, const uint8_t *const *row, int64_t ci,
+                                                        const struct cuda_wdesc &w, const uint4 *sh,
+                                                        int64_t n_chunks, int n, float (*acc)[NT])
+{
+    constexpr int E = cuda_gemvq_shape<BITS>::E, P = cuda_gemvq_shape<BITS>::P;
+    const float2 *meta = (const float2 *)(sh + (size_t)n * P * n_chunks);
+    const int64_t g = ci * E / w.group_size;
+    float scale[R], bias[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        const uint16_t *sc = (const uint16_t *)(row[j] + cuda_q_scales_off(w.cols, BITS));
+        const uint16_t *bi = (const uint16_t *)(row[j] + cuda_q_biases_off(w.cols, BITS, w.group_size));
+        scale[j] = cuda_bf16_f32(__ldg(sc + g));
+        bias[j] = cuda_bf16_f32(__ldg(bi + g));
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t >= n) break;
+        uint32_t xd[P][4]; /* the chunk's h digit words, then its l digit words */
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            uint4 v = sh[((size_t)t * P + k) * n_chunks + ci];
+            xd[k][0] = v.x, xd[k][1] = v.y, xd[k][2] = v.z, xd[k][3] = v.w;
+        }
+        const float2 mt = meta[t * n_chunks + ci];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const uint32_t wq[4] = {c[j].x, c[j].y, c[j].z, c[j].w};
+            int sh_ = 0, sl = 0;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                if (BITS == 4) { /* digit word 2q (piece q / 2, word 2q % 4) for the even codes */
+                    uint32_t ev = wq[q] & 0x0f0f0f0fu, od = (wq[q] >> 4) & 0x0f0f0f0fu;
+                    sh_ = cuda_dp4a_us(ev, xd[q / 2][(2 * q) % 4], sh_);
+                    sh_ = cuda_dp4a_us(od, xd[q / 2][(2 * q) % 4 + 1], sh_);
+                    sl = cuda_dp4a_us(ev, xd[P / 2 + q / 2][(2 * q) % 4], sl);
+                    sl = cuda_dp4a_us(od, xd[P / 2 + q / 2][(2 * q) % 4 + 1], sl);
+                } else {
+                    sh_ = cuda_dp4a_us(wq[q], xd[0][q], sh_);
+                    sl = cuda_dp4a_us(wq[q], xd[1][q], sl);
+                }
+            }
+            float p = __fmul_rn(mt.x, __int2float_rn(sh_ * 256 + sl)); /* |.| < 2^31: q8 255 * 127 * 16 * 257 */
+            acc[j][t] = __fmaf_rn(scale[j], p, acc[j][t]);
+            acc[j][t] = __fmaf_rn(bias[j], mt.y, acc[j][t]);
+        }
+    }
+}
+
+template <int BITS, int NT, int R, int THREADS>
+static __global__ void __launch_bounds__(THREADS)
+cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
+{
+    extern __shared__ uint4 cuda_gemvq_sh[];
+    constexpr int E = cuda_gemvq_shape<BITS>::E, U = CUDA_GEMV_U, WARPS = THREADS / CUDA_WARP;
+    const int lane = threadIdx.x % CUDA_WARP;
+    const int64_t n_items = set.item_end[set.count - 1];
+    const int64_t n_chunks = set.w[0].cols / E;
+    const int64_t stride = (int64_t)gridDim.x * WARPS;
+    int64_t it = (int64_t)blockIdx.x * WARPS + threadIdx.x / CUDA_WARP;
+    cuda_pdl_trigger();
+    uint4 cv[U][R];
+    const uint8_t *row[R];
+    int wi = 0;
+    int64_t r0 = 0;
+    /* the first item's first loads go out before the wait and the staging */
+    if (it < n_items) {
+        while (it >= set.item_end[wi]) wi++;
+        r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * R;
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            row[j] = (const uint8_t *)set.w[wi].data + (size_t)min(r0 + j, set.w[wi].rows - 1) * set.w[wi].row_bytes;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t ci = lane + (int64_t)u * CUDA_WARP;
+#pragma unroll
+            for (int j = 0; j < R; j++)
+                cv[u][j] = ci < n_chunks ? cuda_gemv_ld((const uint4 *)row[j] + ci) : make_uint4(0, 0, 0, 0);
+        }
+    }
+    cuda_pdl_wait(); /* x and y belong to earlier kernels */
+    cuda_gemvq_stage<BITS, THREADS>(x, n, set.w[0].cols, cuda_gemvq_sh);
+    __syncthreads();
+    bool pre = true;
+    for (; it < n_items; it += stride) {
+        if (!pre) {
+            wi = 0;
+            while (it >= set.item_end[wi]) wi++;
+            r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * R;
+#pragma unroll
+            for (int j = 0; j < R; j++) /* rows past the end re-read the last row, never written */
+                row[j] = (const uint8_t *)set.w[wi].data +
+                         (size_t)min(r0 + j, set.w[wi].rows - 1) * set.w[wi].row_bytes;
+        }
+        const struct cuda_wdesc &w = set.w[wi];
+        float acc[R][NT];
+#pragma unroll
+        for (int j = 0; j < R; j++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[j][t] = 0;
+        for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)CUDA_WARP * U) {
+            if (!pre) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    int64_t ci = c0 + (int64_t)u * CUDA_WARP;
+#pragma unroll
+                    for (int j = 0; j < R; j++)
+                        cv[u][j] = ci < n_chunks ? cuda_gemv_ld((const uint4 *)row[j] + ci) : make_uint4(0, 0, 0, 0);
+                }
+            }
+            pre = false;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int64_t ci = c0 + (int64_t)u * CUDA_WARP;
+                if (ci < n_chunks) cuda_gemvq_chunk<BITS, NT, R>(cv[u], row, ci, w, cuda_gemvq_sh, n_chunks, n, acc);
+            }
+        }
+        pre = false;
         float *y = set.y[wi];
 #pragma unroll
         for (int j = 0; j < R; j++)
@@ -309,45 +488,116 @@ static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float 
     (void)cuda_launch_pdl(cuda_gemv_kernel<K, NT, R, U>, (unsigned)blocks, CUDA_GEMV_THREADS, s, *set, x, n);
 }
 
-/* Rows per work item of the q4/q8 kernels at n = 1 (bits: 4 or 8): q8 2, q4 4;
- * CAIRN_CUDA_GEMV_QROWS=1|2|4 sets both, to compare. Why: 4-row items leave 4096-row weights
- * with 8 warps per SM (H200, ncu: 2 warps per scheduler, 0.35 instructions issued per cycle,
- * mostly waiting on L1); 2-row items double the warps. On the H200 that paid for q8 (8B tg128
- * 194 -> 199 tok/s with the fused ops) but not for q4, whose 2-row GEMVs were slower on every
- * 8B shape (4096 x 4096: 16.3 us against 12.4; 8B tg128 162 tok/s), so q4 keeps 4. */
-static int cuda_gemv_q_rows(int bits)
+/* Rows per work item of the q4/q8 kernel at n = 1: 4, or CAIRN_CUDA_GEMV_QROWS=2 to compare.
+ * H200, 8B tg128 (device call of the gemv helper, 3 Dec): q4 331.9 tok/s at 4 rows against
+ * 322.0 at 2, q8 249.9 against 244.9; 256-thread blocks: q4 324.1. */
+static int cuda_gemv_q_rows(void)
 {
-    static int rows = -1; /* 0: the defaults */
+    static int rows = -1;
     int r = __atomic_load_n(&rows, __ATOMIC_RELAXED);
     if (r < 0) {
         const char *e = getenv("CAIRN_CUDA_GEMV_QROWS");
-        r = e && (atoi(e) == 1 || atoi(e) == 2 || atoi(e) == 4) ? atoi(e) : 0;
+        r = e && atoi(e) == 2 ? 2 : 4;
         __atomic_store_n(&rows, r, __ATOMIC_RELAXED);
     }
-    return r ? r : bits == 8 ? 2 : 4;
+    return r;
 }
 
 template <int K>
 static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
-    constexpr bool Q = K == GEMV_Q4 || K == GEMV_Q8;
-    constexpr int R2 = Q ? 2 : 4; /* n = 2: the q kernels spill at R = 4 */
     int64_t rows = 0;
     for (int i = 0; i < set->count; i++) rows += set->w[i].rows;
     /* Few long rows (the 1B's down_proj, 2048 x 8192): a row per warp with twice the loads, so
      * that the grid still fills the SMs several times (H200: 10.0 us instead of 13.2 there;
-     * no gain on 2048 x 2048 or 4096-row shapes, and a loss for q kernels, which stay at R = 4). */
-    bool few = !Q && rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
+     * no gain on 2048 x 2048 or 4096-row shapes). */
+    bool few = rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
                set->w[0].cols >= CUDA_GEMV_FEW_MIN_COLS;
+    /* Rows of at least CUDA_GEMV_LONG_ROW bytes: a row per warp item with 4 U of loads per
+     * lane, so that one round of loads covers the row (a warp reads it as one contiguous 8 KiB
+     * stream, and an item is one load-then-use round instead of four). H200, 8B shapes at
+     * n = 1: 4096 x 4096 8.6 us against 11.1 (92 % of the copy bandwidth against 72 %),
+     * 14336 x 4096 29.3 against 32.5, 4096 x 14336 29.9 against 34.6; shorter rows (the 1B's
+     * 2048 columns) lose (8192 x 2048: 9.1 against 7.6), so they keep 4-row items. */
+    bool long_rows = set->w[0].row_bytes >= CUDA_GEMV_LONG_ROW;
     if (n <= 1 && few) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 1 && Q && cuda_gemv_q_rows(K == GEMV_Q8 ? 8 : 4) == 1)
-        cuda_gemv_go<K, 1, 1, CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 1 && Q && cuda_gemv_q_rows(K == GEMV_Q8 ? 8 : 4) == 2)
-        cuda_gemv_go<K, 1, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 1, 4 * CUDA_GEMV_U>(s, set, x, n, n_sms);
     else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 2) cuda_gemv_go<K, 2, R2, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    else if (n <= 2) cuda_gemv_go<K, 2, 4, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
     else cuda_gemv_go<K, 8, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
+}
+
+template <int BITS, int NT, int R, int THREADS>
+static void cuda_gemvq_go(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
+{
+    constexpr int WARPS = THREADS / CUDA_WARP;
+    int64_t items = 0;
+    for (int i = 0; i < set->count; i++) {
+        items += (set->w[i].rows + R - 1) / R;
+        set->item_end[i] = items;
+    }
+    size_t smem = (size_t)n * cuda_gemvq_row_bytes(BITS, set->w[0].cols);
+    /* Blocks per SM by registers (asked once per kernel, which may then take up to
+     * CUDA_GEMVQ_SMEM_MAX of shared memory), and by this launch's shared memory. */
+    static int per_sm = 0, smem_sm = 0;
+    int ps = __atomic_load_n(&per_sm, __ATOMIC_RELAXED);
+    if (!ps) {
+        int dev = 0, v = 0;
+        if (cudaFuncSetAttribute(cuda_gemvq_kernel<BITS, NT, R, THREADS>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, CUDA_GEMVQ_SMEM_MAX) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ps, cuda_gemvq_kernel<BITS, NT, R, THREADS>, THREADS, 0) !=
+                cudaSuccess ||
+            cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
+            (void)cudaGetLastError();
+        ps = ps < 1 ? 1 : ps > CUDA_GEMV_BLOCKS_PER_SM ? CUDA_GEMV_BLOCKS_PER_SM : ps;
+        __atomic_store_n(&smem_sm, v > 0 ? v : CUDA_GEMVQ_SMEM_MAX, __ATOMIC_RELAXED);
+        __atomic_store_n(&per_sm, ps, __ATOMIC_RELAXED);
+    }
+    int by_smem = (int)((size_t)__atomic_load_n(&smem_sm, __ATOMIC_RELAXED) / (smem + 1024)); /* 1 KiB reserved per block */
+    ps = by_smem < 1 ? 1 : by_smem < ps ? by_smem : ps;
+    int64_t blocks = (items + WARPS - 1) / WARPS;
+    int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * ps;
+    blocks = blocks < 1 ? 1 : blocks > cap ? cap : blocks;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = cuda_pdl_enabled();
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3(THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, cuda_gemvq_kernel<BITS, NT, R, THREADS>, *set, x, n);
+}
+
+template <int BITS>
+static void cuda_gemvq_rows(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
+{
+    constexpr int T = CUDA_GEMVQ_THREADS;
+    if (n <= 1 && cuda_gemv_q_rows() == 2) cuda_gemvq_go<BITS, 1, 2, T>(s, set, x, n, n_sms);
+    else if (n <= 1) cuda_gemvq_go<BITS, 1, 4, T>(s, set, x, n, n_sms);
+    else if (n <= 2) cuda_gemvq_go<BITS, 2, 2, T>(s, set, x, n, n_sms);
+    else if (n <= 4) cuda_gemvq_go<BITS, 4, 2, T>(s, set, x, n, n_sms);
+    else cuda_gemvq_go<BITS, 8, 2, T>(s, set, x, n, n_sms);
+}
+
+/* The q4/q8 integer kernel over n rows of x, as many per launch as CUDA_GEMVQ_SMEM_MAX holds
+ * (each launch streams the weights once; a row's values do not depend on the split). */
+template <int BITS>
+static void cuda_gemvq_launch(cudaStream_t s, const struct cuda_gemv_set *set, const float *x, int n, int n_sms)
+{
+    const int64_t cols = set->w[0].cols;
+    int nt = (int)(CUDA_GEMVQ_SMEM_MAX / cuda_gemvq_row_bytes(BITS, cols));
+    nt = nt < 1 ? 1 : nt > n ? n : nt;
+    for (int t0 = 0; t0 < n; t0 += nt) {
+        int m = n - t0 < nt ? n - t0 : nt;
+        struct cuda_gemv_set part = *set;
+        for (int i = 0; i < part.count; i++) part.y[i] = set->y[i] + (int64_t)t0 * set->w[i].rows;
+        cuda_gemvq_rows<BITS>(s, &part, x + (int64_t)t0 * cols, m, n_sms);
+    }
 }
 
 static void cuda_gemv_scalar(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n,
@@ -375,6 +625,8 @@ extern "C" int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, flo
     struct cuda_gemv_set set;
     int elems = 0, kind = cuda_gemv_kind_of(&w[0], &elems);
     bool vec = kind >= 0 && w[0].cols % elems == 0 && (uintptr_t)x % 16 == 0;
+    if (vec && (kind == GEMV_Q4 || kind == GEMV_Q8)) /* one x row must fit in shared memory */
+        vec = cuda_gemvq_row_bytes(w[0].bits, w[0].cols) <= CUDA_GEMVQ_SMEM_MAX;
     for (int i = 0; i < count && vec; i++)
         vec = cuda_gemv_same_layout(&w[0], &w[i]) && w[i].row_bytes % 16 == 0 &&
               (uintptr_t)w[i].data % 16 == 0;
@@ -396,8 +648,8 @@ extern "C" int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, flo
     case GEMV_F32: cuda_gemv_launch<GEMV_F32>(s, &set, x, n, n_sms); break;
     case GEMV_F16: cuda_gemv_launch<GEMV_F16>(s, &set, x, n, n_sms); break;
     case GEMV_BF16: cuda_gemv_launch<GEMV_BF16>(s, &set, x, n, n_sms); break;
-    case GEMV_Q4: cuda_gemv_launch<GEMV_Q4>(s, &set, x, n, n_sms); break;
-    default: cuda_gemv_launch<GEMV_Q8>(s, &set, x, n, n_sms); break;
+    case GEMV_Q4: cuda_gemvq_launch<4>(s, &set, x, n, n_sms); break;
+    default: cuda_gemvq_launch<8>(s, &set, x, n, n_sms); break;
     }
     return (int)cudaGetLastError();
 }

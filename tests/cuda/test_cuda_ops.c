@@ -10,9 +10,12 @@
  * Tolerances, relative to the natural scale of each result (sum |w x| for a dot product):
  *   f32-exact paths (GEMV, f32 GEMM, element-wise): 1e-5 (f32 rounding over a few thousand
  *     terms, vs the double reference);
+ *   MLX q4/q8 GEMV (x as two int8 digits, cuda_gemv.cu): that plus the digits' own bound,
+ *     sum |w| m / 32,512 (m: the largest |x| of each 32- or 16-value block; ref_matmul);
  *   bf16 GEMM (n > 8 rows): 8e-3: x rounded to bf16 (2^-9 relative) and, for MLX weights,
  *     the dequantized value rounded to bf16 (another 2^-9), f32 accumulation;
  *   f16 GEMM: 2e-3 (x rounded to f16, 2^-11).
+ * GEMV rows are also checked bitwise: alone and in batches of 1..8 rows, the same bits.
  * Skips (exit 77) on a machine with no usable GPU. A later version runs the shared cases of
  * tests/support/backend_cases.c against the CPU backend as well. */
 #include <math.h>
@@ -187,6 +190,28 @@ static void ref_matmul(const struct tensor *w, const float *x, int n, double *wa
             scale[t * rows + r] = s;
         }
     }
+    /* MLX q4/q8 GEMVs (n <= 8) take x as two int8 digits per value over blocks of the codes of
+     * one 16-byte chunk (32 for q4, 16 for q8): each value within m / 32,512 of x, m the
+     * block's largest |x| (cuda_gemv.cu). Their bound, sum |w| m / 32,512, is added to the
+     * scale as 1e5 times itself, so that the f32 tolerance (1e-5 of the scale) admits it. */
+    if (w->dtype == DTYPE_Q && (w->bits == 4 || w->bits == 8) && n <= CUDA_GEMV_MAX_N_TEST) {
+        int64_t e = w->bits == 4 ? 32 : 16;
+        int64_t nb = (n * cols + e - 1) / e; /* cols % e != 0 takes the scalar kernel: slack only */
+        float *m = malloc(sizeof(float) * (size_t)nb);
+        for (int64_t b = 0; b < nb; b++) {
+            m[b] = 0;
+            for (int64_t i = b * e; i < (b + 1) * e && i < n * cols; i++) m[b] = fmaxf(m[b], fabsf(x[i]));
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            tensor_row_to_f32(w, r, row);
+            for (int t = 0; t < n; t++) {
+                double bound = 0;
+                for (int64_t i = 0; i < cols; i++) bound += fabs((double)row[i]) * m[(t * cols + i) / e] / 32512.0;
+                scale[t * rows + r] += 1e5 * bound;
+            }
+        }
+        free(m);
+    }
     free(row);
 }
 
@@ -258,6 +283,9 @@ static void test_matmul(void)
         test_matmul_case(DTYPE_F16, 13, 77, 0, 0, n);
         test_matmul_case(DTYPE_BF16, 67, 264, 0, 0, n);
         test_matmul_case(DTYPE_BF16, 11, 33, 0, 0, n);
+        /* rows of >= 8 KiB, too many for the few-rows case: 1-row items at n = 1 (a partial
+         * last round of loads: 513 chunks per row) */
+        if (n <= 3) test_matmul_case(DTYPE_BF16, 2300, 4104, 0, 0, n);
         /* MLX: q4 / q8 vector paths over every group size, other widths on the scalar path */
         static const int gss[] = {32, 64, 128};
         for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++) {
@@ -340,6 +368,69 @@ static void test_gemv_fused(void)
         test_gemv_fused_case(DTYPE_Q, 8, 32, 3, qkv, 2080, ns[i]);
         test_gemv_fused_case(DTYPE_F32, 0, 0, 2, gu, 4100, ns[i]);
     }
+}
+
+/* A GEMV row's result does not depend on the batch: x row t against W gives the same bits
+ * alone (n = 1), inside batches of 1..8 rows, and through matmul_multi beside another weight
+ * of its layout (other rows per warp item, grid sizes, and for q8 over 14,336 columns more
+ * than one launch). Speculative verification and batched == solo decoding rely on it. */
+static void test_gemv_invariant_case(enum dtype dt, int64_t rows, int64_t cols, int bits, int gs)
+{
+    enum { NMAX = CUDA_GEMV_MAX_N_TEST };
+    struct test_weight w, w2;
+    weight_make(&w, dt, rows, cols, bits, gs);
+    weight_make(&w2, dt, 5, cols, bits, gs);
+    float *x = rnd_vec((size_t)(NMAX * cols), 1.0f);
+    float *dx = dev_from(x, sizeof(float) * (size_t)(NMAX * cols));
+    size_t ybytes = sizeof(float) * (size_t)(NMAX * rows);
+    float *dy = dev_alloc(ybytes), *dy2 = dev_alloc(sizeof(float) * (size_t)(NMAX * 5));
+    float *solo = malloc(ybytes), *got = malloc(ybytes);
+    for (int t = 0; t < NMAX; t++) {
+        step_begin();
+        be->ops->matmul(be, &w.t, dx + (int64_t)t * cols, dy + (int64_t)t * rows, 1);
+        step_end();
+    }
+    dev_to(solo, dy, ybytes);
+    char what[96];
+    for (int n = 1; n <= NMAX; n++)
+        for (int multi = 0; multi <= 1; multi++) {
+            const struct tensor *wt[2] = {&w.t, &w2.t};
+            float *ys[2] = {dy, dy2};
+            step_begin();
+            if (multi) be->ops->matmul_multi(be, wt, ys, 2, dx, n);
+            else be->ops->matmul(be, &w.t, dx, dy, n);
+            step_end();
+            dev_to(got, dy, sizeof(float) * (size_t)(n * rows));
+            snprintf(what, sizeof(what), "gemv batch-invariant %s q%d g%d %lldx%lld n=%d%s", dtype_name(dt), bits, gs,
+                     (long long)rows, (long long)cols, n, multi ? " multi" : "");
+            CHECK_MSG(memcmp(got, solo, sizeof(float) * (size_t)(n * rows)) == 0, "%s: not bitwise the solo rows",
+                      what);
+        }
+    dev_free(dx, sizeof(float) * (size_t)(NMAX * cols));
+    dev_free(dy, ybytes);
+    dev_free(dy2, sizeof(float) * (size_t)(NMAX * 5));
+    free(x);
+    free(solo);
+    free(got);
+    weight_free(&w);
+    weight_free(&w2);
+}
+
+static void test_gemv_invariant(void)
+{
+    test_gemv_invariant_case(DTYPE_F32, 37, 96, 0, 0);
+    test_gemv_invariant_case(DTYPE_F16, 41, 136, 0, 0);
+    test_gemv_invariant_case(DTYPE_BF16, 67, 264, 0, 0);
+    test_gemv_invariant_case(DTYPE_BF16, 11, 33, 0, 0);   /* scalar kernel */
+    test_gemv_invariant_case(DTYPE_BF16, 9, 4104, 0, 0);  /* few long rows: one row per warp at n = 1 */
+    test_gemv_invariant_case(DTYPE_BF16, 2300, 4104, 0, 0); /* 8 KiB rows: 1-row items, 16 loads */
+    static const int gss[] = {32, 64, 128};
+    for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++) {
+        test_gemv_invariant_case(DTYPE_Q, 35, 256, 4, gss[g]);
+        test_gemv_invariant_case(DTYPE_Q, 29, 384, 8, gss[g]);
+    }
+    test_gemv_invariant_case(DTYPE_Q, 13, 14336, 8, 64); /* 2 x rows per launch */
+    test_gemv_invariant_case(DTYPE_Q, 17, 128, 3, 32);   /* scalar kernel */
 }
 
 /* ---- embed ---- */
@@ -1758,6 +1849,7 @@ int main(int argc, char **argv)
     test_matmul();
     test_matmul_multi();
     test_gemv_fused();
+    test_gemv_invariant();
     test_matmul_add();
     test_qk_rope_store();
     test_embed();
