@@ -232,6 +232,7 @@ static int gg_piece(struct gg *g, struct gram_frag *out)
             c = x;                                                                                 \
             used = 1;                                                                              \
         } else {                                                                                   \
+            if ((rc = gram_b_reparse(b, after - a0))) return rc;                                   \
             g->i = a0;                                                                             \
             if ((rc = gg_item(g, &c))) return rc;                                                  \
         }                                                                                          \
