@@ -174,13 +174,23 @@ struct gram_frag gram_f_seq(struct gram_builder *b, struct gram_frag x, struct g
     return (struct gram_frag){x.s, y.e};
 }
 
+/* alt(alt(a, b), c) joins c to the inner pair of states instead of nesting a new one: a chain of
+ * n nested pairs gives epsilon closures of up to n states each, n^2 for an n-way alternation
+ * (GRAM_MAX_WORK would refuse a 3000-value enum). Only while x is an alternation nothing has
+ * been joined after (no edge leaves its exit). */
 struct gram_frag gram_f_alt(struct gram_builder *b, struct gram_frag x, struct gram_frag y)
 {
+    if (!b->failed && b->st[x.s].alt_end == x.e + 1 && b->st[x.e].n == 0) {
+        gram_b_eps(b, x.s, y.s);
+        gram_b_eps(b, y.e, x.e);
+        return x;
+    }
     int32_t s = gram_b_state(b), e = gram_b_state(b);
     gram_b_eps(b, s, x.s);
     gram_b_eps(b, s, y.s);
     gram_b_eps(b, x.e, e);
     gram_b_eps(b, y.e, e);
+    if (!b->failed) b->st[s].alt_end = e + 1;
     return (struct gram_frag){s, e};
 }
 

@@ -44,6 +44,7 @@ struct gram_bstate {
     struct gram_bedge *e;
     int n, cap;
     int final;
+    int32_t alt_end; /* gram_f_alt's entry state: its exit state + 1 (0: not one) */
 };
 
 struct gram_frag {

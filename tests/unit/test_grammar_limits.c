@@ -3,7 +3,10 @@
  * give epsilon closures of n states each, n^2 in gram_b_finish (about 20 s for n = 2000 before
  * the limit); nested or long quantified atoms are parsed once per copy ([500 bytes]{10000} is
  * 5 MB of parsing that creates few states). Past GRAM_MAX_WORK / GRAM_MAX_REPARSE the compile
- * fails with CAIRN_ERR_LIMIT and says why; grammars below the limits still compile and match. */
+ * fails with CAIRN_ERR_LIMIT and says why; grammars below the limits still compile and match.
+ * GBNF rule names are hashed (a grammar of n rules was n^2 compares): many names still resolve,
+ * and a duplicate or a missing one among them is still found; an n-way alternation is one flat
+ * pair of states (nested pairs cost n^2 closure members: 5000 ways failed GRAM_MAX_WORK). */
 #include <jansson.h>
 
 #include "grammar/grammar.h"
@@ -112,6 +115,58 @@ static void test_reparse(const struct tg_vocab *tv)
     }
 }
 
+/* root ::= r0 | r1 | ... with rK ::= "<K>;" and n rules; extra is appended verbatim. */
+static char *tl_many_rules(int n, const char *extra)
+{
+    size_t cap = (size_t)n * 40 + strlen(extra) + 64, w = 0;
+    char *s = malloc(cap);
+    w += (size_t)snprintf(s + w, cap - w, "root ::= r0");
+    for (int k = 1; k < n; k++) w += (size_t)snprintf(s + w, cap - w, " | r%d", k);
+    for (int k = n - 1; k >= 0; k--) w += (size_t)snprintf(s + w, cap - w, "\nr%d ::= \"%d;\"", k, k);
+    snprintf(s + w, cap - w, "\n%s", extra);
+    return s;
+}
+
+static void test_many_names(const struct tg_vocab *tv)
+{
+    char *src = tl_many_rules(5000, "");
+    struct grammar *g = NULL;
+    struct cairn_err err = {0};
+    CHECK_MSG(grammar_from_gbnf(src, strlen(src), &g, &err) == CAIRN_OK, "5000 rules: %s", err.msg);
+    if (g) {
+        CHECK_EQ_INT(tl_full(g, tv, "0;", 2), 1);
+        CHECK_EQ_INT(tl_full(g, tv, "4999;", 5), 1);
+        CHECK_EQ_INT(tl_full(g, tv, "2718;", 5), 1);
+        CHECK_EQ_INT(tl_full(g, tv, "5000;", 5), 0);
+        CHECK_EQ_INT(tl_full(g, tv, "27;18;", 6), 0);
+    }
+    grammar_free(g);
+    free(src);
+    /* the same n-way alternation as a regex: flat, so far below GRAM_MAX_WORK */
+    char *re = malloc(5000 * 8);
+    size_t w = 0;
+    for (int k = 0; k < 5000; k++) w += (size_t)snprintf(re + w, 5000 * 8 - w, "%sv%d", k ? "|" : "", k);
+    g = NULL;
+    CHECK_MSG(grammar_from_regex(re, w, &g, &err) == CAIRN_OK, "5000 alternatives: %s", err.msg);
+    if (g) {
+        CHECK_EQ_INT(tl_full(g, tv, "v4321", 5), 1);
+        CHECK_EQ_INT(tl_full(g, tv, "v5000", 5), 0);
+    }
+    grammar_free(g);
+    free(re);
+    src = tl_many_rules(5000, "r3999 ::= \"x\"");
+    g = NULL;
+    CHECK_EQ_INT(grammar_from_gbnf(src, strlen(src), &g, &err), CAIRN_ERR_INVALID);
+    CHECK_MSG(g == NULL && strstr(err.msg, "defined twice"), "'%s'", err.msg);
+    free(src);
+    src = tl_many_rules(5000, "r17 ::= r5000");
+    src[strstr(src, "\nr17 ::=") - src + 1] = 'q'; /* rename the first r17, so r17 stays defined once */
+    g = NULL;
+    CHECK_EQ_INT(grammar_from_gbnf(src, strlen(src), &g, &err), CAIRN_ERR_INVALID);
+    CHECK_MSG(g == NULL && strstr(err.msg, "'r5000' is used but not defined"), "'%s'", err.msg);
+    free(src);
+}
+
 /* The limits hold through a JSON schema's pattern, and the largest ordinary schemas still fit. */
 static void test_schema(void)
 {
@@ -144,6 +199,7 @@ int main(void)
     CHECK(tg_vocab_make(&tv, 300) == 0);
     test_nullable_runs(&tv);
     test_reparse(&tv);
+    test_many_names(&tv);
     test_schema();
     tg_vocab_free(&tv);
     return test_summary("test_grammar_limits");
