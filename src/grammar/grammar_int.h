@@ -18,9 +18,9 @@
 
 #define GRAM_MAX_STATES (1 << 20)  /* builder states: bounds {m,n} and maxLength blow-up */
 #define GRAM_MAX_RULES (1 << 16)
-#define GRAM_MAX_WORK (1 << 22)    /* finish: closure members + edges copied, bounds its time and the
+#define GRAM_MAX_WORK (1 << 21)    /* finish: closure members + edges copied, bounds its time and the
                                     * packed network's size (n nullable parts in a row cost n^2) */
-#define GRAM_MAX_REPARSE (1 << 22) /* pattern bytes parsed again for the copies of quantified atoms:
+#define GRAM_MAX_REPARSE (1 << 20) /* pattern bytes parsed again for the copies of quantified atoms:
                                     * nested {m,n} multiply, and an atom with no states (a long
                                     * class of one range) never meets GRAM_MAX_STATES */
 #define GRAM_MAX_DEPTH 512         /* stack frames at run time (nesting of recursive rules) */
