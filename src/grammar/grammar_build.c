@@ -38,6 +38,16 @@ int gram_b_fail(struct gram_builder *b, int status, const char *fmt, ...)
     return status;
 }
 
+int gram_b_reparse(struct gram_builder *b, size_t len)
+{
+    if (b->failed) return b->fail_status;
+    b->reparsed += len;
+    if (b->reparsed > GRAM_MAX_REPARSE)
+        return gram_b_fail(b, CAIRN_ERR_LIMIT, "grammar: repeat counts expand the pattern past %d bytes (nested {m,n}?)",
+                           GRAM_MAX_REPARSE);
+    return 0;
+}
+
 int32_t gram_b_state(struct gram_builder *b)
 {
     if (b->failed) return 0;
@@ -164,13 +174,23 @@ struct gram_frag gram_f_seq(struct gram_builder *b, struct gram_frag x, struct g
     return (struct gram_frag){x.s, y.e};
 }
 
+/* alt(alt(a, b), c) joins c to the inner pair of states instead of nesting a new one: a chain of
+ * n nested pairs gives epsilon closures of up to n states each, n^2 for an n-way alternation
+ * (GRAM_MAX_WORK would refuse a 3000-value enum). Only while x is an alternation nothing has
+ * been joined after (no edge leaves its exit). */
 struct gram_frag gram_f_alt(struct gram_builder *b, struct gram_frag x, struct gram_frag y)
 {
+    if (!b->failed && b->st[x.s].alt_end == x.e + 1 && b->st[x.e].n == 0) {
+        gram_b_eps(b, x.s, y.s);
+        gram_b_eps(b, y.e, x.e);
+        return x;
+    }
     int32_t s = gram_b_state(b), e = gram_b_state(b);
     gram_b_eps(b, s, x.s);
     gram_b_eps(b, s, y.s);
     gram_b_eps(b, x.e, e);
     gram_b_eps(b, y.e, e);
+    if (!b->failed) b->st[s].alt_end = e + 1;
     return (struct gram_frag){s, e};
 }
 
@@ -313,9 +333,12 @@ struct gram_fin {
     int32_t stamp;
     int32_t *clo;          /* closure members */
     int n_clo;
+    long work;             /* closure members and edges copied so far, up to GRAM_MAX_WORK */
 };
 
-static void gram_closure(struct gram_fin *f, int32_t s)
+/* Returns 0, or -1 once the closures of all states so far have more than GRAM_MAX_WORK members:
+ * a run of n nullable parts (a?a?a?... or (a?){n}) has closures of n states each, n^2 in all. */
+static int gram_closure(struct gram_fin *f, int32_t s)
 {
     struct gram_builder *b = f->b;
     f->stamp++;
@@ -326,6 +349,7 @@ static void gram_closure(struct gram_fin *f, int32_t s)
     while (sp) {
         int32_t x = f->stack[--sp];
         f->clo[f->n_clo++] = x;
+        if (++f->work > GRAM_MAX_WORK) return -1;
         const struct gram_bstate *st = &b->st[x];
         for (int i = 0; i < st->n; i++)
             if (st->e[i].kind == GRAM_EDGE_EPS && f->mark[st->e[i].to] != f->stamp) {
@@ -333,6 +357,7 @@ static void gram_closure(struct gram_fin *f, int32_t s)
                 f->stack[sp++] = st->e[i].to;
             }
     }
+    return 0;
 }
 
 static int gram_cmp_edge(const void *x, const void *y)
@@ -474,13 +499,14 @@ int gram_b_finish(struct gram_builder *b, struct grammar **out)
     }
     memcpy(g->rule_start, b->rule_start, (size_t)b->n_rules * sizeof(int32_t));
     for (int32_t s = 0; s < S; s++) {
-        gram_closure(&f, s);
+        if (gram_closure(&f, s)) goto toolarge;
         g->be_off[s] = (int32_t)n_be;
         g->ce_off[s] = (int32_t)n_ce;
         size_t be0 = n_be, ce0 = n_ce;
         for (int k = 0; k < f.n_clo; k++) {
             const struct gram_bstate *st = &b->st[f.clo[k]];
             if (st->final) g->final[s] = 1;
+            if ((f.work += st->n) > GRAM_MAX_WORK) goto toolarge;
             for (int i = 0; i < st->n; i++) {
                 const struct gram_bedge *e = &st->e[i];
                 if (e->kind == GRAM_EDGE_BYTE) {
@@ -521,6 +547,10 @@ int gram_b_finish(struct gram_builder *b, struct grammar **out)
         b->failed = 1;
         b->fail_status = rc;
     }
+    goto cleanup;
+toolarge:
+    rc = gram_b_fail(b, CAIRN_ERR_LIMIT, "grammar: more than %d states and edges after removing the epsilons "
+                     "(too many optional parts in a row?)", GRAM_MAX_WORK);
     goto cleanup;
 nomem:
     rc = gram_b_fail(b, CAIRN_ERR_NOMEM, "grammar: out of memory");

@@ -18,6 +18,11 @@
 
 #define GRAM_MAX_STATES (1 << 20)  /* builder states: bounds {m,n} and maxLength blow-up */
 #define GRAM_MAX_RULES (1 << 16)
+#define GRAM_MAX_WORK (1 << 21)    /* finish: closure members + edges copied, bounds its time and the
+                                    * packed network's size (n nullable parts in a row cost n^2) */
+#define GRAM_MAX_REPARSE (1 << 20) /* pattern bytes parsed again for the copies of quantified atoms:
+                                    * nested {m,n} multiply, and an atom with no states (a long
+                                    * class of one range) never meets GRAM_MAX_STATES */
 #define GRAM_MAX_DEPTH 512         /* stack frames at run time (nesting of recursive rules) */
 
 /* UTF-8 as a small DFA, for "clean string text": characters JSON strings take unescaped (not
@@ -39,6 +44,7 @@ struct gram_bstate {
     struct gram_bedge *e;
     int n, cap;
     int final;
+    int32_t alt_end; /* gram_f_alt's entry state: its exit state + 1 (0: not one) */
 };
 
 struct gram_frag {
@@ -50,6 +56,7 @@ struct gram_builder {
     int n_st, cap_st;
     int32_t *rule_start, *rule_end; /* rule_end: the exit state (made final at finish) */
     int n_rules, cap_rules;
+    size_t reparsed;   /* gram_b_reparse's count, up to GRAM_MAX_REPARSE */
     int failed;        /* a limit or allocation failed: status in fail_status */
     int fail_status;
     struct cairn_err *err;
@@ -58,6 +65,9 @@ struct gram_builder {
 void gram_b_init(struct gram_builder *b, struct cairn_err *err);
 void gram_b_free(struct gram_builder *b);
 int32_t gram_b_state(struct gram_builder *b);
+/* Counts len pattern bytes about to be parsed again for one more copy of a quantified atom;
+ * past GRAM_MAX_REPARSE in all the builder fails (CAIRN_ERR_LIMIT). Returns 0 or the status. */
+int gram_b_reparse(struct gram_builder *b, size_t len);
 void gram_b_eps(struct gram_builder *b, int32_t from, int32_t to);
 void gram_b_byte(struct gram_builder *b, int32_t from, int32_t to, uint8_t lo, uint8_t hi);
 void gram_b_call(struct gram_builder *b, int32_t from, int32_t to, int32_t rule);

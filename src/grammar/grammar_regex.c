@@ -382,6 +382,7 @@ static int gram_re_piece(struct gram_re *r, struct gram_frag *out)
         struct gram_frag copy[1];
 #define GRAM_RE_COPY(dst)                                                                          \
     do {                                                                                           \
+        if ((rc = gram_b_reparse(b, after - a0))) return rc;                                       \
         r->i = a0;                                                                                 \
         if ((rc = gram_re_atom(r, &(dst)))) return rc;                                             \
     } while (0)
