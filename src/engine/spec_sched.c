@@ -99,6 +99,7 @@ void spec_sched_seq_free(struct engine *e, struct engine_seq *s)
     struct spec_seq *p = s->spec;
     if (!p) return;
     spec_ngram_free(&p->ngram);
+    spec_mtp_seq_free(e, p);
     kv_state_free(e->ops.be, p->state_copy, e->info.state_bytes);
     free(p);
     s->spec = NULL;
