@@ -190,7 +190,7 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
     /* a backend whose results depend on the step's row count beyond exact_rows (the GPU: GEMV
      * vs cuBLAS, split-K vs tiled attention) gets drafts only inside it, so every verified row
      * has the bits its plain decode would have: greedy output is the same with and without */
-    int exact = e->ops.be->exact_rows;
+    int exact = e->ops.be ? e->ops.be->exact_rows : 0; /* a test engine may have none */
     if (exact > 0) budget = CAIRN_MIN(budget, exact - n_decodes);
     for (int i = 0; i < n_plan && budget - used > 0 && rows_left > 0; i++) {
         struct engine_seq *s = e->sched[i];
