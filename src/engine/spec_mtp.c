@@ -111,9 +111,10 @@ static void spec_mtp_flush(struct engine *e, struct engine_seq *s)
                  (unsigned long long)s->id, err.msg);
 }
 
-/* A parked sequence's n rows of hidden states at positions pos0..: into its backlog (1), or 0
- * when they cannot wait (no memory, more rows than the backlog holds: caught up now). */
-static int spec_mtp_defer(struct engine *e, struct engine_seq *s, const float *hidden, int pos0, int n)
+/* n rows of hidden states (positions pos0..) of a sequence not drafting now: into its backlog
+ * (1), or 0 when they cannot wait (no memory, more rows than the backlog holds: caught up now). */
+static int spec_mtp_defer(struct engine *e, struct engine_seq *s, const float *hidden, int pos0,
+                          int n)
 {
     struct spec_seq *p = s->spec;
     size_t H = (size_t)e->info.hidden_size;
