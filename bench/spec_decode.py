@@ -195,7 +195,8 @@ def main():
             t[2] += xs[m]["drafted"]
             t[3] += xs[m]["accepted"]
         out.append({"name": p["name"], "tokens": xs["off"]["n"], "identical": same, "tok_s": med,
-                    "drafted": {m: xs[m]["drafted"] for m in modes}, "accepted": {m: xs[m]["accepted"] for m in modes}})
+                    "drafted": {m: xs[m]["drafted"] for m in modes}, "accepted": {m: xs[m]["accepted"] for m in modes},
+                    "texts": {m: sorted(xs[m]["texts"]) for m in modes}, "expect": p.get("expect")})
     off_rate = tot["off"][0] / tot["off"][1]
     line = f"  {'all':12s} {tot['off'][0]:6d}" + "".join(f" {tot[m][0] / tot[m][1]:11.1f}" for m in modes)
     for m in modes:

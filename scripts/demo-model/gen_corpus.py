@@ -7,6 +7,7 @@ that the final assistant turn must contain (used by the evaluation in train.py).
 render() applies chat_template.jinja exactly as transformers' apply_chat_template would.
 """
 import json
+import os
 import random
 import zlib
 
@@ -686,8 +687,11 @@ def gen_multi(rng, split):
     return "multi-turn", msgs, None, last[3]
 
 
+# COPY_WEIGHT (environment, default 10): the copy-and-edit share, raised for a continuation that
+# teaches copying while the other categories keep their relative mix
 GENERATORS = [(gen_arith, 24), (gen_units, 9), (gen_dates, 11), (gen_facts, 12), (gen_chat, 7),
-              (gen_story, 9), (gen_tools, 16), (gen_multi, 12), (gen_copy, 10)]
+              (gen_story, 9), (gen_tools, 16), (gen_multi, 12),
+              (gen_copy, float(os.environ.get("COPY_WEIGHT", "10")))]
 
 
 def sample(rng, split="train"):

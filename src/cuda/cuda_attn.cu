@@ -13,6 +13,13 @@
  * context is split so that the grid fills the GPU (flash-decoding split-K) and a second kernel
  * combines the partials (acc, max, sum per split) in f32; with many rows (prefill) each block
  * takes a row's whole context and writes out directly.
+ * Batch invariance: in a step of at most CUDA_ATTN_EXACT_ROWS rows (decode, small batches, the
+ * k + 1 rows of a speculative verify chunk) a row's split length comes from its own context
+ * alone (cuda_attn_row_split_len: at most CUDA_ATTN_ROW_SPLITS splits of whole passes), the
+ * splits are combined in a fixed order, and such steps never take the tiled kernels: a row's
+ * output is then the same bits alone, beside other sequences and as row j of a chunk (the
+ * GEMVs are invariant up to the same row count, so greedy decoding is the same with and without
+ * speculation). Larger steps plan for throughput (their matmuls take cuBLAS anyway).
  * Bytes per call: every (row, head) reads its context's K and V once (KV heads are re-read by
  * each query head of their group, mostly from L2): decode is bound by KV bandwidth; prefill is
  * far from the tensor-core bound. Steps with many rows per sequence (prefill chunks) take the
@@ -34,6 +41,17 @@
 #define CUDA_ATTN_MAX_HEAD_DIM CUDA_ATTN_HEAD_DIM_MAX /* q is staged in shared memory; 2 dims per thread */
 #define CUDA_ATTN_DIMS_PER_THREAD (CUDA_ATTN_MAX_HEAD_DIM / CUDA_ATTN_THREADS)
 #define CUDA_ATTN_TARGET_BLOCKS_PER_SM 8 /* split-K aims at this many blocks per SM */
+#define CUDA_ATTN_ROW_SPLITS 32 /* steps of <= CUDA_ATTN_EXACT_ROWS rows: splits per row at most
+                                 * (batch 1 of 8 KV heads: 256 blocks, ~2 per SM as before) */
+
+/* Positions per split of a row with ctx positions in a batch-invariant step: whole units
+ * (passes or chunks), at most CUDA_ATTN_ROW_SPLITS splits. */
+static __host__ __device__ __forceinline__ int cuda_attn_row_split_len(int ctx, int unit)
+{
+    int units = (ctx + unit - 1) / unit;
+    int per = (units + CUDA_ATTN_ROW_SPLITS - 1) / CUDA_ATTN_ROW_SPLITS;
+    return (per < 1 ? 1 : per) * unit;
+}
 
 struct cuda_attn_args {
     const float *q;
@@ -47,7 +65,8 @@ struct cuda_attn_args {
     int n_heads;
     int group;
     int n_splits;
-    int split_len;    /* positions per split, a multiple of CUDA_ATTN_CHUNK */
+    int split_len;    /* positions per split, a multiple of CUDA_ATTN_CHUNK (decode kernel: of
+                       * its pass); 0: per row, cuda_attn_row_split_len of its context */
     float scale;
     int k_vec;        /* K rows are 16-byte aligned (head_dim * dtype size % 16 == 0): vector loads */
     struct backend_kv_view kv;
@@ -93,9 +112,10 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_kernel(str
     int r = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     int hd = kv.head_dim, kvh = h / a.group;
     int p_end = a.pos[r] + 1;
-    int p_begin = sp * a.split_len;
+    int split_len = a.split_len ? a.split_len : cuda_attn_row_split_len(p_end, CUDA_ATTN_CHUNK);
+    int p_begin = sp * split_len;
     if (p_begin >= p_end) return; /* the combine reads only the splits that hold positions */
-    p_end = min(p_end, p_begin + a.split_len);
+    p_end = min(p_end, p_begin + split_len);
     int s = cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
     const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
     const float *q = a.q + ((int64_t)r * a.n_heads + h) * hd;
@@ -187,7 +207,8 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_kernel(str
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_combine_kernel(struct cuda_attn_args a)
 {
     int r = blockIdx.x, h = blockIdx.y, hd = a.kv.head_dim;
-    int n_valid = (a.pos[r] + a.split_len) / a.split_len; /* ceil((pos + 1) / split_len) */
+    int split_len = a.split_len ? a.split_len : cuda_attn_row_split_len(a.pos[r] + 1, CUDA_ATTN_CHUNK);
+    int n_valid = (a.pos[r] + split_len) / split_len; /* ceil((pos + 1) / split_len) */
     n_valid = min(n_valid, a.n_splits);
     const float *pp = a.part + ((int64_t)r * a.n_heads + h) * a.n_splits * (hd + 2);
     float M = -INFINITY;
@@ -241,9 +262,10 @@ cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
     int warp = tid / CUDA_WARP, lane = tid % CUDA_WARP, sub = lane % geo::lpp, pw = lane / geo::lpp;
     cuda_pdl_trigger(); /* the o_proj GEMV may launch and load weights (cuda_common.cuh) */
     int ctx = a.pos[r] + 1;
-    int n_valid = min((ctx + a.split_len - 1) / a.split_len, a.n_splits);
+    int split_len = a.split_len ? a.split_len : cuda_attn_row_split_len(ctx, geo::pass);
+    int n_valid = min((ctx + split_len - 1) / split_len, a.n_splits);
     if (sp >= n_valid) return; /* the combine counts only the splits that hold positions */
-    int p_begin = sp * a.split_len, p_end = min(ctx, p_begin + a.split_len);
+    int p_begin = sp * split_len, p_end = min(ctx, p_begin + split_len);
     int s = cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
     const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
     const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
@@ -416,11 +438,25 @@ static bool cuda_attn_use_decode(const struct backend_attn *at, int k_vec, size_
            (size_t)at->n_tokens * kv->n_kv_heads <= n_counters;
 }
 
-/* Splits for the decode kernel: enough blocks for ~2 per SM, at least one pass per split. */
+/* Splits of a batch-invariant step (n_tokens <= CUDA_ATTN_EXACT_ROWS): split_len 0 (per row),
+ * as many splits as the longest row of the bucket can need. */
+static void cuda_attn_row_plan(int max_ctx, int unit, int *n_splits, int *split_len)
+{
+    int units = (max_ctx + unit - 1) / unit;
+    *n_splits = units < 1 ? 1 : units < CUDA_ATTN_ROW_SPLITS ? units : CUDA_ATTN_ROW_SPLITS;
+    *split_len = 0;
+}
+
+/* Splits for the decode kernel: enough blocks for ~2 per SM, at least one pass per split
+ * (steps of few rows: per row, cuda_attn_row_plan). */
 static void cuda_attn_decode_plan(int n_tokens, int n_kv, int hd, int max_ctx, int n_sms,
                                   int *n_splits, int *split_len)
 {
     int pass = hd == 64 ? cuda_dec_geom<64>::pass : cuda_dec_geom<128>::pass;
+    if (n_tokens <= CUDA_ATTN_EXACT_ROWS) {
+        cuda_attn_row_plan(max_ctx, pass, n_splits, split_len);
+        return;
+    }
     int64_t items = (int64_t)n_tokens * n_kv;
     int64_t want = (2 * (int64_t)n_sms + items - 1) / items;
     int max_passes = (max_ctx + pass - 1) / pass;
@@ -560,13 +596,18 @@ static bool cuda_attn_use_tiled(const struct backend_attn *at, int mode)
 {
     if (mode == CUDA_ATTN_SPLIT || at->kv->head_dim > CUDA_ATTN_TILE_MAX_HD) return false;
     if (mode == CUDA_ATTN_TILED) return true;
-    return at->n_tokens >= CUDA_ATTN_TILED_MIN_ROWS * at->n_seqs;
+    /* small steps stay on split-K: a verify chunk's rows get their decode bits */
+    return at->n_tokens > CUDA_ATTN_EXACT_ROWS && at->n_tokens >= CUDA_ATTN_TILED_MIN_ROWS * at->n_seqs;
 }
 
 /* Splits per (row, head) and positions per split for a step. */
 static void cuda_attn_plan(int n_tokens, int n_heads, int max_ctx, int n_sms, int *n_splits,
                            int *split_len)
 {
+    if (n_tokens <= CUDA_ATTN_EXACT_ROWS) {
+        cuda_attn_row_plan(max_ctx, CUDA_ATTN_CHUNK, n_splits, split_len);
+        return;
+    }
     int64_t rows = (int64_t)n_tokens * n_heads;
     int max_chunks = (max_ctx + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
     int64_t want = ((int64_t)CUDA_ATTN_TARGET_BLOCKS_PER_SM * n_sms + rows - 1) / rows;

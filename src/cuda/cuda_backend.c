@@ -648,6 +648,11 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
+    /* the matmuls (GEMV) and attention (per-row split plan) are batch-invariant up to this many
+     * rows, unless the tiled kernels are forced (they take small steps too) */
+    be->exact_rows = c->attn_mode == CUDA_ATTN_TILED
+                         ? 1
+                         : CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_ATTN_EXACT_ROWS));
     s = getenv("CAIRN_CUDA_MOE"); /* "host": every moe_experts call groups on the host */
     c->moe_host_only = s && strcmp(s, "host") == 0;
     s = getenv("CAIRN_CUDA_MEM_LIMIT");

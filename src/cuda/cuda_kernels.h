@@ -109,12 +109,15 @@ int cuda_k_moe_scatter(cudaStream_t s, float *out, const float *y, const float *
                        const int32_t *list, int cnt, int top_k, int dim);
 
 /* ---- cuda_attn.cu: paged attention ---- */
-/* Attention kernels: CUDA_ATTN_AUTO picks the tiled prefill kernel when the step has at least
- * CUDA_ATTN_TILED_MIN_ROWS rows per sequence (and head_dim <= 128), else split-K; a prefill
+/* Attention kernels: CUDA_ATTN_AUTO picks the tiled prefill kernel when the step has more than
+ * CUDA_ATTN_EXACT_ROWS rows, at least CUDA_ATTN_TILED_MIN_ROWS per sequence (and head_dim <= 128),
+ * else split-K; steps of at most CUDA_ATTN_EXACT_ROWS rows plan their splits per row, so a
+ * row's output does not depend on the rest of the step (bit for bit); a prefill
  * step with BF16 KV and head_dim 64/128 then takes the tensor-core kernel (cuda_attn_prefill.cu)
  * unless the mode is CUDA_ATTN_TILED (CAIRN_CUDA_ATTN=tiled: the f32 tiled kernel). */
 enum cuda_attn_mode { CUDA_ATTN_AUTO = 0, CUDA_ATTN_SPLIT, CUDA_ATTN_TILED };
 #define CUDA_ATTN_TILED_MIN_ROWS 8
+#define CUDA_ATTN_EXACT_ROWS CUDA_GEMV_MAX_N /* the GEMVs' batch-invariant row count too */
 /* Floats of device workspace cuda_k_attention needs for this step (max_ctx: its longest
  * sequence; n_sms: the GPU's multiprocessors; n_counters: as cuda_k_attention's); 0: none. */
 size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode,

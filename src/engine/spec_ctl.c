@@ -6,8 +6,11 @@
 
 #include "base/status.h"
 
-#define SPEC_COST_DECAY 0.98      /* per observed step: the fit follows the last ~50 steps */
-#define SPEC_COST_TABLE_EWMA 0.8  /* per step of that size */
+#define SPEC_COST_DECAY 0.98 /* per observed step: the fit follows the last ~50 steps */
+/* A timed size's estimate: the fastest recent step, rising 5 % per step of that size (noise on a
+ * shared machine only adds time: a mean of it priced drafts out for good, since a size that stops
+ * being drafted is never timed again). */
+#define SPEC_COST_TABLE_RISE 1.05
 #define SPEC_CTL_DECAY 0.95       /* per tested position: alpha follows the last ~20 */
 #define SPEC_CTL_SHORT_K 2        /* draft length of probes and of evidence-gathering drafts */
 #define SPEC_CTL_PRIOR_WEIGHT 2.0 /* the prior counts as this many tested positions */
@@ -32,8 +35,7 @@ void spec_cost_observe(struct spec_cost *c, int n_tokens, double seconds)
     c->n_obs++;
     if (n_tokens < SPEC_COST_TABLE) {
         double *t = &c->t_n[n_tokens];
-        *t = c->n_t_n[n_tokens]++ ? SPEC_COST_TABLE_EWMA * *t + (1 - SPEC_COST_TABLE_EWMA) * seconds
-                                  : seconds;
+        *t = c->n_t_n[n_tokens]++ ? fmin(seconds, SPEC_COST_TABLE_RISE * *t) : seconds;
     }
 }
 
@@ -66,9 +68,7 @@ double spec_cost_slope(const struct spec_cost *c)
 void spec_cost_observe_draft(struct spec_cost *c, double seconds)
 {
     if (c->draft_fixed || !(seconds > 0) || !isfinite(seconds)) return;
-    c->draft_s = c->n_draft_obs++
-                     ? SPEC_COST_TABLE_EWMA * c->draft_s + (1 - SPEC_COST_TABLE_EWMA) * seconds
-                     : seconds;
+    c->draft_s = c->n_draft_obs++ ? fmin(seconds, SPEC_COST_TABLE_RISE * c->draft_s) : seconds;
 }
 
 void spec_cost_set_draft_prior(struct spec_cost *c, double rel)

@@ -3,8 +3,9 @@
  *
  * Cost model. The engine feeds every step without prefill (decodes and verify chunks) to
  * spec_cost_observe: (tokens in the step, seconds). t(n) is, in order of preference: the
- * exponentially weighted mean of the steps of exactly n tokens (n < SPEC_COST_TABLE, once two were
- * seen, for both sizes a ratio compares), which follows any shape (a kernel that pads short
+ * fastest recent step of exactly n tokens (a running minimum that rises 5 % per step of that
+ * size: timing noise only adds time; n < SPEC_COST_TABLE, once two were seen, for both sizes a
+ * ratio compares), which follows any shape (a kernel that pads short
  * chunks costs a step, not a slope); else a weighted least-squares line a + b*n over all steps,
  * once the token counts vary enough to fit one; else t(n) = 1 + default_slope * (n - 1) in units
  * of a one-token step (SPEC_COST_DEFAULT_SLOPE: decode reads every weight once per step, so each
@@ -12,7 +13,7 @@
  *
  * Drafting cost. A drafter that runs a model (the MTP head: one chained head step, logits
  * included, per drafted token) costs d per drafted token, in units of a one-token step: measured
- * (spec_cost_observe_draft: the exponentially weighted mean seconds of a head step, over t(1) or
+ * (spec_cost_observe_draft: the fastest recent head step, rising likewise, over t(1) or
  * t(n_base) as measured) once two head steps were timed, else the prior the engine sets from
  * the head's share of the weights (spec_cost_set_draft_prior). N-gram drafts cost nothing here.
  *
@@ -59,12 +60,12 @@
 
 struct spec_cost {
     double w, sx, sy, sxx, sxy;  /* decayed sums of 1, n, t, n^2, n*t */
-    double t_n[SPEC_COST_TABLE]; /* mean seconds of steps of n tokens (weighted to the recent) */
+    double t_n[SPEC_COST_TABLE]; /* seconds of a step of n tokens (recent minimum, rising) */
     uint32_t n_t_n[SPEC_COST_TABLE]; /* how many such steps were seen */
     double default_slope;
     int fixed; /* observations ignored: always the default slope */
     uint64_t n_obs;
-    double draft_s;       /* mean seconds of one drafting model step (weighted to the recent) */
+    double draft_s;       /* seconds of one drafting model step (likewise) */
     uint32_t n_draft_obs; /* how many were timed */
     double draft_prior;   /* a drafting step relative to a one-token step, before any was timed */
     int draft_fixed;      /* drafting steps' timings ignored: always draft_prior */

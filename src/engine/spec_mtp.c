@@ -78,6 +78,59 @@ static int spec_mtp_decode_index(const struct engine *e, const struct engine_seq
     return -1;
 }
 
+void spec_mtp_seq_free(struct engine *e, struct spec_seq *p)
+{
+    if (!p->backlog) return;
+    cairn_mem_free(p->backlog, sizeof(float) * SPEC_MTP_BACKLOG * (size_t)e->info.hidden_size,
+                   CAIRN_MEM_SCRATCH);
+    p->backlog = NULL;
+    p->b_n = 0;
+}
+
+/* Catches up s's backlog now: one head step over its positions, no outputs. A failure leaves
+ * those positions without head KV (drafts there are worse, never wrong): logged, dropped. */
+static void spec_mtp_flush(struct engine *e, struct engine_seq *s)
+{
+    struct spec_seq *p = s->spec;
+    if (!p->b_n) return;
+    if (p->b_pos0 + p->b_n > s->n_blocks * e->opts.block_size) {
+        p->b_n = 0; /* preempted since: its blocks are gone (recomputed ones get no head KV) */
+        return;
+    }
+    struct model_mtp_seq q = {
+        .tokens = s->tokens + p->b_pos0 + 1,
+        .hidden = p->backlog,
+        .n_tokens = p->b_n,
+        .pos0 = p->b_pos0,
+        .block_table = s->blocks,
+    };
+    p->b_n = 0;
+    struct cairn_err err = {0};
+    if (e->ops.mtp_forward(e->ops.ctx, &e->pool, &q, 1, &err) != CAIRN_OK)
+        LOG_WARN("engine", "request %llu: MTP catch-up of a parked stretch failed: %s",
+                 (unsigned long long)s->id, err.msg);
+}
+
+/* n rows of hidden states (positions pos0..) of a sequence not drafting now: into its backlog
+ * (1), or 0 when they cannot wait (no memory, more rows than the backlog holds: caught up now). */
+static int spec_mtp_defer(struct engine *e, struct engine_seq *s, const float *hidden, int pos0,
+                          int n)
+{
+    struct spec_seq *p = s->spec;
+    size_t H = (size_t)e->info.hidden_size;
+    if (p->b_n && (p->b_pos0 + p->b_n != pos0 || p->b_n + n > SPEC_MTP_BACKLOG))
+        spec_mtp_flush(e, s); /* not contiguous, or full: the backlog goes first */
+    if (n > SPEC_MTP_BACKLOG) return 0;
+    if (!p->backlog) {
+        p->backlog = cairn_mem_alloc(sizeof(float) * SPEC_MTP_BACKLOG * H, CAIRN_MEM_SCRATCH);
+        if (!p->backlog) return 0;
+    }
+    if (!p->b_n) p->b_pos0 = pos0;
+    memcpy(p->backlog + (size_t)p->b_n * H, hidden, sizeof(float) * H * (size_t)n);
+    p->b_n += n;
+    return 1;
+}
+
 void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
 {
     struct spec_mtp *x = e->mtp;
@@ -94,12 +147,16 @@ void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
         int n_valid = CAIRN_MIN(p->h_n, s->n_tokens - 1 - p->h_pos0);
         p->h_n = 0;
         if (!fresh || n_valid <= 0) continue;
+        const float *hid = x->hidden + (size_t)p->h_row * (size_t)x->H;
         int di = spec_mtp_decode_index(e, s, n_decodes);
         int drafts = di >= 0 && want[di] > 0 && p->h_pos0 + n_valid == s->n_tokens - 1;
+        /* not drafting now (parked, or this step's break-even said no): the rows wait */
+        if (!drafts && spec_mtp_defer(e, s, hid, p->h_pos0, n_valid)) continue;
+        spec_mtp_flush(e, s); /* drafting again (or rows that could not wait): the backlog first */
         x->slot[n] = drafts ? di : -1;
         x->seqs[n] = (struct model_mtp_seq){
             .tokens = s->tokens + p->h_pos0 + 1,
-            .hidden = x->hidden + (size_t)p->h_row * (size_t)x->H,
+            .hidden = hid,
             .n_tokens = n_valid,
             .pos0 = p->h_pos0,
             .block_table = s->blocks,

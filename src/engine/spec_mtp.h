@@ -18,8 +18,11 @@
  *   blocks: allocated with them, shared and cached with them, and rolled back with them. Chained
  *   steps write positions the verify will overwrite; rejected drafts' positions are rewritten by
  *   the next catch-up before anything reads them.
- * - Parked sequences still run the catch-up (one head layer per token, no logits), so their
- *   head's KV stays whole for the next probe. Sequences that never speculate (opted out) do
+ * - A sequence that does not draft in a step (parked, or its break-even said no) does not run
+ *   the head for it: its hidden rows wait in a backlog of SPEC_MTP_BACKLOG positions, caught up
+ *   as one chunk when it fills or before the sequence's next draft, so the head's KV stays whole
+ *   at a fraction of the per-step cost (one head step per SPEC_MTP_BACKLOG tokens, batched like
+ *   a prefill chunk). Sequences that never speculate (opted out) do
  *   not: blocks they publish carry no head KV, so a speculating request that reuses
  *   such a prefix drafts worse there (never wrongly: drafts are only proposals).
  * - Scheduler thread only. Buffers are sized at engine_create: nothing allocated per step. */
@@ -27,6 +30,8 @@
 #define CAIRN_ENGINE_SPEC_MTP_H
 
 #include "engine/engine_int.h"
+
+#define SPEC_MTP_BACKLOG 64 /* parked: positions caught up at once */
 
 struct spec_mtp {
     int H, V;
@@ -48,5 +53,7 @@ void spec_mtp_want_hidden(struct engine *e, struct engine_seq *s, struct model_s
  * taken) into s->tokens + s->n_tokens; want[i] gets how many were drafted. Runs the catch-up of
  * every running MTP sequence. On a head failure (logged) no sequence drafts this step. */
 void spec_mtp_draft(struct engine *e, int n_decodes, int *want);
+/* Frees s's backlog (spec_sched_seq_free). */
+void spec_mtp_seq_free(struct engine *e, struct spec_seq *p);
 
 #endif

@@ -14,6 +14,9 @@
  *   chunk is tokens[n_computed, n_tokens + k) with k + 1 logits rows. Drafts never preempt and
  *   never evict a cached block: a draft that needs a new block takes a free one or is cut to the
  *   block it has.
+ * - Exactness: on a backend with exact_rows (tensor/backend.h: the GPU's GEMV and split-K
+ *   attention give a row the same bits in any step of at most that many rows), the decodes and
+ *   drafts of a step stay within it, so a verified row equals its plain decode bit for bit.
  * - After the forward, spec_sched_verify samples the rows (spec_verify.h), commits each emitted
  *   token through engine_sched_commit (events, stop rules), and rolls back: KV positions past the
  *   accepted length are just past n_computed (never read, overwritten by the next step), and the
@@ -46,6 +49,9 @@ struct spec_seq {
     int h_row, h_pos0, h_n;        /* MTP: the last forward's hidden-state rows of this sequence
                                     * (rows h_row.. of spec_mtp.hidden = positions h_pos0..) */
     uint64_t h_step;               /* MTP: the engine step (n_steps) they are from */
+    float *backlog;                /* MTP, parked: hidden rows whose catch-up waits, host
+                                    * [SPEC_MTP_BACKLOG, hidden_size] (cairn_mem), or NULL */
+    int b_pos0, b_n;               /* their positions b_pos0 .. b_pos0 + b_n - 1 */
 };
 
 /* Fills the speculative defaults of o and checks them (engine_create). */

@@ -62,6 +62,11 @@ struct backend {
                             * reused). Set once, before steps run (cairn serve --step-timeout). */
     int tp_rank, tp_world; /* tensor-parallel group membership (0, 0: none), set when the
                               backend joins one (cpu_backend_tp_join, cuda_tp_init) */
+    int exact_rows;        /* steps of at most this many token rows give every row the same
+                            * bits it would get alone or in any other such step (the GPU's
+                            * GEMV and split-K attention limit); 0: any step (the CPU). The
+                            * speculative planner keeps drafts inside it, so greedy output is
+                            * the same with and without speculation. */
 };
 
 #define BACKEND_STEP_TIMEOUT_S 30.0

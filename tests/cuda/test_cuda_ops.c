@@ -1,6 +1,7 @@
 /* Every op of the CUDA backend's table on cuda:0 against a double-precision host reference,
  * over odd shapes and every weight dtype (F32, F16, BF16, MLX q2-q8 with groups 32/64/128),
- * both KV dtypes, decode and prefill rows, split-K and single-split attention; plus the error
+ * both KV dtypes, decode and prefill rows, split-K and single-split attention, attention rows
+ * bit for bit the same alone, in a batch and in a chunk (steps of <= 8 rows); plus the error
  * paths (out of memory, the device budget, a latched error failing one step only). The optional
  * fused ops: matmul_add against the host reference, qk_rope_store against the unfused ops it
  * stands for (rmsnorm, rope, kv_store), both KV dtypes, partial rotary, with and without norms.
@@ -664,7 +665,7 @@ static void test_elementwise(void)
 /* ---- kv_store + attention ---- */
 
 /* Whether a step takes the tensor-core prefill kernel (cuda_attn_prefill.cu): BF16 KV, head_dim
- * 64 or 128, a GQA group of <= 64, a prefill step (>= 8 rows per sequence), CAIRN_CUDA_ATTN
+ * 64 or 128, a GQA group of <= 64, a prefill step (>= 8 rows per sequence, > 8 rows), CAIRN_CUDA_ATTN
  * unset or auto. That kernel rounds q and the softmax weights to bf16: its reference rounds q
  * the same way, and its bound is 2^-9 of max |v| (v in [-1, 1)) for the weights plus f32
  * rounding, checked at 4e-3 of 1 + |want|. */
@@ -672,7 +673,8 @@ static int attn_flash_expected(enum dtype kdt, int hd, int group, int n_tok, int
 {
     const char *mode = getenv("CAIRN_CUDA_ATTN");
     if (mode && strcmp(mode, "auto") != 0) return 0;
-    return kdt == DTYPE_BF16 && (hd == 64 || hd == 128) && group <= 64 && n_tok >= 8 * n_seqs;
+    return kdt == DTYPE_BF16 && (hd == 64 || hd == 128) && group <= 64 && n_tok >= 8 * n_seqs &&
+           n_tok > CUDA_GEMV_MAX_N_TEST; /* smaller steps stay on split-K (batch invariance) */
 }
 #define ATTN_FLASH_TOL 4e-3
 
@@ -948,6 +950,181 @@ static void test_attn_decode(void)
         rows8[i] = 1;
     }
     test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 8, ctx8, rows8);
+}
+
+/* ---- batch invariance of attention (issue 20: greedy equal with and without speculation) ----
+ * Steps of at most CUDA_ATTN_EXACT_ROWS rows plan their splits per row (cuda_attn.cu), so a
+ * row's output must be the same bits alone, beside other sequences of other lengths, and as row
+ * j of a chunk (a verify chunk of k + 1 rows), for both KV dtypes and the decode kernel's and the
+ * generic kernel's shapes. One pool holds n_seqs sequences; each call picks rows out of them. */
+struct attn_inv_pool {
+    struct backend_kv_view kv;
+    int n_seqs, bt_stride, layer;
+    const int *ctx;
+    int32_t *bt;      /* host [n_seqs][bt_stride] */
+    size_t pool_bytes;
+};
+
+/* The q row of (sequence s, position p): the same values in every call that asks for it. */
+static void attn_inv_q(int s, int p, int n, float *q)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ ((uint64_t)s << 32 | (uint32_t)p);
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        q[i] = (float)((double)(uint32_t)(x >> 33) / 2147483648.0 - 1.0);
+    }
+}
+
+/* Attention over rows (seq[i], first[i] .. first[i] + n[i] - 1) for i < n_parts; out_host gets
+ * [rows][n_heads * hd]. */
+static void attn_inv_call(struct attn_inv_pool *P, int n_heads, int n_parts, const int *seq,
+                          const int *first, const int *n, float *out_host)
+{
+    int hd = P->kv.head_dim, n_tok = 0, row_f = n_heads * hd;
+    for (int i = 0; i < n_parts; i++) n_tok += n[i];
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_tok), *so = malloc(sizeof(int32_t) * (size_t)(n_parts + 1));
+    int32_t *ctx_len = malloc(sizeof(int32_t) * (size_t)n_parts);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_parts * P->bt_stride);
+    float *q = malloc(sizeof(float) * (size_t)n_tok * row_f);
+    so[0] = 0;
+    for (int i = 0; i < n_parts; i++) {
+        for (int j = 0; j < n[i]; j++) {
+            int p = first[i] + j, r = so[i] + j;
+            pos[r] = p;
+            attn_inv_q(seq[i], p, row_f, q + (size_t)r * row_f);
+        }
+        so[i + 1] = so[i] + n[i];
+        ctx_len[i] = first[i] + n[i];
+        memcpy(bt + (size_t)i * P->bt_stride, P->bt + (size_t)seq[i] * P->bt_stride, sizeof(int32_t) * P->bt_stride);
+    }
+    float *dq = dev_from(q, sizeof(float) * (size_t)n_tok * row_f), *dout = dev_alloc(sizeof(float) * (size_t)n_tok * row_f);
+    int32_t *dpos = dev_from(pos, sizeof(int32_t) * (size_t)n_tok);
+    int32_t *dso = dev_from(so, sizeof(int32_t) * (size_t)(n_parts + 1));
+    int32_t *dbt = dev_from(bt, sizeof(int32_t) * (size_t)n_parts * P->bt_stride);
+    struct backend_attn a = {
+        .q = dq, .out = dout, .n_tokens = n_tok, .n_seqs = n_parts, .n_heads = n_heads, .pos = dpos,
+        .seq_off = dso, .block_tables = dbt, .bt_stride = P->bt_stride, .seq_off_host = so,
+        .ctx_len_host = ctx_len, .kv = &P->kv, .layer = P->layer, .scale = 1.0f / sqrtf((float)hd),
+    };
+    step_begin();
+    be->ops->attention(be, &a);
+    step_end();
+    dev_to(out_host, dout, sizeof(float) * (size_t)n_tok * row_f);
+    dev_free(dq, sizeof(float) * (size_t)n_tok * row_f);
+    dev_free(dout, sizeof(float) * (size_t)n_tok * row_f);
+    dev_free(dpos, sizeof(int32_t) * (size_t)n_tok);
+    dev_free(dso, sizeof(int32_t) * (size_t)(n_parts + 1));
+    dev_free(dbt, sizeof(int32_t) * (size_t)n_parts * P->bt_stride);
+    free(pos);
+    free(so);
+    free(ctx_len);
+    free(bt);
+    free(q);
+}
+
+static void test_attn_invariance_case(enum dtype kdt, int hd, int n_heads, int n_kv)
+{
+    enum { NS = 8 };
+    static const int ctx[NS] = {700, 37, 1500, 256, 3000, 90, 1200, 513};
+    const int block_size = 16, n_layers = 2;
+    struct attn_inv_pool P = {.n_seqs = NS, .layer = 1, .ctx = ctx};
+    int n_blocks = 0;
+    for (int s = 0; s < NS; s++) {
+        int nb = (ctx[s] + block_size - 1) / block_size;
+        P.bt_stride = CAIRN_MAX(P.bt_stride, nb);
+        n_blocks += nb;
+    }
+    size_t esz = dtype_size(kdt);
+    P.kv = (struct backend_kv_view){.n_blocks = n_blocks, .n_layers = n_layers, .block_size = block_size,
+                                    .n_kv_heads = n_kv, .head_dim = hd, .dtype = kdt};
+    P.kv.layer_block_bytes = (size_t)block_size * n_kv * hd * esz;
+    P.kv.block_bytes = P.kv.layer_block_bytes * n_layers;
+    P.pool_bytes = P.kv.block_bytes * (size_t)n_blocks;
+    P.kv.k = dev_alloc(P.pool_bytes);
+    P.kv.v = dev_alloc(P.pool_bytes);
+    P.bt = calloc((size_t)NS * P.bt_stride, sizeof(int32_t));
+    int n_kvtok = 0;
+    for (int s = 0, used = 0; s < NS; s++) {
+        for (int j = 0; j < (ctx[s] + block_size - 1) / block_size; j++) P.bt[s * P.bt_stride + j] = used++;
+        n_kvtok += ctx[s];
+    }
+    int kv_f = n_kv * hd, row_f = n_heads * hd;
+    float *k = rnd_vec((size_t)n_kvtok * kv_f, 1.0f), *v = rnd_vec((size_t)n_kvtok * kv_f, 1.0f);
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)n_kvtok);
+    for (int s = 0, t = 0; s < NS; s++)
+        for (int p = 0; p < ctx[s]; p++, t++)
+            slots[t] = P.bt[s * P.bt_stride + p / block_size] * block_size + p % block_size;
+    float *dk = dev_from(k, sizeof(float) * (size_t)n_kvtok * kv_f), *dv = dev_from(v, sizeof(float) * (size_t)n_kvtok * kv_f);
+    int32_t *dslots = dev_from(slots, sizeof(int32_t) * (size_t)n_kvtok);
+    step_begin();
+    be->ops->kv_store(be, &P.kv, P.layer, dslots, n_kvtok, dk, dv);
+    step_end();
+
+    /* rows of sequence 0 at positions 692..699: each alone first */
+    enum { CH = CUDA_GEMV_MAX_N_TEST };
+    const int p_last = ctx[0] - 1;
+    float *alone = malloc(sizeof(float) * CH * row_f), *got = malloc(sizeof(float) * CH * NS * row_f);
+    for (int j = 0; j < CH; j++) {
+        int s0 = 0, f = p_last - (CH - 1) + j, one = 1;
+        attn_inv_call(&P, n_heads, 1, &s0, &f, &one, alone + (size_t)j * row_f);
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "attention invariance %s hd=%d heads=%d/%d", dtype_name(kdt), hd, n_heads, n_kv);
+    /* (a) the last row beside 7 other decodes of other lengths */
+    {
+        int seq[NS], f[NS], n[NS];
+        for (int s = 0; s < NS; s++) {
+            seq[s] = s;
+            f[s] = ctx[s] - 1;
+            n[s] = 1;
+        }
+        attn_inv_call(&P, n_heads, NS, seq, f, n, got);
+        CHECK_MSG(memcmp(got, alone + (size_t)(CH - 1) * row_f, sizeof(float) * row_f) == 0,
+                  "%s: a decode row beside 7 others differs from the row alone", what);
+    }
+    /* (b) every row of a chunk of CH rows (a verify chunk of k + 1 = 8) */
+    {
+        int s0 = 0, f = p_last - (CH - 1), n = CH, bad = -1;
+        attn_inv_call(&P, n_heads, 1, &s0, &f, &n, got);
+        for (int j = CH - 1; j >= 0; j--)
+            if (memcmp(got + (size_t)j * row_f, alone + (size_t)j * row_f, sizeof(float) * row_f)) bad = j;
+        CHECK_MSG(bad < 0, "%s: row %d of a %d-row chunk differs from the row alone", what, bad, CH);
+    }
+    /* (c) a chunk of 4 (rows 4..7) between decodes of three other sequences */
+    {
+        int seq[4] = {4, 0, 2, 6}, f[4] = {ctx[4] - 1, p_last - 3, ctx[2] - 1, ctx[6] - 1}, n[4] = {1, 4, 1, 1};
+        int bad = -1;
+        attn_inv_call(&P, n_heads, 4, seq, f, n, got);
+        for (int j = 3; j >= 0; j--)
+            if (memcmp(got + (size_t)(1 + j) * row_f, alone + (size_t)(CH - 4 + j) * row_f, sizeof(float) * row_f))
+                bad = j;
+        CHECK_MSG(bad < 0, "%s: row %d of a 4-row chunk among decodes differs from the row alone", what, bad);
+    }
+    /* the values themselves are checked by test_attn_case; here the rows must not be zero or NaN */
+    int finite = 1;
+    for (int i = 0; i < CH * row_f; i++) finite &= isfinite(alone[i]) && alone[i] != 0.0f;
+    CHECK_MSG(finite, "%s: a row alone is not finite and non-zero", what);
+    free(alone);
+    free(got);
+    free(P.bt);
+    free(k);
+    free(v);
+    free(slots);
+    dev_free(dk, sizeof(float) * (size_t)n_kvtok * kv_f);
+    dev_free(dv, sizeof(float) * (size_t)n_kvtok * kv_f);
+    dev_free(dslots, sizeof(int32_t) * (size_t)n_kvtok);
+    dev_free(P.kv.k, P.pool_bytes);
+    dev_free(P.kv.v, P.pool_bytes);
+}
+
+static void test_attn_invariance(void)
+{
+    for (int i = 0; i < 2; i++) {
+        enum dtype kdt = i ? DTYPE_F32 : DTYPE_BF16;
+        test_attn_invariance_case(kdt, 128, 32, 8); /* BF16: the decode kernel, group 4 */
+        test_attn_invariance_case(kdt, 64, 8, 2);   /* group 4, hd 64 (the demo's shape) */
+        test_attn_invariance_case(kdt, 80, 4, 4);   /* the generic split-K kernel */
+    }
 }
 
 /* ---- CUDA graphs ----
@@ -1859,6 +2036,7 @@ int main(int argc, char **argv)
     test_attention();
     test_attn_prefill();
     test_attn_decode();
+    test_attn_invariance();
     test_graphs();
     test_moe();
     test_gdn_graph();

@@ -8,8 +8,8 @@
  * random models fall into loops of their own output, so prompt lookup has both right and wrong
  * guesses), and blocks must come back (no leak from rolled-back drafts). Also: a seeded sampled
  * request gives the same tokens with and without speculation; a small KV pool (preemption while
- * speculating) changes nothing; per-request usage and engine stats count drafts; bad options are
- * refused. */
+ * speculating) changes nothing; per-request usage and engine stats count drafts; a backend's
+ * exact_rows bounds the drafts of a step; bad options are refused. */
 #include "base/mem.h"
 #include "engine_oracle_util.h"
 #include "model/model.h"
@@ -217,6 +217,55 @@ static void run_model(const char *name, int natural)
     model_free(m);
 }
 
+/* A backend whose rows are exact only in steps of at most exact_rows (the GPU: tensor/backend.h):
+ * the planner keeps decode + drafts inside it (exact_rows 4: at most 3 drafted tokens per verify
+ * step of one request; 1: none), and greedy output stays the reference's. */
+static void test_exact_rows(void)
+{
+    static struct oracle o;
+    struct model *m = oracle_open("qwen3-tiny", &o);
+    if (!m) return;
+    int vocab = model_get_info(m)->vocab_size;
+    static int32_t p[N_REQ][200];
+    int len[N_REQ];
+    int n = make_prompts(&o, vocab, p, len);
+    static struct collect ref[N_REQ];
+    struct engine *e = make_engine(m, ENGINE_SPEC_OFF, 64ull << 20);
+    run_batch(e, p, len, n, 0, ref);
+    collect_wait_idle(e, (uint64_t)n);
+    engine_destroy(e);
+    script = (struct script){
+        .prompts = (const int32_t(*)[200])p, .len = len, .ref = ref, .n = n, .vocab = vocab};
+    struct backend *be = model_backend(m);
+    const int limits[2] = {4, 1};
+    for (int li = 0; li < 2; li++) {
+        be->exact_rows = limits[li];
+        e = make_engine_d(m, ENGINE_SPEC_NGRAM, 64ull << 20, 1);
+        struct collect c;
+        struct cairn_err err = {0};
+        struct engine_request r = collect_request(&c, p[n - 1], len[n - 1], N_GEN);
+        r.ignore_eos = 1;
+        CHECK_MSG(engine_submit(e, &r, NULL, &err) == CAIRN_OK, "%s", err.msg);
+        CHECK(collect_wait(&c, 1));
+        collect_wait_idle(e, 1);
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        CHECK_MSG(same_tokens(&ref[n - 1], &c), "exact_rows %d: tokens differ", limits[li]);
+        if (limits[li] == 1)
+            CHECK_EQ_INT(st.n_spec_drafted, 0);
+        else
+            CHECK_MSG(st.n_spec_drafted > 0 && st.n_spec_drafted <= 3 * st.n_spec_steps,
+                      "exact_rows 4: %llu drafted in %llu verify steps",
+                      (unsigned long long)st.n_spec_drafted, (unsigned long long)st.n_spec_steps);
+        printf("exact_rows %d: %llu drafted, %llu accepted, %llu verify steps\n", limits[li],
+               (unsigned long long)st.n_spec_drafted, (unsigned long long)st.n_spec_accepted,
+               (unsigned long long)st.n_spec_steps);
+        engine_destroy(e);
+    }
+    be->exact_rows = 0;
+    model_free(m);
+}
+
 static void test_bad_options(void)
 {
     char dir[1024];
@@ -268,6 +317,7 @@ int main(void)
     run_model("qwen3-tiny", 1);
     run_model("qwen3-moe-tiny", 1);
     run_model("qwen3_5-tiny", 0);
+    test_exact_rows();
     test_bad_options();
     /* n-gram indexes and state copies are all returned */
     CHECK_EQ_INT(cairn_mem_used(CAIRN_MEM_OTHER), other0);
