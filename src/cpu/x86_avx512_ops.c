@@ -13,9 +13,9 @@
 /* Tiled attention (x86_simd_attn.h): 32 query rows per item (2 zmm of lanes), S tiles of 12
  * positions × 2 vectors and O tiles of 4 rows × 4 vectors (24 and 16 of 32 zmm). */
 #define ATT_ROWS 32
-/* Not yet run on an AVX-512 CPU (the development machines are AVX2): auto keeps the rowwise
- * kernel here until test_cpu_ops and cpu_isa_oracle.sh pass on one; CAIRN_CPU_ATTN=tiled opts in. */
-#define ATT_AUTO 0
+/* auto takes it: test_cpu_ops and cpu_isa_oracle.sh (CAIRN_CPU_ATTN=tiled) pass on an AVX-512 CPU
+ * (Zen 5), where Qwen3-0.6B bf16 pp4096 ran 2.3x faster than rowwise (README, CPU prefill). */
+#define ATT_AUTO 1
 #define ATT_ST_PT 12
 #define ATT_ST_RV 2
 #define ATT_O_RT 4
