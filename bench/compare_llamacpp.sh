@@ -21,15 +21,19 @@ NPM_DIR=.deps/bench-npm
 NLC_VERSION=3.22.1
 
 # What the script needs besides cairn: python3 with numpy (the GGUF writer), node/npm (llama.cpp).
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    if [ "$(id -u)" -eq 0 ] && [ "$PY" = python3 ] && command -v apt-get >/dev/null; then
+# A python3 first on PATH that is not Debian's (pyenv, a venv) does not see Debian's numpy: then
+# Debian's own /usr/bin/python3 is used, installing python3-numpy for it if root can.
+if ! "$PY" -c 'import numpy' 2>/dev/null && [ "$PY" = python3 ] && [ -x /usr/bin/python3 ]; then
+    if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
         echo "compare_llamacpp: installing python3-numpy" >&2
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-numpy >/dev/null
-    else
-        echo "compare_llamacpp: $PY lacks numpy: install it (Debian: sudo apt-get install python3-numpy," >&2
-        echo "  or pip install numpy) or point PYTHON at a python3 that has it" >&2
-        exit 1
     fi
+    /usr/bin/python3 -c 'import numpy' 2>/dev/null && PY=/usr/bin/python3
+fi
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    echo "compare_llamacpp: $PY lacks numpy: install it (Debian: sudo apt-get install python3-numpy," >&2
+    echo "  or pip install numpy) or point PYTHON at a python3 that has it" >&2
+    exit 1
 fi
 for c in node npm; do
     command -v "$c" >/dev/null || { echo "compare_llamacpp: needs $c (Debian: apt-get install nodejs npm)" >&2; exit 1; }
