@@ -15,7 +15,8 @@
 #   FUZZ_RSS_MB=2048
 # Out: FUZZ_OUT/NAME.log (libFuzzer's output), FUZZ_OUT/new/NAME/ (the corpus plus what the
 # run found: `NAME -merge=1 tests/fuzz/corpus/NAME FUZZ_OUT/new/NAME` keeps the inputs that add
-# coverage), FUZZ_OUT/artifacts/ (crash-*, timeout-*, oom-*, leak-*), FUZZ_OUT/table.txt.
+# coverage), FUZZ_OUT/artifacts/ (crash-*, timeout-*, oom-*, leak-*; slow-unit-*: inputs over 10 s, counted in the
+# table's result column, not failures), FUZZ_OUT/table.txt.
 # Exit status 1 if any target crashed or failed, else 0 (a target short of FUZZ_RUNS in
 # FUZZ_SECONDS is not a failure: the table says "time").
 set -uo pipefail
@@ -74,7 +75,7 @@ fz_run()
     local status=0 table=$out/table.txt
     printf '%-24s %12s %8s %9s %8s %7s  %s\n' target execs seconds exec/s crashes new result > "$table"
     for n in "${names[@]}"; do
-        local work=$out/new/$n log=$out/$n.log t0 t1 rc execs secs_used crashes new0 new1 result mode=()
+        local work=$out/new/$n log=$out/$n.log t0 t1 rc execs secs_used crashes slow new0 new1 result mode=()
         [ -x "$bin/$n" ] || { echo "no binary $bin/$n" >&2; status=1; continue; }
         mkdir -p "$work"
         cp -r "$corpus/$n/." "$work/" 2>/dev/null
@@ -88,11 +89,14 @@ fz_run()
         t1=$(date +%s)
         execs=$(fz_stats "$log")
         secs_used=$((t1 - t0))
-        crashes=$(ls "$out/artifacts" | grep -c "^$n-" || true)
+        # slow-unit-* (libFuzzer's -report_slow_units, 10 s by default) are reported, not failures
+        crashes=$(ls "$out/artifacts" | grep "^$n-" | grep -vc -- "-slow-unit-" || true)
+        slow=$(ls "$out/artifacts" | grep -c "^$n-slow-unit-" || true)
         new1=$(ls "$work" | wc -l)
         if [ "$rc" -ne 0 ] || [ "$crashes" -gt 0 ]; then result="FAIL (rc $rc)"; status=1
         elif [ "$execs" -ge "$runs" ]; then result="runs"
         else result="time"; fi
+        [ "$slow" -gt 0 ] && result="$result, $slow slow"
         printf '%-24s %12s %8s %9s %8s %7s  %s\n' "$n" "$execs" "$secs_used" \
             "$((execs / (secs_used > 0 ? secs_used : 1)))" "$crashes" "$((new1 - new0))" "$result" | tee -a "$table"
     done
