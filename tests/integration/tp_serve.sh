@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# `cairn serve --tensor-parallel N` on simulated CPU ranks (issue 23): one engine drives a group
+# of ranks (model/model_group.h). Through the HTTP API, on a dense, a MoE and a hybrid (Gated
+# DeltaNet) oracle model, greedy text at N = 2 and N = 4 equals N = 1, and so does the group of
+# one (CAIRN_TP_FORCE=1); a batch of concurrent requests under N = 2 equals each alone; a
+# prefix-cache hit under N = 2 (cached tokens > 0, hybrid state snapshots included) gives the
+# cold answer; /api/status names the ranks. Refused with a clear error: tiers and MTP under
+# tensor parallel, a head count that does not divide.
+# The oracle models have no tokenizer: each gets a byte-level BPE one of its 1024 ids (bytes,
+# then ASCII pairs), so prompts and outputs are plain text.
+set -uo pipefail
+. "$(dirname "$0")/lib/serve_lib.sh"
+export CAIRN_LOG_LEVEL=warn
+O=$CAIRN_SRC/tests/data/oracle/models
+MD=$SERVE_TMP/models
+MODELS="qwen3-tiny qwen3-moe-tiny qwen3_5-tiny"
+node -e '
+const fs = require("fs"), path = require("path");
+const [md, oracle, ...models] = process.argv.slice(1);
+const bs = [];
+for (let b = 33; b < 127; b++) bs.push(b);
+for (let b = 161; b < 173; b++) bs.push(b);
+for (let b = 174; b < 256; b++) bs.push(b);
+const cs = bs.slice(); let n = 0;
+for (let b = 0; b < 256; b++) if (!bs.includes(b)) { bs.push(b); cs.push(256 + n++); }
+const ch = {}; bs.forEach((b, i) => ch[b] = String.fromCodePoint(cs[i]));
+const vocab = {}; const merges = [];
+for (let b = 0; b < 256; b++) vocab[ch[b]] = b;
+const letters = " etaoinshrdlucmfwypvbgk.,".split("").map(c => ch[c.charCodeAt(0)]);
+let id = 256;
+for (const a of letters) for (const b of letters) {
+    if (id >= 1024) break;
+    if (vocab[a + b] === undefined) { vocab[a + b] = id++; merges.push(a + " " + b); }
+}
+for (let k = 0; id < 1024; k++) { const t = "x" + k + "y"; vocab[t] = id++; }
+const tok = {version: "1.0", added_tokens: [], normalizer: null,
+    pre_tokenizer: {type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true},
+    post_processor: null, decoder: {type: "ByteLevel"},
+    model: {type: "BPE", vocab, merges, byte_fallback: false}};
+for (const m of models) {
+    const d = path.join(md, m);
+    fs.mkdirSync(d, {recursive: true});
+    for (const f of ["config.json", "model.safetensors"]) fs.symlinkSync(path.join(oracle, m, f), path.join(d, f));
+    fs.writeFileSync(path.join(d, "tokenizer.json"), JSON.stringify(tok));
+}' "$MD" "$O" $MODELS || { echo "cannot build the test tokenizer"; exit 1; }
+
+field() { node -e 'let d="";process.stdin.on("data",c=>d+=c).on("end",()=>{let o;try{o=JSON.parse(d)}catch(e){process.stdout.write("BAD JSON: "+d.slice(0,200));return}const f=new Function("o","return "+process.argv[1]);const v=f(o);process.stdout.write(typeof v==="string"?v:JSON.stringify(v))})' "$1"; }
+post() { # post PORT JSON-BODY: /v1/completions
+    curl -s --max-time 300 "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' -d "$2"
+}
+req() { # req MODEL PROMPT MAX_TOKENS
+    printf '{"model":"%s","temperature":0,"max_tokens":%d,"prompt":"%s"}' "$1" "$3" "$2"
+}
+text() { field 'o.choices ? o.choices[0].text + "|" + o.usage.completion_tokens : "ERROR " + JSON.stringify(o)'; }
+
+P1="the cat sat on the mat and then the dog ran in the rain, a tale told at dusk"
+P2="once upon a time in a land far away there lived a small fox who loved songs"
+P3="where do rivers go when they reach the sea? ask the old man who fishes there"
+# longer than one 64-token block, for the prefix cache
+LONG="$P1. $P2. $P3. $P1 again, with a twist: the mat was red and the dog was late. hello"
+
+common=(--model-dir "$MD" --device cpu --threads 2 --kv-cache-size 64M)
+start_server tp1 "${common[@]}"
+CAIRN_TEST_STEP_DELAY_MS=20 start_server tp2 "${common[@]}" --tensor-parallel 2
+start_server tp4 "${common[@]}" --tensor-parallel 4
+CAIRN_TP_FORCE=1 start_server force1 "${common[@]}" --tensor-parallel 1
+
+st=$(curl -s "http://127.0.0.1:$PORT_tp2/api/status")
+check_eq "status: tensor_parallel 2" "$(echo "$st" | field 'o.tensor_parallel')" "2"
+check_eq "status: the two ranks' devices" "$(echo "$st" | field 'o.devices.join(",")')" "cpu:tp0/2,cpu:tp1/2"
+check_eq "status: one device without tensor parallel" \
+    "$(curl -s "http://127.0.0.1:$PORT_tp1/api/status" | field 'o.tensor_parallel + " " + o.devices.length')" "1 1"
+
+for m in $MODELS; do
+    for p in "$P1" "$P2" "$P3"; do
+        ref=$(post "$PORT_tp1" "$(req "$m" "$p" 24)" | text)
+        check "$m: N = 1 gives text ($ref)" [ "${#ref}" -gt 12 ]
+        case "$ref" in ERROR*) continue ;; esac
+        for s in tp2 tp4 force1; do
+            port=PORT_$s
+            check_eq "$m, $s: greedy text = N 1 ('${p:0:20}...')" "$(post "${!port}" "$(req "$m" "$p" 24)" | text)" "$ref"
+        done
+    done
+    # batched == solo under N = 2: three at once (the 20 ms step delay keeps them overlapping)
+    bpids=()
+    for i in 1 2 3; do
+        pv=P$i
+        post "$PORT_tp2" "$(req "$m" "${!pv}" 24)" > "$SERVE_TMP/$m.b$i" &
+        bpids+=($!)
+    done
+    for j in "${bpids[@]}"; do wait "$j"; done
+    for i in 1 2 3; do
+        pv=P$i
+        solo=$(post "$PORT_tp1" "$(req "$m" "${!pv}" 24)" | text)
+        check_eq "$m, tp2: batched request $i = solo" "$(text < "$SERVE_TMP/$m.b$i")" "$solo"
+    done
+    # prefix cache under N = 2: the second identical long prompt reuses its blocks
+    cold=$(post "$PORT_tp2" "$(req "$m" "$LONG" 16)")
+    warm=$(post "$PORT_tp2" "$(req "$m" "$LONG" 16)")
+    ref=$(post "$PORT_tp1" "$(req "$m" "$LONG" 16)" | text)
+    check "$m, tp2: the long prompt spans a block ($(echo "$cold" | field 'o.usage.prompt_tokens') tokens)" \
+        [ "$(echo "$cold" | field 'o.usage.prompt_tokens')" -gt 64 ]
+    hit=$(echo "$warm" | field 'o.usage.prompt_tokens_details ? o.usage.prompt_tokens_details.cached_tokens : 0')
+    check "$m, tp2: prefix-cache hit ($hit cached tokens)" [ "${hit:-0}" -ge 64 ]
+    check_eq "$m, tp2: cold = N 1" "$(echo "$cold" | text)" "$ref"
+    check_eq "$m, tp2: prefix hit = cold" "$(echo "$warm" | text)" "$(echo "$cold" | text)"
+done
+st=$(curl -s "http://127.0.0.1:$PORT_tp2/api/status")
+check "tp2: requests ran ($(echo "$st" | field 'o.models.map(x=>x.id+":"+x.requests_done).join(" ")'))" \
+    [ "$(echo "$st" | field 'o.models.reduce((a,x)=>a+x.requests_done,0)')" -ge 24 ]
+for s in tp1 tp2 tp4 force1; do stop_server $s; done
+
+# refusals
+out=$("$CAIRN_BIN" serve "${common[@]}" --tensor-parallel 2 --hot-cache-max-size 64M --port 0 2>&1)
+check_eq "tiers under tensor parallel: exit 2" "$?" "2"
+check_has "tiers under tensor parallel: why" "$out" "lower KV tiers (--hot-cache-max-size, --ssd-cache-dir) are not supported under tensor parallel"
+out=$("$CAIRN_BIN" serve "${common[@]}" --tensor-parallel 2 --speculative mtp --port 0 2>&1)
+check_eq "MTP under tensor parallel: exit 2" "$?" "2"
+check_has "MTP under tensor parallel: why" "$out" "--speculative mtp is not supported under tensor parallel"
+out=$("$CAIRN_BIN" serve --model "$MD/qwen3-tiny" --device cpu --tensor-parallel 3 --preload --port 0 2>&1)
+check "3 ranks on 4 heads: the load fails" [ "$?" -ne 0 ]
+check_has "3 ranks on 4 heads: why" "$out" "does not divide by --tensor-parallel 3"
+out=$("$CAIRN_BIN" serve --model "$MD/qwen3-tiny" --device cuda --tensor-parallel 16 --port 0 2>&1)
+check_eq "16 GPU ranks: exit 2" "$?" "2"
+check_has "16 GPU ranks: why" "$out" "--tensor-parallel 16 --device cuda"
+finish tp_serve
