@@ -71,6 +71,7 @@ check_eq "status: the two ranks' devices" "$(echo "$st" | field 'o.devices.join(
 check_eq "status: one device without tensor parallel" \
     "$(curl -s "http://127.0.0.1:$PORT_tp1/api/status" | field 'o.tensor_parallel + " " + o.devices.length')" "1 1"
 
+REF_P1=$(post "$PORT_tp1" "$(req qwen3-tiny "$P1" 24)" | text)
 for m in $MODELS; do
     for p in "$P1" "$P2" "$P3"; do
         ref=$(post "$PORT_tp1" "$(req "$m" "$p" 24)" | text)
@@ -109,6 +110,22 @@ st=$(curl -s "http://127.0.0.1:$PORT_tp2/api/status")
 check "tp2: requests ran ($(echo "$st" | field 'o.models.map(x=>x.id+":"+x.requests_done).join(" ")'))" \
     [ "$(echo "$st" | field 'o.models.reduce((a,x)=>a+x.requests_done,0)')" -ge 24 ]
 for s in tp1 tp2 tp4 force1; do stop_server $s; done
+
+# a failure on one rank fails the step for all: the injected stall (backend_test_stall) hits
+# whichever rank steps first, past --step-timeout; the request ends with 503, the group is
+# unloaded, and the next request loads it again and answers as before
+CAIRN_TEST_STALL_MS=3000 start_server stall "${common[@]}" --tensor-parallel 2 --step-timeout 1
+code=$(curl -s -o "$SERVE_TMP/stall.json" -w '%{http_code}' --max-time 60 "http://127.0.0.1:$PORT_stall/v1/completions" \
+    -H 'Content-Type: application/json' -d "$(req qwen3-tiny "$P1" 8)")
+check_eq "a rank's stall: HTTP 503" "$code" "503"
+check_has "a rank's stall: says which rank" "$(cat "$SERVE_TMP/stall.json")" "tensor parallel: rank "
+again=""
+for _ in $(seq 1 100); do
+    again=$(post "$PORT_stall" "$(req qwen3-tiny "$P1" 24)" | text)
+    case "$again" in ERROR*) sleep 0.1 ;; *) break ;; esac
+done
+check_eq "after the stall: reloaded, the same text" "$again" "$REF_P1"
+stop_server stall
 
 # refusals
 out=$("$CAIRN_BIN" serve "${common[@]}" --tensor-parallel 2 --hot-cache-max-size 64M --port 0 2>&1)
