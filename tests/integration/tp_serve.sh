@@ -6,43 +6,21 @@
 # prefix-cache hit under N = 2 (cached tokens > 0, hybrid state snapshots included) gives the
 # cold answer; /api/status names the ranks. Refused with a clear error: tiers and MTP under
 # tensor parallel, a head count that does not divide.
-# The oracle models have no tokenizer: each gets a byte-level BPE one of its 1024 ids (bytes,
-# then ASCII pairs), so prompts and outputs are plain text.
+# The oracle models have no tokenizer: each gets tests/data/tp/tokenizer.json, a byte-level BPE
+# of their 1024 ids (the 256 bytes, then 625 merged pairs of common ASCII characters, then
+# "x<k>y" fillers), so prompts and outputs are plain text.
 set -uo pipefail
 . "$(dirname "$0")/lib/serve_lib.sh"
 export CAIRN_LOG_LEVEL=warn
-O=$CAIRN_SRC/tests/data/oracle/models
+SRC_ABS=$(cd "$CAIRN_SRC" && pwd)
+O=$SRC_ABS/tests/data/oracle/models
 MD=$SERVE_TMP/models
 MODELS="qwen3-tiny qwen3-moe-tiny qwen3_5-tiny"
-node -e '
-const fs = require("fs"), path = require("path");
-const [md, oracle, ...models] = process.argv.slice(1);
-const bs = [];
-for (let b = 33; b < 127; b++) bs.push(b);
-for (let b = 161; b < 173; b++) bs.push(b);
-for (let b = 174; b < 256; b++) bs.push(b);
-const cs = bs.slice(); let n = 0;
-for (let b = 0; b < 256; b++) if (!bs.includes(b)) { bs.push(b); cs.push(256 + n++); }
-const ch = {}; bs.forEach((b, i) => ch[b] = String.fromCodePoint(cs[i]));
-const vocab = {}; const merges = [];
-for (let b = 0; b < 256; b++) vocab[ch[b]] = b;
-const letters = " etaoinshrdlucmfwypvbgk.,".split("").map(c => ch[c.charCodeAt(0)]);
-let id = 256;
-for (const a of letters) for (const b of letters) {
-    if (id >= 1024) break;
-    if (vocab[a + b] === undefined) { vocab[a + b] = id++; merges.push(a + " " + b); }
-}
-for (let k = 0; id < 1024; k++) { const t = "x" + k + "y"; vocab[t] = id++; }
-const tok = {version: "1.0", added_tokens: [], normalizer: null,
-    pre_tokenizer: {type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true},
-    post_processor: null, decoder: {type: "ByteLevel"},
-    model: {type: "BPE", vocab, merges, byte_fallback: false}};
-for (const m of models) {
-    const d = path.join(md, m);
-    fs.mkdirSync(d, {recursive: true});
-    for (const f of ["config.json", "model.safetensors"]) fs.symlinkSync(path.join(oracle, m, f), path.join(d, f));
-    fs.writeFileSync(path.join(d, "tokenizer.json"), JSON.stringify(tok));
-}' "$MD" "$O" $MODELS || { echo "cannot build the test tokenizer"; exit 1; }
+for m in $MODELS; do
+    mkdir -p "$MD/$m"
+    for f in config.json model.safetensors; do ln -s "$O/$m/$f" "$MD/$m/$f"; done
+    ln -s "$SRC_ABS/tests/data/tp/tokenizer.json" "$MD/$m/tokenizer.json"
+done
 
 field() { node -e 'let d="";process.stdin.on("data",c=>d+=c).on("end",()=>{let o;try{o=JSON.parse(d)}catch(e){process.stdout.write("BAD JSON: "+d.slice(0,200));return}const f=new Function("o","return "+process.argv[1]);const v=f(o);process.stdout.write(typeof v==="string"?v:JSON.stringify(v))})' "$1"; }
 post() { # post PORT JSON-BODY: /v1/completions
