@@ -271,7 +271,7 @@ int model_group_load(const char *dir, struct backend_tp *tp, struct model_group 
                              .tp_rank = 0,
                              .tp_world = g->world,
                              .exact_rows = b0->exact_rows};
-    snprintf(g->be.name, sizeof(g->be.name), "tp%d:%s", g->world, b0->name);
+    snprintf(g->be.name, sizeof(g->be.name), "tp%d:%.24s", g->world, b0->name);
     for (int r = 1; r < g->world; r++) {
         struct model_group_rank_arg *a = malloc(sizeof(*a));
         if (a) *a = (struct model_group_rank_arg){.g = g, .rank = r};
