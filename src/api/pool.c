@@ -973,6 +973,7 @@ json_t *pool_devices_json(const struct pool *p)
     json_t *o = json_object(), *d = json_array();
     const struct backend_tp *tp = p->opts.tp;
     json_object_set_new(o, "tensor_parallel", json_integer(tp ? tp->world : 1));
+    json_object_set_new(o, "sharded", json_boolean(tp != NULL)); /* a rank group (of one: CAIRN_TP_FORCE) */
     if (tp)
         for (int r = 0; r < tp->world; r++) json_array_append_new(d, json_string(tp->bes[r]->name));
     else if (p->opts.device)

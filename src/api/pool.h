@@ -174,7 +174,8 @@ json_t *pool_memory_json(struct pool *p);
 const char *pool_state_name(enum pool_state s);
 /* The loaded model's info (the group's under tensor parallel), or NULL while not loaded. */
 const struct model_info *pool_model_info(const struct pool_model *m);
-/* {"tensor_parallel": N, "devices": [rank 0's name, ...]} for /api/status (new reference). */
+/* {"tensor_parallel": N, "sharded": whether models run as a rank group, "devices": [rank 0's
+ * name, ...]} for /api/status (new reference). */
 json_t *pool_devices_json(const struct pool *p);
 
 #endif

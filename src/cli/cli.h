@@ -37,6 +37,9 @@ int cli_tp_wanted(int n);
  * simulated CPU ranks) into *out (close with backend_tp_close), or returns 2 after a message
  * saying why (more ranks than GPUs, no CUDA). Otherwise *out = NULL and 0 (the plain path). */
 int cli_tp_open(const char *cmd, const char *device, int n, struct backend_tp **out);
+/* cairn bench --allreduce (bench_allreduce.c): the all-reduce of [rows, hidden] f32 over a group
+ * of world ranks on device, iters per timed step, reps steps; exit code. */
+int bench_allreduce(const char *device, int world, int hidden, int rows, int iters, int reps, int json);
 #define CLI_TP_HELP                                                                                \
     "  --tensor-parallel N          shard the model over GPUs 0..N-1 (default 1; see README)\n"
 

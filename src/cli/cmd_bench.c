@@ -21,6 +21,9 @@
  *       --tensor-parallel N (> 1, or CAIRN_TP_FORCE=1): the model sharded over GPUs 0..N-1 (NCCL)
  *       or N simulated CPU ranks; every rank runs the same steps on its own thread and rank 0
  *       times and reports them; the GPU roofline is against N x the device's copy bandwidth.
+ *   cairn bench --allreduce HIDDEN --tensor-parallel N [-p ROWS] [-n ITERS] [--reps R] [--device D]
+ *       the tensor-parallel all-reduce of [ROWS (default 1), HIDDEN] f32 alone (bench_allreduce.c):
+ *       microseconds per call and per layer (two per layer), bus bandwidth.
  *   cairn bench --attn HEADS:KV_HEADS:HEAD_DIM [-p N] [--chunk C] [-t T] [--reps R]
  *       synthetic attention (no model) on the CPU: one layer's causal prefill of -p tokens in
  *       chunks of C (default all) over bf16 paged KV, the rowwise and the tiled kernel
@@ -90,6 +93,8 @@ static void bench_usage(FILE *f)
             "                   [--json]\n"
             "       cairn bench --model DIR [-p 512[,4096,...]] [-n 128] [-t THREADS] [--batch B] [--reps R]\n"
             "                   [--chunk C] [--json] [--device auto|cpu|cuda[:N]] [--tensor-parallel N]\n"
+            "       cairn bench --allreduce HIDDEN --tensor-parallel N [-p ROWS] [-n ITERS] [--reps R]\n"
+            "                   [--device cpu|cuda] [--json]   one all-reduce of [ROWS, HIDDEN] f32\n"
             "options: --probe-mb MB  size of the bandwidth probe buffer (default 512)\n"
             "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_ATTN=auto|rowwise|tiled\n"
             "     the attention kernel of --model\n");
@@ -334,7 +339,8 @@ int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o = {.n_prompt = 512, .n_gen = 128, .batch = 1, .group = 64, .n_cols = 1,
                            .dtype = "bf16", .probe_mb = 512, .device = "auto"};
-    int n_set = 0, n_tp = 1; /* n_tp: --tensor-parallel */
+    int n_set = 0, n_tp = 1, p_set = 0; /* n_tp: --tensor-parallel */
+    const char *allreduce = NULL;       /* --allreduce HIDDEN (bench_allreduce.c) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -353,8 +359,10 @@ int cmd_bench(int argc, char **argv)
         else if (strcmp(a, "--matmul") == 0) o.matmul = v;
         else if (strcmp(a, "--attn") == 0) o.attn = v;
         else if (strcmp(a, "--dtype") == 0) o.dtype = v;
+        else if (strcmp(a, "--allreduce") == 0) allreduce = v;
         else if (strcmp(a, "-p") == 0) {
             if (bench_parse_prompts(v, &o) != 0) return 2;
+            p_set = 1;
         } else if (strcmp(a, "--chunk") == 0) o.chunk = atoi(v);
         else if (strcmp(a, "-n") == 0) {
             o.n_gen = atoi(v);
@@ -376,6 +384,9 @@ int cmd_bench(int argc, char **argv)
         }
         i++;
     }
+    if (allreduce)
+        return bench_allreduce(o.device, n_tp, atoi(allreduce), p_set ? o.n_prompt : 1, n_set ? o.n_gen : 100,
+                               o.reps > 0 ? o.reps : 5, o.json);
     if (!o.model && !o.matmul && !o.attn) {
         bench_usage(stderr);
         return 2;

@@ -39,6 +39,10 @@ expect 0 "tensor parallel:   2 ranks (cpu:tp0/2, simulated" -- "$bin" bench --mo
     --device cpu --tensor-parallel 2 -p 8 -n 4 --reps 1 --probe-mb 4
 expect 0 '"tensor_parallel": 2, ' -- "$bin" bench --model "$M/qwen3-moe-tiny" --device cpu \
     --tensor-parallel 2 -p 8 -n 4 --batch 2 --reps 1 --probe-mb 4 --json
+expect 0 "all-reduce of \[1, 64\] f32 (0.2 KiB) over 2 ranks (cpu:tp0/2)" -- "$bin" bench --allreduce 64 \
+    --tensor-parallel 2 --device cpu -n 20 --reps 3
+expect 0 '"mode": "allreduce", "device": "cpu:tp0/4", "tensor_parallel": 4, "hidden": 32, "rows": 3' -- \
+    "$bin" bench --allreduce 32 -p 3 --tensor-parallel 4 --device cpu -n 5 --reps 1 --json
 expect 2 "runs with --model only" -- "$bin" bench --matmul 48x256 --tensor-parallel 2
 expect 1 "does not divide by --tensor-parallel 3" -- "$bin" bench --model "$M/qwen3-tiny" \
     --device cpu --tensor-parallel 3 -p 8 -n 2 --reps 1 --probe-mb 4

@@ -47,7 +47,9 @@ st=$(curl -s "http://127.0.0.1:$PORT_tp2/api/status")
 check_eq "status: tensor_parallel 2" "$(echo "$st" | field 'o.tensor_parallel')" "2"
 check_eq "status: the two ranks' devices" "$(echo "$st" | field 'o.devices.join(",")')" "cpu:tp0/2,cpu:tp1/2"
 check_eq "status: one device without tensor parallel" \
-    "$(curl -s "http://127.0.0.1:$PORT_tp1/api/status" | field 'o.tensor_parallel + " " + o.devices.length')" "1 1"
+    "$(curl -s "http://127.0.0.1:$PORT_tp1/api/status" | field 'o.tensor_parallel + " " + o.devices.length + " " + o.sharded')" "1 1 false"
+check_eq "status: a group of one under CAIRN_TP_FORCE=1" \
+    "$(curl -s "http://127.0.0.1:$PORT_force1/api/status" | field 'o.tensor_parallel + " " + o.devices.join() + " " + o.sharded')" "1 cpu:tp0/1 true"
 
 REF_P1=$(post "$PORT_tp1" "$(req qwen3-tiny "$P1" 24)" | text)
 for m in $MODELS; do
