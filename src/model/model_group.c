@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/log.h"
 
 #define MODEL_GROUP_BUF_MAGIC 0x63747062u /* "ctpb" */
 
@@ -283,8 +282,6 @@ int model_group_load(const char *dir, struct backend_tp *tp, struct model_group 
         }
         g->n_threads = r;
     }
-    if (model_get_info(g->t->ranks[0])->n_mtp_layers > 0)
-        LOG_INFO("model", "%s: its MTP head is not used under tensor parallel", dir);
     *out = g;
     return CAIRN_OK;
 fail:

@@ -2,7 +2,8 @@
 # `cairn serve --tensor-parallel N` on simulated CPU ranks (issue 23): one engine drives a group
 # of ranks (model/model_group.h). Through the HTTP API, on a dense, a MoE and a hybrid (Gated
 # DeltaNet) oracle model, greedy text at N = 2 and N = 4 equals N = 1, and so does the group of
-# one (CAIRN_TP_FORCE=1); a batch of concurrent requests under N = 2 equals each alone; a
+# one (CAIRN_TP_FORCE=1); so does the demo model's chat text at N = 2 (dense MLX q8 with an MTP
+# head, which a rank leaves unloaded), whose 6 heads N = 4 refuses; a batch of concurrent requests under N = 2 equals each alone; a
 # prefix-cache hit under N = 2 (cached tokens > 0, hybrid state snapshots included) gives the
 # cold answer; /api/status names the ranks. Refused with a clear error: tiers and MTP under
 # tensor parallel, a head count that does not divide.
@@ -21,6 +22,7 @@ for m in $MODELS; do
     for f in config.json model.safetensors; do ln -s "$O/$m/$f" "$MD/$m/$f"; done
     ln -s "$SRC_ABS/tests/data/tp/tokenizer.json" "$MD/$m/tokenizer.json"
 done
+ln -s "$SRC_ABS/models/demo" "$MD/demo" # dense qwen3, MLX q8, a chat template and an MTP head
 
 field() { node -e 'let d="";process.stdin.on("data",c=>d+=c).on("end",()=>{let o;try{o=JSON.parse(d)}catch(e){process.stdout.write("BAD JSON: "+d.slice(0,200));return}const f=new Function("o","return "+process.argv[1]);const v=f(o);process.stdout.write(typeof v==="string"?v:JSON.stringify(v))})' "$1"; }
 post() { # post PORT JSON-BODY: /v1/completions
@@ -86,6 +88,16 @@ for m in $MODELS; do
     check_eq "$m, tp2: cold = N 1" "$(echo "$cold" | text)" "$ref"
     check_eq "$m, tp2: prefix hit = cold" "$(echo "$warm" | text)" "$(echo "$cold" | text)"
 done
+# the demo model through the chat API: its MTP head is left unloaded under tensor parallel
+chat='{"model":"demo","temperature":0,"max_tokens":40,"messages":[{"role":"user","content":"Write a story about a fox."}]}'
+chat_text() { curl -s --max-time 300 "http://127.0.0.1:$1/v1/chat/completions" -H 'Content-Type: application/json' -d "$chat" |
+    field 'o.choices ? o.choices[0].message.content : "ERROR " + JSON.stringify(o)'; }
+ref=$(chat_text "$PORT_tp1")
+check "demo: a story (${ref:0:40}...)" [ "${#ref}" -gt 40 ]
+check_eq "demo, tp2: chat text = N 1" "$(chat_text "$PORT_tp2")" "$ref"
+check_eq "demo, force1: chat text = N 1" "$(chat_text "$PORT_force1")" "$ref"
+check_has "demo, tp4: 6 heads refused" "$(chat_text "$PORT_tp4")" "num_attention_heads (6) does not divide by --tensor-parallel 4"
+
 st=$(curl -s "http://127.0.0.1:$PORT_tp2/api/status")
 check "tp2: requests ran ($(echo "$st" | field 'o.models.map(x=>x.id+":"+x.requests_done).join(" ")'))" \
     [ "$(echo "$st" | field 'o.models.reduce((a,x)=>a+x.requests_done,0)')" -ge 24 ]
