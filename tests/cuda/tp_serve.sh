@@ -12,7 +12,8 @@
 # In both: a batch of concurrent requests equals each alone, and a prefix-cache hit (cached
 # tokens > 0) equals the cold answer.
 # usage: tests/cuda/tp_serve.sh   Env: CAIRN_BIN (default build-cuda/cairn), OUT (logs), TP_N,
-# TP_DEVICE (default cuda; cpu: the same script on simulated CPU ranks, a rehearsal without a GPU).
+# TP_DEVICE (default cuda; cpu: the same script on simulated CPU ranks, a rehearsal without a GPU),
+# TP_TOKENIZER (default tests/data/tp/tokenizer.json).
 # Exit: 0 passed, 1 a difference, 77 no GPU (or too few, or a build without CUDA, or no python3).
 set -u
 cd "${CAIRN_SRC:-$(dirname "$0")/../..}"
@@ -39,7 +40,7 @@ rm -rf "$MD"
 for m in qwen3-tiny qwen3-moe-tiny qwen3_5-tiny; do
     mkdir -p "$MD/$m"
     for f in config.json model.safetensors; do ln -s "$O/$m/$f" "$MD/$m/$f"; done
-    ln -s "$SRC/tests/data/tp/tokenizer.json" "$MD/$m/tokenizer.json"
+    ln -s "${TP_TOKENIZER:-$SRC/tests/data/tp/tokenizer.json}" "$MD/$m/tokenizer.json"
 done
 ln -s "$SRC/models/demo" "$MD/demo"
 
