@@ -10,7 +10,8 @@
 #   serve   tests/cuda/tp_serve.sh with TP_N=2: /api/status names both GPUs, batched == solo and
 #           prefix hit == cold on the sharded server (text against one GPU is reported).
 #   b8      8B BF16 (bench/configs/llama-3.1-8b.json, synthesized on /tmp): bench -p 512 -n 128
-#           --reps 3 at one GPU and at --tensor-parallel 2; batch-1 decode ratio (target >= 1.6).
+#           --reps 3 at one GPU and at --tensor-parallel 2; batch-1 decode ratio (target >= 1.6);
+#           then bench-engine at 1, 8 and 32 concurrent sequences, one GPU and TP 2.
 #   ar      the all-reduce alone (bench --allreduce): [1, 4096] (a decode step's, 2 per layer)
 #           and [512, 4096] (a prefill chunk's), per call and per layer.
 # usage: tests/cuda/tp_multi.sh [parity] [serve] [b8] [ar]
@@ -110,6 +111,13 @@ print("8B BF16 TP 2:  pp512 %.0f tok/s, tg128 %.1f tok/s (%.0f%% of 2 GPUs' copy
 print("8B BF16 batch-1 decode TP2 / 1 GPU: %.2fx (target >= 1.6x)" % (b["tg_tps_median"] / a["tg_tps_median"]))
 EOF
         tail -3 "$SUM"
+        for n in 1 2; do # the engine's batched decode (one engine over the model group at 2)
+            [ "$(left)" -lt 60 ] && { note "SKIPPED bench-engine 8B: time"; break; }
+            timeout "$(($(left) - 10))" "$BIN" bench-engine --model "$d" --device cuda --tensor-parallel $n \
+                --concurrency 1,8,32 --prompt 128 --gen 64 --prefix-len 0 > "$OUT/engine-8b-tp$n.log" 2>&1 ||
+                bad "bench-engine 8B TP $n: $(tail -2 "$OUT/engine-8b-tp$n.log")"
+            grep "^decode" "$OUT/engine-8b-tp$n.log" | sed "s/^/  bench-engine 8B TP $n: /" | tee -a "$SUM"
+        done
         rm -rf "$d" ;;
     ar)
         for rows in 1 512; do

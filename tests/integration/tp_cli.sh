@@ -3,7 +3,8 @@
 # dense and a hybrid oracle model passes the oracle (every rank runs the check on its own
 # thread; the sharding math itself is test_tp_cpu); a split that would cut MLX groups, a count
 # out of range and more ranks than visible GPUs exit 2 with the reason; bench runs sharded
-# (text and JSON), and refuses a head count that does not divide. serve: tp_serve.sh.
+# (text and JSON) and refuses a head count that does not divide; bench --allreduce times the
+# all-reduce alone; bench-engine drives an engine over a model group. serve: tp_serve.sh.
 set -uo pipefail
 bin=${CAIRN_BIN:?}; src=${CAIRN_SRC:-.}
 export CAIRN_LOG_LEVEL=warn
@@ -43,6 +44,8 @@ expect 0 "all-reduce of \[1, 64\] f32 (0.2 KiB) over 2 ranks (cpu:tp0/2)" -- "$b
     --tensor-parallel 2 --device cpu -n 20 --reps 3
 expect 0 '"mode": "allreduce", "device": "cpu:tp0/4", "tensor_parallel": 4, "hidden": 32, "rows": 3' -- \
     "$bin" bench --allreduce 32 -p 3 --tensor-parallel 4 --device cpu -n 5 --reps 1 --json
+expect 0 "tensor parallel: 2 ranks, cpu:tp0/2 .. cpu:tp1/2" -- "$bin" bench-engine --model "$M/qwen3_5-tiny" \
+    --device cpu --tensor-parallel 2 --concurrency 2 --prompt 16 --gen 4 --prefix-len 80
 expect 2 "runs with --model only" -- "$bin" bench --matmul 48x256 --tensor-parallel 2
 expect 1 "does not divide by --tensor-parallel 3" -- "$bin" bench --model "$M/qwen3-tiny" \
     --device cpu --tensor-parallel 3 -p 8 -n 2 --reps 1 --probe-mb 4
