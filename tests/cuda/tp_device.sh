@@ -11,9 +11,11 @@
 # hold copies of this folder's scripts and tests/data/tp/tokenizer.json (a carry folder used
 # before the branch is in the device's tree). OUT: where logs go.
 set -u
-cd "${CAIRN_SRC:-$(dirname "$0")/../..}"
-SRC=$PWD
 HERE=$(cd "$(dirname "$0")" && pwd)
+# the tree root: CAIRN_SRC, else tests/cuda/../.. (in the repository), else the current folder
+# (a carry folder at the root of the device's tree)
+if [ -n "${CAIRN_SRC:-}" ]; then cd "$CAIRN_SRC"; elif [ -f "$HERE/../../CMakeLists.txt" ]; then cd "$HERE/../.."; fi
+SRC=$PWD
 BIN_DIR=${BIN_DIR:-$HERE}
 case "$BIN_DIR" in /*) ;; *) BIN_DIR=$SRC/$BIN_DIR ;; esac
 OUT=${OUT:-$(mktemp -d)}
@@ -26,12 +28,12 @@ TOK=$HERE/tokenizer.json
 rc=0
 t0=$(date +%s)
 CAIRN_SRC=$SRC CAIRN_BIN=$BIN OUT=$OUT/tp1 timeout 150 bash "$HERE/tp1.sh" > "$OUT/tp1.log" 2>&1
-r=$?; echo "tp1.sh rc=$r ($(($(date +%s) - t0)) s)"; cat "$OUT/tp1.log"; [ $r = 0 ] || rc=1
+r=$?; echo "tp1.sh rc=$r ($(($(date +%s) - t0)) s)"; cat "$OUT/tp1.log"; [ $r = 0 ] || [ $r = 77 ] || rc=1
 t0=$(date +%s)
 CAIRN_SRC=$SRC CAIRN_BIN=$BIN OUT=$OUT/serve TP_TOKENIZER=$TOK timeout 200 bash "$HERE/tp_serve.sh" \
     > "$OUT/tp_serve.log" 2>&1
 r=$?; echo "tp_serve.sh rc=$r ($(($(date +%s) - t0)) s): $(grep -c '^ok' "$OUT/tp_serve.log") ok"
-grep -v '^ok' "$OUT/tp_serve.log" | head -20; [ $r = 0 ] || rc=1
+grep -v '^ok' "$OUT/tp_serve.log" | head -20; [ $r = 0 ] || [ $r = 77 ] || rc=1
 for rows in 1 512; do
     CAIRN_TP_FORCE=1 timeout 60 "$BIN" bench --allreduce 4096 -p $rows --tensor-parallel 1 --device cuda -n 200 \
         --reps 5 2>&1 | tail -1
