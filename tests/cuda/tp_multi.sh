@@ -20,7 +20,10 @@
 # /tmp/cairn-tp), TP_BUDGET (seconds, default 540: parts that would start past it are skipped
 # and say so). Exit: 0 passed, 1 a failure, 77 fewer than 2 GPUs / no binary.
 set -u
+HERE=$(cd "$(dirname "$0")" && pwd) # tp_serve.sh (and tokenizer.json in a carry folder) beside it
 cd "${CAIRN_SRC:-$(dirname "$0")/../..}"
+TOK=$HERE/tokenizer.json
+[ -f "$TOK" ] || TOK=$PWD/tests/data/tp/tokenizer.json
 BIN=${CAIRN_BIN:-build-cuda/cairn}
 OUT=${OUT:-$(mktemp -d /tmp/cairn-tp-multi.XXXXXX)}
 MODELS=${MODELS:-/tmp/cairn-tp}
@@ -85,7 +88,8 @@ for part in $parts; do
             done
         done ;;
     serve)
-        TP_N=2 TP_DEVICE=$DEV OUT=$OUT/serve CAIRN_BIN=$BIN timeout "$(left)" bash tests/cuda/tp_serve.sh > "$OUT/serve.log" 2>&1
+        TP_N=2 TP_DEVICE=$DEV OUT=$OUT/serve CAIRN_BIN=$BIN CAIRN_SRC=$PWD TP_TOKENIZER=$TOK timeout "$(left)" \
+            bash "$HERE/tp_serve.sh" > "$OUT/serve.log" 2>&1
         rc=$?
         grep -E "^(ok|FAIL|note)" "$OUT/serve.log" | sed 's/^/  /' >> "$SUM"
         [ $rc = 0 ] && note "serve TP 2: ok ($(grep -c '^ok' "$OUT/serve.log") checks)" ||
