@@ -87,6 +87,9 @@ struct api_backend {
     /* The memory guard's budget, holders and state for /api/status (new reference). May be
      * NULL. */
     json_t *(*memory_json)(void *ctx);
+    /* {"tensor_parallel": N, "devices": [names]} for /api/status: the devices models run on, one
+     * per tensor-parallel rank (new reference). May be NULL. */
+    json_t *(*devices_json)(void *ctx);
     /* Admin API (api/api_admin.c); NULL: those routes answer 501. Never block on a load.
      * admin_models: array of model states (new reference). admin_model: action "get", "load",
      * "unload", "pin" or "unpin" on one model (id or alias): *out is its state afterwards;
@@ -133,6 +136,9 @@ struct api_real_opts {
      * each other's blocks. Budgets apply per model. A model's `tiers: false` setting opts out. */
     const struct kv_tiers_opts *tiers_opts;
     struct backend *device;       /* where models are loaded (tensor/backend.h); not owned */
+    struct backend_tp *tp;        /* --tensor-parallel: every model is loaded sharded over this
+                                   * group (model/model_group.h) and `device` is its rank 0; the
+                                   * device budget is the ranks' sum. NULL: one device. Not owned */
     uint64_t max_process_memory;  /* host budget of the guard; 0 = engine_guard_default_limit */
     uint64_t max_device_memory;   /* device budget (a GPU backend); 0 = max_device_memory_pct of
                                    * the device's total, or engine_guard_default_device_limit */

@@ -218,6 +218,11 @@ char *api_info_status(struct api *a, int *status)
     json_object_set_new(o, "errors_total", json_integer((json_int_t)__atomic_load_n(&a->n_errors, __ATOMIC_RELAXED)));
     json_object_set_new(o, "memory_bytes", mem);
     if (a->be.memory_json) json_object_set_new(o, "memory_guard", a->be.memory_json(a->be.ctx));
+    if (a->be.devices_json) { /* "tensor_parallel": N and "devices": one name per rank */
+        json_t *dev = a->be.devices_json(a->be.ctx);
+        json_object_update(o, dev);
+        json_decref(dev);
+    }
     /* sums since start: (total1 - total0) / (count1 - count0) between two reads is the mean */
     json_object_set_new(o, "latency", json_pack("{s:I,s:f,s:I,s:f}", "ttft_count",
                                                 (json_int_t)__atomic_load_n(&a->lat.n_ttft, __ATOMIC_RELAXED), "ttft_s_total",

@@ -108,7 +108,7 @@ static void real_gen_store(const struct real_gen_field *f, struct engine_samplin
 static void real_sampling_defaults(void *ctx, int idx, struct engine_sampling *s, unsigned given)
 {
     struct pool *p = ctx;
-    const struct model_gen_defaults *g = &model_get_info(p->models[idx].m)->gen;
+    const struct model_gen_defaults *g = &pool_model_info(&p->models[idx])->gen;
     unsigned from_gen = g->has & ~given;
     double v;
     pthread_mutex_lock(&p->mu);
@@ -217,11 +217,11 @@ static const struct grammar_vocab *real_grammar_vocab(void *ctx, int idx, struct
     struct pool *p = ctx;
     struct pool_model *m = &p->models[idx];
     pthread_mutex_lock(&p->gvocab_mu);
-    if (!m->gvocab && m->tok && m->m) {
+    if (!m->gvocab && m->tok && pool_model_info(m)) {
         uint8_t *blob = NULL;
         const uint8_t **bytes = NULL;
         size_t *lens = NULL;
-        const struct model_info *mi = model_get_info(m->m);
+        const struct model_info *mi = pool_model_info(m);
         if (tok_vocab_bytes(m->tok, &blob, &bytes, &lens, err) == CAIRN_OK) {
             int n = tok_vocab_size(m->tok);
             if (n > mi->vocab_size) n = mi->vocab_size; /* ids past the model's rows never come out */
@@ -300,6 +300,11 @@ static void real_destroy(void *ctx)
 static json_t *real_memory_json(void *ctx)
 {
     return pool_memory_json(ctx);
+}
+
+static json_t *real_devices_json(void *ctx)
+{
+    return pool_devices_json(ctx);
 }
 
 static json_t *real_admin_models(void *ctx)
@@ -393,6 +398,7 @@ int api_backend_real_create(const struct api_real_opts *opts, struct api_backend
     out->tier_stats = real_tier_stats;
     out->destroy = real_destroy;
     out->memory_json = real_memory_json;
+    out->devices_json = real_devices_json;
     out->admin_models = real_admin_models;
     out->admin_model = real_admin_model;
     out->admin_settings_get = real_admin_settings_get;

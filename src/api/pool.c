@@ -16,6 +16,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "model/config.h"
+#include "model/model_group.h"
 #include "tensor/backend.h"
 
 const char *pool_state_name(enum pool_state s)
@@ -358,6 +359,8 @@ static void pool_model_release(struct pool_model *m)
     if (m->e) engine_destroy(m->e);
     kv_tiers_close(m->tiers); /* after the engine: flushes dirty hot blocks to the SSD */
     if (m->m) model_free(m->m);
+    model_group_free(m->grp);
+    m->grp = NULL;
     if (m->tok) tok_free(m->tok);
     if (m->tmpl) tmpl_free(m->tmpl);
     grammar_vocab_free(m->gvocab); /* after engine_destroy: no request uses it any more */
@@ -556,7 +559,8 @@ static int pool_do_load(struct pool *p, int idx, const struct engine_opts *eo, i
     __atomic_store_n(&m->progress.bytes_done, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&m->progress.bytes_total, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&m->phase, "weights", __ATOMIC_RELAXED);
-    int rc = model_load_watch(m->dir, p->opts.device, &m->progress, &m->m, err);
+    int rc = p->opts.tp ? model_group_load(m->dir, p->opts.tp, &m->grp, err)
+                        : model_load_watch(m->dir, p->opts.device, &m->progress, &m->m, err);
     if (rc == 0) {
         __atomic_store_n(&m->phase, "tokenizer", __ATOMIC_RELAXED);
         rc = tok_load(m->dir, &m->tok, err);
@@ -575,7 +579,7 @@ static int pool_do_load(struct pool *p, int idx, const struct engine_opts *eo, i
         __atomic_store_n(&m->phase, "engine", __ATOMIC_RELAXED);
         pool_detok_opts(m, &o);
         if (use_tiers) {
-            const struct model_info *mi = model_get_info(m->m);
+            const struct model_info *mi = pool_model_info(m);
             struct kv_tiers_opts to = *p->opts.tiers_opts;
             memset(&to.sig, 0, sizeof(to.sig));
             snprintf(to.sig.arch, sizeof(to.sig.arch), "%s", mi->model_type);
@@ -590,9 +594,9 @@ static int pool_do_load(struct pool *p, int idx, const struct engine_opts *eo, i
             rc = kv_tiers_open(&to, &m->tiers, err);
             if (rc == 0) o.tiers = kv_tiers_ops(m->tiers);
         }
-        if (rc == 0) rc = engine_create(m->m, &o, &m->e, err);
+        if (rc == 0) rc = m->grp ? engine_create_group(m->grp, &o, &m->e, err) : engine_create(m->m, &o, &m->e, err);
         if (rc == 0) {
-            const struct model_info *mi = model_get_info(m->m);
+            const struct model_info *mi = pool_model_info(m);
             m->context_length = o.context_length > 0 && o.context_length < mi->max_position ? o.context_length
                                                                                            : mi->max_position;
         }
@@ -723,7 +727,7 @@ static void pool_admit_and_load(struct pool *p, int idx)
     int rc = pool_do_load(p, idx, &o, use_tiers, &err);
     if (rc == CAIRN_OK) {
         /* the hold becomes what was measured (loads run one at a time on this thread) */
-        const struct model_info *mi = model_get_info(m->m);
+        const struct model_info *mi = pool_model_info(m);
         uint64_t owned = cairn_mem_used(CAIRN_MEM_WEIGHTS) - w0;
         /* weights the backend copied to the device: their file pages were released after the
          * upload (RELEASE_HOST), so the host keeps only the rest of the mapping */
@@ -849,6 +853,9 @@ static int pool_device_budget(struct pool *p, struct cairn_err *err)
     uint64_t limit = o->max_device_memory;
     if (!limit && o->max_device_memory_pct > 0) limit = (uint64_t)((double)ms.device_total * o->max_device_memory_pct / 100.0);
     if (!limit) limit = engine_guard_default_device_limit(ms.device_total);
+    /* tensor parallel: each model's weights and KV are spread over the ranks, so the budget (and
+     * every estimate against it) is the group's: N x rank 0's */
+    if (o->tp && o->tp->world > 1) limit *= (uint64_t)o->tp->world;
     if (!limit)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "the device's memory size is unknown: give --max-device-memory SIZE");
     int rc = engine_guard_create(CAIRN_MEM_DEVICE, limit, &p->dguard, err);
@@ -913,6 +920,7 @@ int pool_create(const struct api_real_opts *opts, struct pool **out, struct cair
         json_t *st = pool_setting(p, -1, "step_timeout");
         double t = p->opts.step_timeout_s > 0 ? p->opts.step_timeout_s : json_is_number(st) ? json_number_value(st) : 0;
         if (t > 0) p->opts.device->step_timeout_s = t;
+        for (int r = 0; t > 0 && p->opts.tp && r < p->opts.tp->world; r++) p->opts.tp->bes[r]->step_timeout_s = t;
     }
     if (pthread_create(&p->thread, NULL, pool_thread_main, p) != 0) {
         rc = cairn_err_set(err, CAIRN_ERR_INTERNAL, "cannot start the model pool thread");
@@ -953,4 +961,23 @@ void pool_destroy(struct pool *p)
     pthread_cond_destroy(&p->cv);
     pthread_cond_destroy(&p->cv_work);
     free(p);
+}
+
+const struct model_info *pool_model_info(const struct pool_model *m)
+{
+    return m->grp ? model_group_info(m->grp) : m->m ? model_get_info(m->m) : NULL;
+}
+
+json_t *pool_devices_json(const struct pool *p)
+{
+    json_t *o = json_object(), *d = json_array();
+    const struct backend_tp *tp = p->opts.tp;
+    json_object_set_new(o, "tensor_parallel", json_integer(tp ? tp->world : 1));
+    json_object_set_new(o, "sharded", json_boolean(tp != NULL)); /* a rank group (of one: CAIRN_TP_FORCE) */
+    if (tp)
+        for (int r = 0; r < tp->world; r++) json_array_append_new(d, json_string(tp->bes[r]->name));
+    else if (p->opts.device)
+        json_array_append_new(d, json_string(p->opts.device->name));
+    json_object_set_new(o, "devices", d);
+    return o;
 }

@@ -86,7 +86,8 @@ struct pool_model {
     struct engine_guard_hold dhold; /* on pool->dguard (device backends) */
     struct model_load_progress progress; /* bytes of weights prepared by the load (atomics) */
     /* set by the pool thread while loading; constant while loaded */
-    struct model *m;
+    struct model *m;             /* NULL under tensor parallel: grp */
+    struct model_group *grp;     /* api_real_opts.tp: the model sharded over it, else NULL */
     struct engine *e;
     struct kv_tiers *tiers;
     struct tok *tok;
@@ -171,5 +172,10 @@ json_t *pool_model_json(struct pool *p, int idx);
 /* The guard's budget and holds (status, admin): new reference. */
 json_t *pool_memory_json(struct pool *p);
 const char *pool_state_name(enum pool_state s);
+/* The loaded model's info (the group's under tensor parallel), or NULL while not loaded. */
+const struct model_info *pool_model_info(const struct pool_model *m);
+/* {"tensor_parallel": N, "sharded": whether models run as a rank group, "devices": [rank 0's
+ * name, ...]} for /api/status (new reference). */
+json_t *pool_devices_json(const struct pool *p);
 
 #endif

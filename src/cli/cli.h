@@ -30,10 +30,16 @@ int cli_device_open(const char *cmd, const char *name, int n_threads, struct bac
 
 /* --tensor-parallel N (cli_device.c): 0 with *n in 1..BACKEND_TP_MAX, or 2 after a message. */
 int cli_tp_parse(const char *cmd, const char *v, int *n);
-/* For the commands that cannot run a group yet (serve, bench): N > 1 opens the group first, so
- * that a count past the visible GPUs (or no CUDA) gets its own error, then says what is not
- * done; returns 2. N == 1: returns 0 (today's path). */
-int cli_tp_refuse(const char *cmd, const char *device, int n);
+/* Whether --tensor-parallel n takes the sharded path: n > 1, or CAIRN_TP_FORCE=1 (a group of
+ * one, the NCCL path on one GPU: tests/cuda/tp1.sh). */
+int cli_tp_wanted(int n);
+/* When cli_tp_wanted(n): opens the group of n ranks on device (GPUs 0..n-1 with NCCL, or
+ * simulated CPU ranks) into *out (close with backend_tp_close), or returns 2 after a message
+ * saying why (more ranks than GPUs, no CUDA). Otherwise *out = NULL and 0 (the plain path). */
+int cli_tp_open(const char *cmd, const char *device, int n, struct backend_tp **out);
+/* cairn bench --allreduce (bench_allreduce.c): the all-reduce of [rows, hidden] f32 over a group
+ * of world ranks on device, iters per timed step, reps steps; exit code. */
+int bench_allreduce(const char *device, int world, int hidden, int rows, int iters, int reps, int json);
 #define CLI_TP_HELP                                                                                \
     "  --tensor-parallel N          shard the model over GPUs 0..N-1 (default 1; see README)\n"
 

@@ -2,6 +2,7 @@
  * check-logits): opens the backend, or says why not; and their --tensor-parallel N. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
 
@@ -26,20 +27,21 @@ int cli_tp_parse(const char *cmd, const char *v, int *n)
     return 0;
 }
 
-int cli_tp_refuse(const char *cmd, const char *device, int n)
+int cli_tp_wanted(int n)
 {
-    if (n <= 1) return 0;
+    const char *force = getenv("CAIRN_TP_FORCE");
+    return n > 1 || (force && strcmp(force, "1") == 0);
+}
+
+int cli_tp_open(const char *cmd, const char *device, int n, struct backend_tp **out)
+{
+    *out = NULL;
+    if (!cli_tp_wanted(n)) return 0;
     struct cairn_err err = {0};
-    struct backend_tp *tp = NULL;
-    if (backend_tp_open(device, n, &tp, &err) != CAIRN_OK) {
-        fprintf(stderr, "cairn %s: --tensor-parallel %d --device %s: %s\n", cmd, n, device,
-                err.msg);
+    if (backend_tp_open(device, n, out, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn %s: --tensor-parallel %d --device %s: %s\n", cmd, n,
+                device ? device : "auto", err.msg);
         return 2;
     }
-    backend_tp_close(tp);
-    fprintf(stderr,
-            "cairn %s: --tensor-parallel %d: the %d ranks open, but %s does not run a sharded "
-            "model yet (check-logits does; see README, tensor parallel)\n",
-            cmd, n, n, cmd);
-    return 2;
+    return 0;
 }

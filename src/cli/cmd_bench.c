@@ -18,6 +18,12 @@
  *       the bytes a step reads under its routing (moe_step_bytes: at most batch x top_k experts
  *       per layer, one row of an untied embedding) and that roofline
  *       (moe_decode_roofline_pct_median); the plain roofline counts every expert.
+ *       --tensor-parallel N (> 1, or CAIRN_TP_FORCE=1): the model sharded over GPUs 0..N-1 (NCCL)
+ *       or N simulated CPU ranks; every rank runs the same steps on its own thread and rank 0
+ *       times and reports them; the GPU roofline is against N x the device's copy bandwidth.
+ *   cairn bench --allreduce HIDDEN --tensor-parallel N [-p ROWS] [-n ITERS] [--reps R] [--device D]
+ *       the tensor-parallel all-reduce of [ROWS (default 1), HIDDEN] f32 alone (bench_allreduce.c):
+ *       microseconds per call and per layer (two per layer), bus bandwidth.
  *   cairn bench --attn HEADS:KV_HEADS:HEAD_DIM [-p N] [--chunk C] [-t T] [--reps R]
  *       synthetic attention (no model) on the CPU: one layer's causal prefill of -p tokens in
  *       chunks of C (default all) over bf16 paged KV, the rowwise and the tiled kernel
@@ -38,6 +44,7 @@
 #include "cpu/cpu.h"
 #include "model/model.h"
 #include "model/model_run.h"
+#include "model/model_tp.h"
 #ifdef CAIRN_HAVE_CUDA
 #include "cuda/cuda.h"
 #endif
@@ -86,6 +93,8 @@ static void bench_usage(FILE *f)
             "                   [--json]\n"
             "       cairn bench --model DIR [-p 512[,4096,...]] [-n 128] [-t THREADS] [--batch B] [--reps R]\n"
             "                   [--chunk C] [--json] [--device auto|cpu|cuda[:N]] [--tensor-parallel N]\n"
+            "       cairn bench --allreduce HIDDEN --tensor-parallel N [-p ROWS] [-n ITERS] [--reps R]\n"
+            "                   [--device cpu|cuda] [--json]   one all-reduce of [ROWS, HIDDEN] f32\n"
             "options: --probe-mb MB  size of the bandwidth probe buffer (default 512)\n"
             "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_ATTN=auto|rowwise|tiled\n"
             "     the attention kernel of --model\n");
@@ -220,6 +229,7 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
 
 
 static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe, struct backend *be);
+static int bench_model_tp(const struct bench_opts *o, const struct cpu_probe *probe, struct backend_tp *tp);
 
 /* Synthetic attention: bf16 KV of P random positions in blocks of 16 (block table in order), the
  * prompt's queries in chunks, rowwise and tiled alternating within each rep. */
@@ -329,7 +339,8 @@ int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o = {.n_prompt = 512, .n_gen = 128, .batch = 1, .group = 64, .n_cols = 1,
                            .dtype = "bf16", .probe_mb = 512, .device = "auto"};
-    int n_set = 0, n_tp = 1; /* n_tp: --tensor-parallel */
+    int n_set = 0, n_tp = 1, p_set = 0; /* n_tp: --tensor-parallel */
+    const char *allreduce = NULL;       /* --allreduce HIDDEN (bench_allreduce.c) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -348,8 +359,10 @@ int cmd_bench(int argc, char **argv)
         else if (strcmp(a, "--matmul") == 0) o.matmul = v;
         else if (strcmp(a, "--attn") == 0) o.attn = v;
         else if (strcmp(a, "--dtype") == 0) o.dtype = v;
+        else if (strcmp(a, "--allreduce") == 0) allreduce = v;
         else if (strcmp(a, "-p") == 0) {
             if (bench_parse_prompts(v, &o) != 0) return 2;
+            p_set = 1;
         } else if (strcmp(a, "--chunk") == 0) o.chunk = atoi(v);
         else if (strcmp(a, "-n") == 0) {
             o.n_gen = atoi(v);
@@ -371,6 +384,9 @@ int cmd_bench(int argc, char **argv)
         }
         i++;
     }
+    if (allreduce)
+        return bench_allreduce(o.device, n_tp, atoi(allreduce), p_set ? o.n_prompt : 1, n_set ? o.n_gen : 100,
+                               o.reps > 0 ? o.reps : 5, o.json);
     if (!o.model && !o.matmul && !o.attn) {
         bench_usage(stderr);
         return 2;
@@ -382,7 +398,10 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "cairn bench: counts must be positive\n");
         return 2;
     }
-    if (cli_tp_refuse("bench", o.device, n_tp) != 0) return 2;
+    if (cli_tp_wanted(n_tp) && (o.matmul || o.attn)) {
+        fprintf(stderr, "cairn bench: --tensor-parallel runs with --model only\n");
+        return 2;
+    }
     struct cairn_err err = {0};
     /* The CPU backend holds the pool the probes and the matmul mode run on; the model runs on
      * --device (a second handle on the same CPU pool when that is the CPU). */
@@ -392,7 +411,12 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     if (cli_device_open("bench", "cpu", o.n_threads, &host) != 0) return 1;
-    if (o.model && cli_device_open("bench", o.device, o.n_threads, &be) != 0) {
+    struct backend_tp *tp = NULL; /* --tensor-parallel: the model runs sharded over it */
+    if (o.model && cli_tp_open("bench", o.device, n_tp, &tp) != 0) {
+        backend_close(host);
+        return 2;
+    }
+    if (o.model && !tp && cli_device_open("bench", o.device, o.n_threads, &be) != 0) {
         backend_close(host);
         return 2;
     }
@@ -401,9 +425,13 @@ int cmd_bench(int argc, char **argv)
     if (cpu_probe_run((size_t)o.probe_mb << 20, 5, &probe, &err) != CAIRN_OK)
         fprintf(stderr, "cairn bench: %s\n", err.msg);
     else
-        rc = o.matmul ? bench_matmul(&o, &probe) : o.attn ? bench_attn(&o, &probe) : bench_model(&o, &probe, be);
+        rc = o.matmul ? bench_matmul(&o, &probe)
+             : o.attn ? bench_attn(&o, &probe)
+             : tp     ? bench_model_tp(&o, &probe, tp)
+                      : bench_model(&o, &probe, be);
     cpu_probe_release();
     backend_close(be);
+    backend_tp_close(tp);
     backend_close(host);
     return rc;
 }
@@ -424,12 +452,14 @@ static int bench_prefill(struct model_run *run, const int32_t *tokens, int P, in
                          int cpu, double *secs, double *attn_s, struct cairn_err *err)
 {
     model_run_reset(run, 0);
-    cpu_attn_timer_reset();
-    cpu_attn_timer_enable(cpu);
+    if (cpu) { /* process-wide: only the reporting rank of a group touches it */
+        cpu_attn_timer_reset();
+        cpu_attn_timer_enable(1);
+    }
     double t0 = cairn_now();
     int rc = model_run_prefill(run, 0, tokens, P, chunk > 0 && chunk < P ? chunk : P, logits, err);
     *secs = cairn_now() - t0;
-    cpu_attn_timer_enable(0);
+    if (cpu) cpu_attn_timer_enable(0);
     *attn_s = cpu ? cpu_attn_timer_seconds() : 0;
     return rc;
 }
@@ -454,26 +484,43 @@ static void bench_len(const struct bench_opts *o, const struct model_info *info,
 /* Model mode: prefill of each -p length on one sequence, then (after the first length) -n
  * decode steps of --batch sequences (one token each, one logit row each), repeated --reps times;
  * medians and bests reported. */
-static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe, struct backend *be)
+/* The longest -p length. */
+static int bench_prompt_max(const struct bench_opts *o)
+{
+    int P_max = 0;
+    for (int i = 0; i < o->n_prompts; i++) P_max = o->prompts[i] > P_max ? o->prompts[i] : P_max;
+    return P_max;
+}
+
+/* The random tokens of a run: [P_max + batch] (caller frees). Drawn once, before any rank
+ * thread starts, so every rank of a group steps over the same tokens. */
+static int32_t *bench_tokens(const struct bench_opts *o, int vocab)
+{
+    int n = bench_prompt_max(o) + o->batch;
+    int32_t *t = cairn_xmalloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(bench_rand() % (uint32_t)vocab);
+    return t;
+}
+
+/* The model mode on a loaded model m on be. world > 1: m is one rank of a tensor-parallel group
+ * of world ranks, each running this on its own thread with the same steps; only rank 0
+ * (report) probes, times and prints: the all-reduces make its steps the group's. Returns 0 or
+ * 1 (after a message). */
+static int bench_model_on(const struct bench_opts *o, const struct cpu_probe *probe, struct model *m,
+                          struct backend *be, const int32_t *tokens, int world, int report)
 {
     struct cairn_err err = {0};
-    struct model *m = NULL;
     struct model_run run = {0};
     int rc = 1;
-    int32_t *tokens = NULL;
     float *logits = NULL;
     double *pt = NULL, *dt = NULL, *bw = NULL, *lt = NULL, *ls = NULL;
     struct model_run_item *items = NULL;
-    if (model_load(o->model, be, &m, &err) != CAIRN_OK) {
-        fprintf(stderr, "cairn bench: %s\n", err.msg);
-        return 1;
-    }
     const struct model_info *info = model_get_info(m);
     const int B = o->batch, P = o->n_prompt, N = o->n_gen, NP = o->n_prompts;
     const int reps = o->reps > 0 ? o->reps : 3;
-    const int cpu = be->kind == BACKEND_CPU;
-    int P_max = 0;
-    for (int i = 0; i < NP; i++) P_max = o->prompts[i] > P_max ? o->prompts[i] : P_max;
+    const int cpu = be->kind == BACKEND_CPU && report; /* the attention timer is process-wide */
+    const int host_probe = be->kind == BACKEND_CPU;
+    int P_max = bench_prompt_max(o);
     int step = o->chunk > 0 && o->chunk < P_max ? o->chunk : P_max;
     struct model_run_opts ro = {.n_seqs = B, .max_ctx = (P_max > P + N ? P_max : P + N), .max_step = step > B ? step : B,
                                 .block_size = 16, .kv_dtype = DTYPE_BF16};
@@ -481,8 +528,6 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
         fprintf(stderr, "cairn bench: %s\n", err.msg);
         goto cleanup;
     }
-    tokens = cairn_xmalloc((size_t)(P_max + B) * sizeof(int32_t));
-    for (int i = 0; i < P_max + B; i++) tokens[i] = (int32_t)(bench_rand() % (uint32_t)info->vocab_size);
     logits = cairn_xmalloc((size_t)B * (size_t)info->vocab_size * sizeof(float));
     items = cairn_xcalloc((size_t)B, sizeof(*items));
     pt = cairn_xmalloc((size_t)reps * sizeof(double));
@@ -494,7 +539,7 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
      * host's read probe says nothing about HBM); 0: the host probes are used. */
     double dev_gbs = 0;
 #ifdef CAIRN_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) {
+    if (be->kind == BACKEND_CUDA && report) {
         int dev = 0;
         if (strncmp(be->name, "cuda:", 5) == 0) dev = atoi(be->name + 5);
         if (cuda_probe_copy_bandwidth(dev, (size_t)o->probe_mb << 20, &dev_gbs, &err) != CAIRN_OK) {
@@ -507,7 +552,7 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
      * timing, CUDA graph capture): one untimed prefill of every length and a few decode steps
      * first, so that the medians measure the steady state. The CPU has no such work (and a
      * long CPU prefill costs minutes), so it starts timing at once. */
-    for (int i = 0; i < NP && !cpu; i++) {
+    for (int i = 0; i < NP && !host_probe; i++) {
         double s_warm, a_warm;
         if (bench_prefill(&run, tokens, o->prompts[i], o->chunk, logits, cpu, &s_warm, &a_warm, &err) != CAIRN_OK) {
             fprintf(stderr, "cairn bench: warm-up prefill: %s\n", err.msg);
@@ -540,7 +585,10 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
             }
         }
         /* Shared machine: a read probe right before and after each decode run. */
-        double bw0 = dev_gbs > 0 ? dev_gbs : cpu_probe_read_now((size_t)o->probe_mb << 20);
+        /* (not with simulated CPU ranks: the probe runs on the CPU pool outside a step, which the
+         * other ranks' steps hold: the start-up probe stands for it) */
+        int adj = report && dev_gbs <= 0 && world == 1;
+        double bw0 = adj ? cpu_probe_read_now((size_t)o->probe_mb << 20) : dev_gbs > 0 ? dev_gbs : probe->read_gbs;
         double t0 = cairn_now();
         for (int st = 0; st < N; st++) {
             for (int b = 0; b < B; b++)
@@ -552,7 +600,7 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
             }
         }
         dt[r] = cairn_now() - t0;
-        bw[r] = dev_gbs > 0 ? dev_gbs : 0.5 * (bw0 + cpu_probe_read_now((size_t)o->probe_mb << 20));
+        bw[r] = adj ? 0.5 * (bw0 + cpu_probe_read_now((size_t)o->probe_mb << 20)) : bw0;
         /* The other lengths, sequence 0 alone. */
         for (int i = 1; i < NP; i++) {
             double *sec = &lt[(size_t)i * reps + r];
@@ -562,6 +610,10 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
             }
             ls[(size_t)i * reps + r] = attn_s / *sec;
         }
+    }
+    if (!report) {
+        rc = 0;
+        goto cleanup;
     }
     double p_best = 1e30, d_best = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -574,10 +626,12 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
     /* Bytes one decode step reads: every weight once (tied embeddings are read whole by the
      * LM head; for untied models this counts the embedding table too: an upper bound) plus each
      * sequence's KV up to its position (mean position P + N/2). */
-    double kv_per_tok = (double)info->n_kv_layers * info->n_kv_heads * info->head_dim * 2.0 * 2.0;
+    /* tensor parallel: a rank reads its shard of the weights (weight_bytes is the whole model's)
+     * and its KV heads (info's are the rank's); the roofline is the ranks' summed bandwidth */
+    double kv_per_tok = (double)info->n_kv_layers * info->n_kv_heads * world * info->head_dim * 2.0 * 2.0;
     double step_bytes = (double)info->weight_bytes + B * kv_per_tok * (P + N / 2.0);
     double steps_best = N / d_best, steps_med = N / d_med;
-    double roof_gbs = dev_gbs > 0 ? dev_gbs : probe->read_gbs;
+    double roof_gbs = (dev_gbs > 0 ? dev_gbs : probe->read_gbs) * (be->kind == BACKEND_CPU ? 1 : world);
     double roof_best = 100.0 * step_bytes * steps_best / 1e9 / roof_gbs;
     double roof_med = 100.0 * step_bytes * steps_med / 1e9 / roof_gbs;
     double p_flops = bench_prefill_flops(info, P);
@@ -610,6 +664,7 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
                roof_med, roof_best, gf_med, gf_best, cpu ? 100.0 * gf_best / probe->fma_gflops : 0.0,
                100.0 * adj_med, 100.0 * adj_best);
         if (dev_gbs > 0) printf("\"device\": \"%s\", \"device_copy_gbs\": %.2f, ", be->name, dev_gbs);
+        if (world > 1) printf("\"tensor_parallel\": %d, ", world);
         if (act_bytes > 0)
             printf("\"moe_step_bytes\": %.0f, \"moe_decode_roofline_pct_median\": %.1f, ", act_bytes, act_med);
         printf("\"chunk\": %d, \"attn_kernel\": \"%s\", \"prefill\": [", o->chunk > 0 ? o->chunk : 0,
@@ -640,6 +695,9 @@ static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe
         if (o->chunk > 0) printf("  prefill chunk:     %d tokens per step\n", o->chunk);
         printf("  decode  tg%d x%d:   median %.2f tok/s, best %.2f tok/s\n", N, B, tg_med, tg_best);
         if (dev_gbs > 0) printf("  device %s: copy bandwidth %.2f GB/s\n", be->name, dev_gbs);
+        if (world > 1)
+            printf("  tensor parallel:   %d ranks (%s%s)\n", world, be->name,
+                   be->kind == BACKEND_CPU ? ", simulated: one CPU" : "; roofline against the ranks' summed bandwidth");
         printf("  decode roofline:   %.1f MB/step; best %.1f%%, median %.1f%% of %s bandwidth\n",
                step_bytes / 1e6, roof_best, roof_med, dev_gbs > 0 ? "the device's copy" : "read");
         printf("  vs adjacent probes: best %.1f%%, median %.1f%% (read probe just before/after each run)\n",
@@ -656,9 +714,58 @@ cleanup:
     free(pt);
     free(dt);
     free(bw);
-    free(tokens);
     free(logits);
     model_run_close(&run);
+    return rc;
+}
+
+static int bench_model(const struct bench_opts *o, const struct cpu_probe *probe, struct backend *be)
+{
+    struct cairn_err err = {0};
+    struct model *m = NULL;
+    if (model_load(o->model, be, &m, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn bench: %s\n", err.msg);
+        return 1;
+    }
+    int32_t *tokens = bench_tokens(o, model_get_info(m)->vocab_size);
+    int rc = bench_model_on(o, probe, m, be, tokens, 1, 1);
+    free(tokens);
     model_free(m);
+    return rc;
+}
+
+struct bench_tp_ctx {
+    const struct bench_opts *o;
+    const struct cpu_probe *probe;
+    const int32_t *tokens;
+    int world;
+    int rc[BACKEND_TP_MAX];
+};
+
+static int bench_tp_rank(struct model *m, int rank, void *ctx, struct cairn_err *err)
+{
+    struct bench_tp_ctx *c = ctx;
+    (void)err;
+    c->rc[rank] = bench_model_on(c->o, c->probe, m, model_backend(m), c->tokens, c->world, rank == 0);
+    return CAIRN_OK;
+}
+
+/* --tensor-parallel: the model sharded over tp, every rank running the benchmark on its own
+ * thread (model_tp_run), rank 0 reporting. */
+static int bench_model_tp(const struct bench_opts *o, const struct cpu_probe *probe, struct backend_tp *tp)
+{
+    struct cairn_err err = {0};
+    struct model_tp *t = NULL;
+    if (model_tp_load(o->model, tp, &t, &err) != CAIRN_OK) {
+        fprintf(stderr, "cairn bench: --tensor-parallel %d: %s\n", tp->world, err.msg);
+        return 1;
+    }
+    struct bench_tp_ctx c = {.o = o, .probe = probe, .world = tp->world};
+    c.tokens = bench_tokens(o, model_get_info(t->ranks[0])->vocab_size);
+    int rc = model_tp_run(t, bench_tp_rank, &c, &err) == CAIRN_OK ? 0 : 1;
+    if (rc) fprintf(stderr, "cairn bench: --tensor-parallel %d: %s\n", tp->world, err.msg);
+    for (int r = 0; r < tp->world; r++) rc |= c.rc[r];
+    free((void *)c.tokens);
+    model_tp_free(t);
     return rc;
 }

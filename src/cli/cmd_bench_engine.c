@@ -2,7 +2,7 @@
  *
  *   cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N] [--gen N]
  *                      [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]
- *                      [--sweep-prompt N] [--device auto|cpu|cuda[:N]]
+ *                      [--sweep-prompt N] [--device auto|cpu|cuda[:N]] [--tensor-parallel N]
  *   cairn bench-engine --attn-sweep CTX[,CTX...] [--block-sizes 16,32,64,128,256] [--device D]
  *
  * Reports (1) aggregate decode tok/s with each concurrency (decode-only steps: forward +
@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
+#include "model/model_group.h"
 
 struct bench_req {
     int done;
@@ -107,7 +108,9 @@ static double bench_decode(struct engine *e, int vocab, int conc, int prompt, in
     return s > 0 ? tok / s : 0;
 }
 
-static struct engine *bench_engine(struct model *m, enum dtype kv, int bs, int running, uint64_t kv_bytes)
+/* An engine over m, or over the tensor-parallel group g when it is set. */
+static struct engine *bench_engine(struct model *m, struct model_group *g, enum dtype kv, int bs, int running,
+                                   uint64_t kv_bytes)
 {
     struct engine_opts o;
     memset(&o, 0, sizeof(o));
@@ -118,7 +121,7 @@ static struct engine *bench_engine(struct model *m, enum dtype kv, int bs, int r
     o.kv_bytes = kv_bytes;
     struct engine *e = NULL;
     struct cairn_err err = {0};
-    if (engine_create(m, &o, &e, &err)) {
+    if (g ? engine_create_group(g, &o, &e, &err) : engine_create(m, &o, &e, &err)) {
         fprintf(stderr, "bench-engine: %s\n", err.msg);
         return NULL;
     }
@@ -249,7 +252,7 @@ static void bench_engine_usage(FILE *f)
 {
     fprintf(f, "usage: cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N]\n"
                "       [--gen N] [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]\n"
-               "       [--sweep-prompt N] [--device auto|cpu|cuda[:N]]\n"
+               "       [--sweep-prompt N] [--device auto|cpu|cuda[:N]] [--tensor-parallel N]\n"
                "       cairn bench-engine --attn-sweep CTX[,CTX] [--block-sizes 16,32,64,128,256] [--device D]\n");
 }
 
@@ -260,7 +263,8 @@ int cmd_bench_engine(int argc, char **argv)
     int bs = ENGINE_DEFAULT_BLOCK_SIZE, prompt = 128, gen = 64, prefix_len = 1024, sweep_prompt = 1024;
     int conc[8] = {1, 4, 16}, n_conc = 3, sizes[8], n_sizes = 0, attn_ctx[8], n_attn = 0;
     uint64_t kv_bytes = 2ull << 30;
-    enum { O_MODEL = 256, O_KV, O_BS, O_PROMPT, O_GEN, O_CONC, O_PREFIX, O_SIZES, O_SWEEP, O_ATTN, O_DEVICE, O_HELP };
+    int n_tp = 1;
+    enum { O_MODEL = 256, O_KV, O_BS, O_PROMPT, O_GEN, O_CONC, O_PREFIX, O_SIZES, O_SWEEP, O_ATTN, O_DEVICE, O_TP, O_HELP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"kv", required_argument, 0, O_KV},
@@ -273,6 +277,7 @@ int cmd_bench_engine(int argc, char **argv)
         {"sweep-prompt", required_argument, 0, O_SWEEP},
         {"attn-sweep", required_argument, 0, O_ATTN},
         {"device", required_argument, 0, O_DEVICE},
+        {"tensor-parallel", required_argument, 0, O_TP},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -298,6 +303,9 @@ int cmd_bench_engine(int argc, char **argv)
         case O_SWEEP: sweep_prompt = atoi(optarg); break;
         case O_ATTN: n_attn = bench_parse_list(optarg, attn_ctx, 8); break;
         case O_DEVICE: device = optarg; break;
+        case O_TP:
+            if (cli_tp_parse("bench-engine", optarg, &n_tp) != 0) return 2;
+            break;
         case 'h':
         case O_HELP: bench_engine_usage(stdout); return 0;
         case ':':
@@ -325,21 +333,34 @@ int cmd_bench_engine(int argc, char **argv)
         fprintf(stderr, "bench-engine: --model DIR is required\n");
         return 2;
     }
-    if (cli_device_open("bench-engine", device, 0, &be) != 0) return 2;
+    struct backend_tp *tp = NULL; /* --tensor-parallel: the engine drives a model group on it */
+    struct model_group *g = NULL;
     struct model *m = NULL;
     struct cairn_err err = {0};
-    if (model_load(dir, be, &m, &err)) {
-        fprintf(stderr, "bench-engine: %s\n", err.msg);
-        backend_close(be);
-        return 1;
+    if (cli_tp_open("bench-engine", device, n_tp, &tp) != 0) return 2;
+    if (tp) {
+        be = tp->bes[0];
+        if (model_group_load(dir, tp, &g, &err)) {
+            fprintf(stderr, "bench-engine: --tensor-parallel %d: %s\n", n_tp, err.msg);
+            backend_tp_close(tp);
+            return 1;
+        }
+    } else {
+        if (cli_device_open("bench-engine", device, 0, &be) != 0) return 2;
+        if (model_load(dir, be, &m, &err)) {
+            fprintf(stderr, "bench-engine: %s\n", err.msg);
+            backend_close(be);
+            return 1;
+        }
     }
-    const struct model_info *info = model_get_info(m);
+    const struct model_info *info = g ? model_group_info(g) : model_get_info(m);
     int vocab = info->vocab_size;
     printf("model %s: %d layers, hidden %d, vocab %d, %.2f GB weights; kv %s, block %d; device %s\n",
            dir, info->n_layers, info->hidden_size, vocab, (double)info->weight_bytes / 1e9, dtype_name(kv), bs,
            be->name);
+    if (tp) printf("tensor parallel: %d ranks, %s .. %s\n", n_tp, tp->bes[0]->name, tp->bes[n_tp - 1]->name);
     int rc = 0;
-    struct engine *e = bench_engine(m, kv, bs, 16, kv_bytes);
+    struct engine *e = bench_engine(m, g, kv, bs, 16, kv_bytes);
     if (!e) {
         rc = 1;
         goto out;
@@ -372,7 +393,7 @@ int cmd_bench_engine(int argc, char **argv)
     engine_destroy(e);
     e = NULL;
     for (int i = 0; i < n_sizes; i++) {
-        e = bench_engine(m, kv, sizes[i], 16, kv_bytes);
+        e = bench_engine(m, g, kv, sizes[i], 16, kv_bytes);
         if (!e) {
             rc = 1;
             break;
@@ -387,6 +408,8 @@ int cmd_bench_engine(int argc, char **argv)
     }
 out:
     model_free(m);
-    backend_close(be);
+    model_group_free(g);
+    if (tp) backend_tp_close(tp);
+    else backend_close(be);
     return rc;
 }

@@ -122,8 +122,7 @@ int cmd_check_logits(int argc, char **argv)
     }
     struct cairn_err err = {0};
     struct model_check_result r;
-    const char *force = getenv("CAIRN_TP_FORCE");
-    if (n_tp > 1 || (force && strcmp(force, "1") == 0)) {
+    if (cli_tp_wanted(n_tp)) {
         if (check_logits_tp(pos[0], pos[1], device, n_tp, &o, &r) != 0) return 2;
         return check_logits_report(&r, &o);
     }

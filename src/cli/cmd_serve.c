@@ -76,6 +76,13 @@ static void serve_usage(FILE *f)
             "  --admin-key KEY              /admin/api/ also needs x-admin-key: KEY\n");
 }
 
+/* Closes the device, or the tensor-parallel group whose rank 0 it is. */
+static void serve_close_dev(struct backend_tp *tp, struct backend *dev)
+{
+    if (tp) backend_tp_close(tp);
+    else backend_close(dev);
+}
+
 int cmd_serve(int argc, char **argv)
 {
     enum {
@@ -368,8 +375,25 @@ int cmd_serve(int argc, char **argv)
     struct api *api = NULL;
     struct http_server *srv = NULL;
     struct backend *dev = NULL;
-    if (cli_tp_refuse("serve", device, n_tp) != 0) return 2;
-    if (cli_device_open("serve", device, n_threads, &dev) != 0) return 2;
+    struct backend_tp *tp = NULL; /* --tensor-parallel: dev is its rank 0 (closed with it) */
+    if (cli_tp_wanted(n_tp) && !fake) {
+        if (ro.tiers_opts) {
+            fprintf(stderr, "cairn serve: --tensor-parallel %d: the lower KV tiers (--hot-cache-max-size, "
+                            "--ssd-cache-dir) are not supported under tensor parallel yet\n", n_tp);
+            return 2;
+        }
+        if (ro.speculative == ENGINE_SPEC_MTP) {
+            fprintf(stderr, "cairn serve: --tensor-parallel %d: --speculative mtp is not supported under tensor "
+                            "parallel yet (ngram is; auto drafts by prompt lookup)\n", n_tp);
+            return 2;
+        }
+        if (cli_tp_open("serve", device, n_tp, &tp) != 0) return 2;
+        ro.tp = tp;
+        dev = tp->bes[0];
+        LOG_INFO("serve", "tensor parallel: %d ranks, %s .. %s", n_tp, tp->bes[0]->name, tp->bes[n_tp - 1]->name);
+    } else if (cli_device_open("serve", device, n_threads, &dev) != 0) {
+        return 2;
+    }
     struct api_backend be;
     if (fake) {
         rc = api_backend_fake_create(fake, &be, &err);
@@ -386,12 +410,12 @@ int cmd_serve(int argc, char **argv)
     }
     if (rc) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
-        backend_close(dev);
+        serve_close_dev(tp, dev);
         return 1;
     }
     if (check_only) {
         be.destroy(be.ctx);
-        backend_close(dev);
+        serve_close_dev(tp, dev);
         return 0;
     }
     if (preload) {
@@ -403,7 +427,7 @@ int cmd_serve(int argc, char **argv)
             if (be.get_model(be.ctx, d[i].id, &idx, &err) != 0) {
                 fprintf(stderr, "cairn serve: loading %s: %s\n", d[i].id, err.msg);
                 be.destroy(be.ctx);
-                backend_close(dev);
+                serve_close_dev(tp, dev);
                 return 1;
             }
             if (be.put_model) be.put_model(be.ctx, idx);
@@ -414,13 +438,13 @@ int cmd_serve(int argc, char **argv)
     if (api_create(&ac, &be, &api, &err) != 0) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
         be.destroy(be.ctx);
-        backend_close(dev);
+        serve_close_dev(tp, dev);
         return 1;
     }
     if (http_server_start(&hc, api, &srv, &err) != 0) {
         fprintf(stderr, "cairn serve: %s\n", err.msg);
         api_destroy(api);
-        backend_close(dev);
+        serve_close_dev(tp, dev);
         return 1;
     }
     int port = http_server_port(srv);
@@ -437,7 +461,7 @@ int cmd_serve(int argc, char **argv)
     LOG_INFO("serve", "signal %d: shutting down", sig);
     http_server_stop(srv, 5000);
     api_destroy(api);
-    backend_close(dev);
+    serve_close_dev(tp, dev);
     LOG_INFO("serve", "stopped");
     return 0;
 }

@@ -217,6 +217,13 @@ struct engine_request {
 /* Creates the engine and starts its scheduler thread. The engine does not own the model. */
 int engine_create(struct model *m, const struct engine_opts *opts, struct engine **out,
                   struct cairn_err *err);
+/* The same over a tensor-parallel model group (model/model_group.h): one engine, one scheduler
+ * and prefix cache; the KV pool and states on the group's backend (every rank's part under the
+ * same block ids). Lower tiers (opts->tiers) and the MTP head are refused under it
+ * (CAIRN_ERR_UNSUPPORTED, saying why). The engine does not own the group. */
+struct model_group;
+int engine_create_group(struct model_group *g, const struct engine_opts *opts, struct engine **out,
+                        struct cairn_err *err);
 
 /* What the engine needs from a model, as functions (engine_create fills them from model.h).
  * Lets tests and benchmarks drive the scheduler with a synthetic forward, and leaves room for

@@ -514,6 +514,10 @@ static int model_load_impl(const char *dir, struct backend *be, struct model_loa
     }
     rc = safetensors_set_open(dir, &m->st, err);
     if (rc != CAIRN_OK) goto fail;
+    if (shard && m->cfg.n_mtp_layers > 0) { /* model_group.h: the head does not run sharded */
+        LOG_INFO("model", "%s: tensor parallel: loading without its MTP head", dir);
+        m->cfg.n_mtp_layers = 0;
+    }
     /* the MTP head's layers (if any) follow the target's: full attention, KV layers after its */
     m->layers = calloc((size_t)(m->cfg.n_layers + m->cfg.n_mtp_layers), sizeof(*m->layers));
     if (!m->layers) {

@@ -102,7 +102,9 @@ int model_load_watch(const char *dir, struct backend *be, struct model_load_prog
  * model_forward must be called with the same steps, each from its own thread: the all-reduces
  * inside meet across ranks. Replicated lm_head: every rank's logits are the whole model's.
  * world 1 on a backend in no group is model_load (in a group of one: the identity shard, with
- * its all-reduces). Shapes that do not divide by world fail with CAIRN_ERR_INVALID. */
+ * its all-reduces). Shapes that do not divide by world fail with CAIRN_ERR_INVALID. A rank
+ * loads without the MTP head (mtp.* weights are left unread; info.n_mtp_layers 0): it does not
+ * run sharded yet. */
 int model_load_shard(const char *dir, struct backend *be, int rank, int world, struct model **out,
                      struct cairn_err *err);
 void model_free(struct model *m);

@@ -4,8 +4,8 @@
  * thread per GPU, as NCCL's one-process mode wants), and joins them. Every rank must do the same
  * steps: their all-reduces meet. The lm_head is replicated, so rank 0's logits are the model's.
  *
- * Not yet: the engine (serve) drives one model per scheduler thread, not a group; `cairn serve
- * --tensor-parallel N` > 1 is refused until it does. */
+ * The engine drives a group through model_group.h (persistent rank threads, the group's KV pool
+ * and states); model_tp_run (a thread per rank per call) serves check-logits and bench. */
 #ifndef CAIRN_MODEL_MODEL_TP_H
 #define CAIRN_MODEL_MODEL_TP_H
 

@@ -2,8 +2,9 @@
 # `--tensor-parallel N` end to end (issue 23). check-logits with N = 2 simulated CPU ranks on a
 # dense and a hybrid oracle model passes the oracle (every rank runs the check on its own
 # thread; the sharding math itself is test_tp_cpu); a split that would cut MLX groups, a count
-# out of range, more ranks than visible GPUs, and serve / bench with N > 1 (not run sharded
-# yet) exit 2 with the reason.
+# out of range and more ranks than visible GPUs exit 2 with the reason; bench runs sharded
+# (text and JSON) and refuses a head count that does not divide; bench --allreduce times the
+# all-reduce alone; bench-engine drives an engine over a model group. serve: tp_serve.sh.
 set -uo pipefail
 bin=${CAIRN_BIN:?}; src=${CAIRN_SRC:-.}
 export CAIRN_LOG_LEVEL=warn
@@ -34,8 +35,18 @@ expect 2 "num_attention_heads (2) does not divide by --tensor-parallel 4" -- "$b
 # 16 GPUs are not visible here (a build without CUDA says that instead)
 expect 2 "only [0-9]* visible\|built without CUDA" -- "$bin" check-logits "$M/qwen3-tiny" \
     "$M/qwen3-tiny/expected.safetensors" --device cuda --tensor-parallel 16
-expect 2 "serve does not run a sharded model yet" -- "$bin" serve --model-dir "$M" --device cpu \
-    --tensor-parallel 2
-expect 2 "bench does not run a sharded model yet" -- "$bin" bench --model "$M/qwen3-tiny" \
-    --device cpu --tensor-parallel 2
+# bench runs sharded (serve: tp_serve.sh): every rank steps, rank 0 reports
+expect 0 "tensor parallel:   2 ranks (cpu:tp0/2, simulated" -- "$bin" bench --model "$M/qwen3_5-tiny" \
+    --device cpu --tensor-parallel 2 -p 8 -n 4 --reps 1 --probe-mb 4
+expect 0 '"tensor_parallel": 2, ' -- "$bin" bench --model "$M/qwen3-moe-tiny" --device cpu \
+    --tensor-parallel 2 -p 8 -n 4 --batch 2 --reps 1 --probe-mb 4 --json
+expect 0 "all-reduce of \[1, 64\] f32 (0.2 KiB) over 2 ranks (cpu:tp0/2)" -- "$bin" bench --allreduce 64 \
+    --tensor-parallel 2 --device cpu -n 20 --reps 3
+expect 0 '"mode": "allreduce", "device": "cpu:tp0/4", "tensor_parallel": 4, "hidden": 32, "rows": 3' -- \
+    "$bin" bench --allreduce 32 -p 3 --tensor-parallel 4 --device cpu -n 5 --reps 1 --json
+expect 0 "tensor parallel: 2 ranks, cpu:tp0/2 .. cpu:tp1/2" -- "$bin" bench-engine --model "$M/qwen3_5-tiny" \
+    --device cpu --tensor-parallel 2 --concurrency 2 --prompt 16 --gen 4 --prefix-len 80
+expect 2 "runs with --model only" -- "$bin" bench --matmul 48x256 --tensor-parallel 2
+expect 1 "does not divide by --tensor-parallel 3" -- "$bin" bench --model "$M/qwen3-tiny" \
+    --device cpu --tensor-parallel 3 -p 8 -n 2 --reps 1 --probe-mb 4
 exit $fail
