@@ -1,12 +1,18 @@
 /* cairn bench-engine: engine throughput on a model folder (real or `cairn synth-model`).
  *
  *   cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N] [--gen N]
- *                      [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]
+ *                      [--concurrency 1,4,16] [--max-running N] [--max-batch-tokens N] [--kv-gb G]
+ *                      [--prefix-len N] [--block-sizes 16,32,64,128]
  *                      [--sweep-prompt N] [--device auto|cpu|cuda[:N]]
  *   cairn bench-engine --attn-sweep CTX[,CTX...] [--block-sizes 16,32,64,128,256] [--device D]
  *
- * Reports (1) aggregate decode tok/s with each concurrency (decode-only steps: forward +
- * sampling, from engine_get_stats), (2) prefill time of a cold prompt vs the same prompt with
+ * Reports (1) with each concurrency N (N streams submitted at once, each a random --prompt-token
+ * prompt and --gen new tokens, EOS ignored, greedy): the aggregate output tok/s over the wall
+ * time from submit to the last token, the decode-only rate (decode steps: forward + sampling,
+ * from engine_get_stats), the mean decode step time, and the scheduler thread's host cost per
+ * generated token by phase (engine_stats t_*: plan, issue, wait for the device, sample, detok +
+ * stop rules, emit) with how many rows were sampled on the device (CAIRN_CUDA_SAMPLE=0: none),
+ * (2) prefill time of a cold prompt vs the same prompt with
  * its last 10% changed (90% served from the prefix cache), (3) with --block-sizes, decode tok/s
  * at a long context per block size; --attn-sweep times the decode attention kernel alone over
  * paged bf16 KV (Qwen3-0.6B attention shape: 16 query heads, 8 KV heads, head_dim 128, shuffled
@@ -83,29 +89,61 @@ static int bench_submit(struct engine *e, const int32_t *prompt, int n, int gen,
     return rc;
 }
 
-/* Aggregate decode tok/s of `conc` sequences of `prompt` + `gen` tokens. */
-static double bench_decode(struct engine *e, int vocab, int conc, int prompt, int gen, uint64_t seed)
+static double bench_wall_now(void);
+
+/* One concurrency level: `conc` sequences of `prompt` + `gen` tokens submitted at once. */
+static double bench_decode_report(struct engine *e, int vocab, int conc, int prompt, int gen, uint64_t seed,
+                                  int report)
 {
     int32_t *p = malloc(sizeof(int32_t) * (size_t)prompt * (size_t)conc);
     struct bench_req *r = calloc((size_t)conc, sizeof(*r));
     struct engine_stats a, b;
     engine_cache_clear(e);
     engine_get_stats(e, &a);
-    for (int i = 0; i < conc; i++) {
-        bench_tokens(p + (size_t)i * (size_t)prompt, prompt, vocab, seed + (uint64_t)i);
+    for (int i = 0; i < conc; i++) bench_tokens(p + (size_t)i * (size_t)prompt, prompt, vocab, seed + (uint64_t)i);
+    double t0 = bench_wall_now();
+    for (int i = 0; i < conc; i++)
         if (bench_submit(e, p + (size_t)i * (size_t)prompt, prompt, gen, &r[i])) conc = i;
-    }
     bench_wait(r, conc);
+    double wall = bench_wall_now() - t0;
     /* the last DONE is emitted before that step's stats are published: wait for them */
     do {
         engine_get_stats(e, &b);
     } while (b.n_requests_done < a.n_requests_done + (uint64_t)conc);
     double s = b.decode_step_s - a.decode_step_s;
     double tok = (double)(b.n_decode_step_tokens - a.n_decode_step_tokens);
+    uint64_t n_gen = b.n_generated_tokens - a.n_generated_tokens, n_steps = b.n_steps - a.n_steps;
+    if (report && n_gen > 0) {
+        double us = 1e6 / (double)n_gen;
+        double plan = b.t_plan_s - a.t_plan_s, issue = b.t_issue_s - a.t_issue_s, wait = b.t_wait_s - a.t_wait_s;
+        double samp = b.t_sample_s - a.t_sample_s, detok = b.t_detok_s - a.t_detok_s, emit = b.t_emit_s - a.t_emit_s;
+        double host = plan + issue + samp + detok + emit;
+        printf("decode: %3d streams x (prompt %d, gen %d): %9.1f tok/s aggregate (wall %.2f s, %llu tokens); "
+               "decode steps %9.1f tok/s, %.2f ms per decode step\n",
+               conc, prompt, gen, wall > 0 ? (double)n_gen / wall : 0, wall, (unsigned long long)n_gen,
+               s > 0 ? tok / s : 0, tok > 0 ? 1e3 * s / (tok / conc) : 0);
+        printf("  host us/token: plan %.2f, issue %.2f, wait(device) %.2f, sample %.2f, detok+stop %.2f, emit %.2f;"
+               " host total %.2f (%.1f%% of wall); %llu steps, %.2f ms per step; rows sampled on device %llu, "
+               "host %llu\n",
+               plan * us, issue * us, wait * us, samp * us, detok * us, emit * us, host * us,
+               wall > 0 ? 100.0 * host / wall : 0, (unsigned long long)n_steps,
+               n_steps ? 1e3 * (plan + issue + wait + samp + detok + emit) / (double)n_steps : 0,
+               (unsigned long long)(b.n_rows_device - a.n_rows_device),
+               (unsigned long long)(b.n_rows_host - a.n_rows_host));
+        fflush(stdout);
+    }
     free(p);
     free(r);
     return s > 0 ? tok / s : 0;
 }
+
+/* Aggregate decode tok/s of `conc` sequences of `prompt` + `gen` tokens. */
+static double bench_decode(struct engine *e, int vocab, int conc, int prompt, int gen, uint64_t seed)
+{
+    return bench_decode_report(e, vocab, conc, prompt, gen, seed, 0);
+}
+
+static int bench_max_batch_tokens; /* --max-batch-tokens, 0: the engine default */
 
 static struct engine *bench_engine(struct model *m, enum dtype kv, int bs, int running, uint64_t kv_bytes)
 {
@@ -116,6 +154,8 @@ static struct engine *bench_engine(struct model *m, enum dtype kv, int bs, int r
     o.block_size = bs;
     o.max_running = running;
     o.kv_bytes = kv_bytes;
+    if (bench_max_batch_tokens) o.max_batch_tokens = bench_max_batch_tokens;
+    if (o.max_batch_tokens < running) o.max_batch_tokens = running;
     struct engine *e = NULL;
     struct cairn_err err = {0};
     if (engine_create(m, &o, &e, &err)) {
@@ -125,6 +165,13 @@ static struct engine *bench_engine(struct model *m, enum dtype kv, int bs, int r
     return e;
 }
 
+
+static double bench_wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static double bench_now(void)
 {
@@ -248,7 +295,8 @@ static int bench_parse_list(const char *s, int *out, int max)
 static void bench_engine_usage(FILE *f)
 {
     fprintf(f, "usage: cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N]\n"
-               "       [--gen N] [--concurrency 1,4,16] [--prefix-len N] [--block-sizes 16,32,64,128]\n"
+               "       [--gen N] [--concurrency 1,4,16] [--max-running N] [--max-batch-tokens N] [--kv-gb G]\n"
+               "       [--prefix-len N] [--block-sizes 16,32,64,128]\n"
                "       [--sweep-prompt N] [--device auto|cpu|cuda[:N]]\n"
                "       cairn bench-engine --attn-sweep CTX[,CTX] [--block-sizes 16,32,64,128,256] [--device D]\n");
 }
@@ -258,9 +306,10 @@ int cmd_bench_engine(int argc, char **argv)
     const char *dir = NULL, *device = "auto";
     enum dtype kv = DTYPE_BF16;
     int bs = ENGINE_DEFAULT_BLOCK_SIZE, prompt = 128, gen = 64, prefix_len = 1024, sweep_prompt = 1024;
-    int conc[8] = {1, 4, 16}, n_conc = 3, sizes[8], n_sizes = 0, attn_ctx[8], n_attn = 0;
+    int conc[8] = {1, 4, 16}, n_conc = 3, sizes[8], n_sizes = 0, attn_ctx[8], n_attn = 0, max_running = 0;
     uint64_t kv_bytes = 2ull << 30;
-    enum { O_MODEL = 256, O_KV, O_BS, O_PROMPT, O_GEN, O_CONC, O_PREFIX, O_SIZES, O_SWEEP, O_ATTN, O_DEVICE, O_HELP };
+    enum { O_MODEL = 256, O_KV, O_BS, O_PROMPT, O_GEN, O_CONC, O_PREFIX, O_SIZES, O_SWEEP, O_ATTN, O_DEVICE, O_HELP,
+           O_MAX_RUNNING, O_MAX_BATCH, O_KV_GB };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"kv", required_argument, 0, O_KV},
@@ -273,6 +322,9 @@ int cmd_bench_engine(int argc, char **argv)
         {"sweep-prompt", required_argument, 0, O_SWEEP},
         {"attn-sweep", required_argument, 0, O_ATTN},
         {"device", required_argument, 0, O_DEVICE},
+        {"max-running", required_argument, 0, O_MAX_RUNNING},
+        {"max-batch-tokens", required_argument, 0, O_MAX_BATCH},
+        {"kv-gb", required_argument, 0, O_KV_GB},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -298,6 +350,9 @@ int cmd_bench_engine(int argc, char **argv)
         case O_SWEEP: sweep_prompt = atoi(optarg); break;
         case O_ATTN: n_attn = bench_parse_list(optarg, attn_ctx, 8); break;
         case O_DEVICE: device = optarg; break;
+        case O_MAX_RUNNING: max_running = atoi(optarg); break;
+        case O_MAX_BATCH: bench_max_batch_tokens = atoi(optarg); break;
+        case O_KV_GB: kv_bytes = (uint64_t)(atof(optarg) * (double)(1ull << 30)); break;
         case 'h':
         case O_HELP: bench_engine_usage(stdout); return 0;
         case ':':
@@ -339,16 +394,19 @@ int cmd_bench_engine(int argc, char **argv)
            dir, info->n_layers, info->hidden_size, vocab, (double)info->weight_bytes / 1e9, dtype_name(kv), bs,
            be->name);
     int rc = 0;
-    struct engine *e = bench_engine(m, kv, bs, 16, kv_bytes);
+    if (max_running <= 0) {
+        max_running = 16;
+        for (int i = 0; i < n_conc; i++) max_running = CAIRN_MAX(max_running, conc[i]);
+    }
+    struct engine *e = bench_engine(m, kv, bs, max_running, kv_bytes);
     if (!e) {
         rc = 1;
         goto out;
     }
-    for (int i = 0; i < n_conc; i++) {
-        double t = bench_decode(e, vocab, conc[i], prompt, gen, 100 + (uint64_t)i);
-        printf("decode: %2d concurrent x (prompt %d, gen %d): %8.1f tok/s aggregate\n", conc[i], prompt, gen, t);
-        fflush(stdout);
-    }
+    printf("engine: max_running %d, kv %.1f GiB; device sampling %s\n", max_running,
+           (double)kv_bytes / (double)(1ull << 30), be->ops->sample ? "on" : "off");
+    if (n_conc > 0) bench_decode(e, vocab, CAIRN_MIN(conc[0], 4), CAIRN_MIN(prompt, 32), 8, 99); /* warm-up */
+    for (int i = 0; i < n_conc; i++) bench_decode_report(e, vocab, conc[i], prompt, gen, 100 + (uint64_t)i, 1);
     if (prefix_len > 0) {
         int32_t *a = malloc(sizeof(int32_t) * (size_t)prefix_len), *b = malloc(sizeof(int32_t) * (size_t)prefix_len);
         bench_tokens(a, prefix_len, vocab, 7);
