@@ -89,7 +89,8 @@ static __device__ double cuda_sample_block_dsum(double x, double *sd)
 {
     int lane = threadIdx.x % CUDA_WARP, warp = threadIdx.x / CUDA_WARP;
 #pragma unroll
-    for (int o = CUDA_WARP / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    for (int o = CUDA_WARP / 2; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
     __syncthreads();
     if (lane == 0) sd[warp] = x;
     __syncthreads();
@@ -97,7 +98,8 @@ static __device__ double cuda_sample_block_dsum(double x, double *sd)
         int n_warps = blockDim.x / CUDA_WARP;
         x = lane < n_warps ? sd[lane] : 0.0;
 #pragma unroll
-        for (int o = CUDA_WARP / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+        for (int o = CUDA_WARP / 2; o > 0; o >>= 1)
+            x += __shfl_xor_sync(0xffffffffu, x, o);
         if (lane == 0) sd[0] = x;
     }
     __syncthreads();
@@ -154,14 +156,18 @@ static __device__ int cuda_sample_argmax(const float *w, int V, float *sv, int *
 static __device__ float cuda_sample_max(const float *w, int V, float *sv, int *si)
 {
     float m = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) m = w[i] > m ? w[i] : m;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        m = w[i] > m ? w[i] : m;
     int dummy = 0;
     cuda_sample_block_best(&m, &dummy, sv, si);
     return m;
 }
 
 /* exp of a float as the host's expf computes it (correctly rounded but for rare last bits) */
-static __device__ __forceinline__ float cuda_sample_expf(float x) { return (float)exp((double)x); }
+static __device__ __forceinline__ float cuda_sample_expf(float x)
+{
+    return (float)exp((double)x);
+}
 
 static __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS)
     cuda_sample_kernel(float *logits, int V, const struct cuda_sample_row_dev *rows,
@@ -177,9 +183,12 @@ static __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS)
         for (int k = 0; k < r.n_edits; k++) {
             const struct backend_logit_edit e = edits[r.edit0 + k];
             float x = w[e.id];
-            if (e.kind == BACKEND_EDIT_REPETITION) x = x > 0 ? __fdiv_rn(x, e.v) : __fmul_rn(x, e.v);
-            else if (e.kind == BACKEND_EDIT_SUB) x = __fsub_rn(x, e.v);
-            else x = __fadd_rn(x, e.v);
+            if (e.kind == BACKEND_EDIT_REPETITION)
+                x = x > 0 ? __fdiv_rn(x, e.v) : __fmul_rn(x, e.v);
+            else if (e.kind == BACKEND_EDIT_SUB)
+                x = __fsub_rn(x, e.v);
+            else
+                x = __fadd_rn(x, e.v);
             w[e.id] = x;
         }
     }
@@ -233,7 +242,8 @@ static __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS)
     if (!r.logprobs && !r.top_logprobs) return;
     float mx = cuda_sample_max(w, V, sv, si);
     double part = 0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) part += expf(__fsub_rn(w[i], mx));
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        part += expf(__fsub_rn(w[i], mx));
     double sum = cuda_sample_block_dsum(part, sd);
     float lse = mx + (float)log(sum);
     if (threadIdx.x == 0) o->logprob = w[tok] - lse;
@@ -266,14 +276,17 @@ static __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS)
     if (threadIdx.x == 0) o->n_top = kept;
 }
 
-extern "C" int cuda_k_sample(cudaStream_t s, float *logits, int vocab, const void *rows, const void *edits, int n,
-                             void *out)
+extern "C" int cuda_k_sample(cudaStream_t s, float *logits, int vocab, const void *rows,
+                             const void *edits, int n, void *out)
 {
     if (n > 0)
-        cuda_sample_kernel<<<n, CUDA_SAMPLE_THREADS, 0, s>>>(logits, vocab, (const struct cuda_sample_row_dev *)rows,
-                                                              (const struct backend_logit_edit *)edits,
-                                                              (struct backend_sample_out *)out);
+        cuda_sample_kernel<<<n, CUDA_SAMPLE_THREADS, 0, s>>>(
+            logits, vocab, (const struct cuda_sample_row_dev *)rows,
+            (const struct backend_logit_edit *)edits, (struct backend_sample_out *)out);
     return (int)cudaGetLastError();
 }
 
-extern "C" size_t cuda_k_sample_row_bytes(void) { return sizeof(struct cuda_sample_row_dev); }
+extern "C" size_t cuda_k_sample_row_bytes(void)
+{
+    return sizeof(struct cuda_sample_row_dev);
+}

@@ -386,6 +386,7 @@ int model_forward(struct model *m, const struct backend_kv_view *kv, const struc
                   struct cairn_err *err)
 {
     double t0 = cairn_now();
+    m->ws.t_issue_s = 0;
     m->ws.t_wait_s = -1; /* set to the time of the first result asked for (model_logits_out) */
     int rc = model_forward_check(m, kv, seqs, n_seqs, err);
     if (rc != CAIRN_OK) return rc;

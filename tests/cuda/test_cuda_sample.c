@@ -44,12 +44,17 @@ static double now_s(void)
 /* logits of one row: a spread of values with ties; kind 1: NaNs and -inf about (greedy only) */
 static void fill_row(float *l, int V, int kind, const int32_t *hist, int n_hist)
 {
-    for (int i = 0; i < V; i++) l[i] = (float)(rnd() % 200000) / 20000.0f - 5.0f;
-    for (int k = 0; k < 8; k++) l[rnd() % V] = 9.0f + (float)(rnd() % 3); /* a few tied leaders */
-    for (int k = 0; k < 4 && n_hist; k++) l[hist[n_hist - 1 - k % n_hist]] = 10.5f; /* penalties matter */
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(rnd() % 200000) / 20000.0f - 5.0f;
+    for (int k = 0; k < 8; k++)
+        l[rnd() % V] = 9.0f + (float)(rnd() % 3); /* a few tied leaders */
+    for (int k = 0; k < 4 && n_hist; k++)
+        l[hist[n_hist - 1 - k % n_hist]] = 10.5f; /* penalties matter */
     if (kind == 1) {
-        for (int k = 0; k < 50; k++) l[rnd() % V] = NAN;
-        for (int k = 0; k < 50; k++) l[rnd() % V] = -INFINITY;
+        for (int k = 0; k < 50; k++)
+            l[rnd() % V] = NAN;
+        for (int k = 0; k < 50; k++)
+            l[rnd() % V] = -INFINITY;
         if (rnd() % 4 == 0) l[0] = NAN; /* NaN at id 0 wins on the host: must here too */
     }
 }
@@ -93,7 +98,8 @@ static void run_vocab(struct backend *be, int V)
     float *h = malloc(sizeof(float) * (size_t)V * ROWS);
     float *d = NULL;
     struct cairn_err err = {0};
-    CHECK(be->ops->buf_alloc(be, sizeof(float) * (size_t)V * ROWS, CAIRN_MEM_SCRATCH, (void **)&d, &err) == CAIRN_OK);
+    CHECK(be->ops->buf_alloc(be, sizeof(float) * (size_t)V * ROWS, CAIRN_MEM_SCRATCH, (void **)&d,
+                             &err) == CAIRN_OK);
     static int32_t hist[ROWS][PROMPT + STEPS];
     static struct sampler a[ROWS], b[ROWS];
     struct backend_sample_row rows[ROWS];
@@ -108,7 +114,8 @@ static void run_vocab(struct backend *be, int V)
             CHECK(sampler_init(&a[r], &k[r].p, V, NULL) == CAIRN_OK);
             CHECK(sampler_init(&b[r], &k[r].p, V, NULL) == CAIRN_OK);
             CHECK(sampler_row_eligible(&b[r]));
-            for (int i = 0; i < PROMPT; i++) hist[r][i] = (int32_t)(rnd() % (uint32_t)V);
+            for (int i = 0; i < PROMPT; i++)
+                hist[r][i] = (int32_t)(rnd() % (uint32_t)V);
         }
         for (int step = 0; step < STEPS; step++) {
             int n_hist = PROMPT + step;
@@ -117,7 +124,8 @@ static void run_vocab(struct backend *be, int V)
                 sampler_row_prepare(&b[r], hist[r], n_hist, step, &rows[r]);
                 rows[r].row = r;
             }
-            CHECK(be->ops->buf_upload(be, d, h, sizeof(float) * (size_t)V * (size_t)n, &err) == CAIRN_OK);
+            CHECK(be->ops->buf_upload(be, d, h, sizeof(float) * (size_t)V * (size_t)n, &err) ==
+                  CAIRN_OK);
             CHECK(be->ops->step_begin(be, &err) == CAIRN_OK);
             int rc = be->ops->sample(be, d, V, rows, n, out, &err);
             CHECK(be->ops->step_end(be, &err) == CAIRN_OK);
@@ -129,7 +137,8 @@ static void run_vocab(struct backend *be, int V)
                 int32_t tb = sampler_row_finish(&b[r], &out[r]);
                 if (k[r].p.temperature == 0.0f) {
                     n_greedy_rows++;
-                    CHECK_MSG(ta == tb, "V %d combo %d step %d greedy: host %d, gpu %d", V, c0 + r, step, ta, tb);
+                    CHECK_MSG(ta == tb, "V %d combo %d step %d greedy: host %d, gpu %d", V, c0 + r,
+                              step, ta, tb);
                 } else {
                     n_sampled_rows++;
                     if (ta != tb) {
@@ -140,9 +149,10 @@ static void run_vocab(struct backend *be, int V)
                         hi.u = rows[r].u + 1e-6 >= 1 ? rows[r].u : rows[r].u + 1e-6;
                         CHECK(sampler_row_reference(l, V, &lo, &olo) == CAIRN_OK);
                         CHECK(sampler_row_reference(l, V, &hi, &ohi) == CAIRN_OK);
-                        CHECK_MSG(tb == olo.id || tb == ohi.id,
-                                  "V %d combo %d step %d: host %d, gpu %d, not a boundary case (u %.9f)", V,
-                                  c0 + r, step, ta, tb, rows[r].u);
+                        CHECK_MSG(
+                            tb == olo.id || tb == ohi.id,
+                            "V %d combo %d step %d: host %d, gpu %d, not a boundary case (u %.9f)",
+                            V, c0 + r, step, ta, tb, rows[r].u);
                         n_boundary++;
                     }
                 }
@@ -151,8 +161,9 @@ static void run_vocab(struct backend *be, int V)
                     if (ta == tb) CHECK_NEAR(a[r].logprob, b[r].logprob, 1e-4);
                     CHECK_EQ_INT(a[r].n_top, b[r].n_top);
                     for (int t = 0; t < a[r].n_top && t < b[r].n_top; t++) {
-                        CHECK_MSG(a[r].top_ids[t] == b[r].top_ids[t], "V %d combo %d top %d: %d vs %d", V, c0 + r,
-                                  t, a[r].top_ids[t], b[r].top_ids[t]);
+                        CHECK_MSG(a[r].top_ids[t] == b[r].top_ids[t],
+                                  "V %d combo %d top %d: %d vs %d", V, c0 + r, t, a[r].top_ids[t],
+                                  b[r].top_ids[t]);
                         CHECK_NEAR(a[r].top_logprobs[t], b[r].top_logprobs[t], 1e-4);
                     }
                 }
@@ -177,8 +188,11 @@ static void bench(struct backend *be)
     enum { V = 128256, REPS = 50 };
     float *h = malloc(sizeof(float) * (size_t)V * ROWS), *d = NULL;
     struct cairn_err err = {0};
-    if (be->ops->buf_alloc(be, sizeof(float) * (size_t)V * ROWS, CAIRN_MEM_SCRATCH, (void **)&d, &err)) return;
-    for (int r = 0; r < ROWS; r++) fill_row(h + (size_t)r * V, V, 0, NULL, 0);
+    if (be->ops->buf_alloc(be, sizeof(float) * (size_t)V * ROWS, CAIRN_MEM_SCRATCH, (void **)&d,
+                           &err))
+        return;
+    for (int r = 0; r < ROWS; r++)
+        fill_row(h + (size_t)r * V, V, 0, NULL, 0);
     be->ops->buf_upload(be, d, h, sizeof(float) * (size_t)V * ROWS, &err);
     struct backend_sample_row rows[ROWS];
     struct backend_sample_out out[ROWS];
@@ -200,7 +214,10 @@ static void bench(struct backend *be)
             if (dt < best) best = dt;
         }
         printf("sample op: %d rows x vocab %d, %s: %.1f us per call (best of %d)\n", ROWS, V,
-               mode == 0 ? "greedy" : mode == 1 ? "temperature 1" : "temperature 1 + logprobs", best * 1e6, REPS);
+               mode == 0   ? "greedy"
+               : mode == 1 ? "temperature 1"
+                           : "temperature 1 + logprobs",
+               best * 1e6, REPS);
     }
     be->ops->buf_free(be, d, sizeof(float) * (size_t)V * ROWS, CAIRN_MEM_SCRATCH);
     free(h);
@@ -221,8 +238,8 @@ int main(void)
     if (!be->ops->sample) return test_summary("test_cuda_sample");
     run_vocab(be, 128256);
     run_vocab(be, 50021);
-    printf("test_cuda_sample: %d greedy rows, %d sampled rows, %d boundary cases (u within 1e-6)\n", n_greedy_rows,
-           n_sampled_rows, n_boundary);
+    printf("test_cuda_sample: %d greedy rows, %d sampled rows, %d boundary cases (u within 1e-6)\n",
+           n_greedy_rows, n_sampled_rows, n_boundary);
     CHECK(n_sampled_rows > 0 && n_boundary * 100 <= n_sampled_rows);
     bench(be);
     backend_close(be);
