@@ -2,6 +2,7 @@
  *
  *   cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N] [--gen N]
  *                      [--concurrency 1,4,16] [--max-running N] [--max-batch-tokens N] [--kv-gb G]
+ *                      [--fake-forward]
  *                      [--prefix-len N] [--block-sizes 16,32,64,128]
  *                      [--sweep-prompt N] [--device auto|cpu|cuda[:N]]
  *   cairn bench-engine --attn-sweep CTX[,CTX...] [--block-sizes 16,32,64,128,256] [--device D]
@@ -11,7 +12,10 @@
  * time from submit to the last token, the decode-only rate (decode steps: forward + sampling,
  * from engine_get_stats), the mean decode step time, and the scheduler thread's host cost per
  * generated token by phase (engine_stats t_*: plan, issue, wait for the device, sample, detok +
- * stop rules, emit) with how many rows were sampled on the device (CAIRN_CUDA_SAMPLE=0: none),
+ * stop rules, emit) with how many rows were sampled on the device (CAIRN_CUDA_SAMPLE=0: none);
+ * the model folder's tokenizer (when it has one) is the detokenizer, as in `cairn serve`.
+ * --fake-forward runs the same streams over a forward that computes nothing and returns ids as
+ * a device sampler would: the engine's own host cost per token at that concurrency, alone.
  * (2) prefill time of a cold prompt vs the same prompt with
  * its last 10% changed (90% served from the prefix cache), (3) with --block-sizes, decode tok/s
  * at a long context per block size; --attn-sweep times the decode attention kernel alone over
@@ -29,6 +33,7 @@
 #include "engine/engine.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
+#include "tok/tok.h"
 
 struct bench_req {
     int done;
@@ -144,6 +149,48 @@ static double bench_decode(struct engine *e, int vocab, int conc, int prompt, in
 }
 
 static int bench_max_batch_tokens; /* --max-batch-tokens, 0: the engine default */
+static struct tok *bench_tok;      /* the model's tokenizer (detokenizer), or NULL */
+static int bench_fake;             /* --fake-forward */
+
+static void *bench_detok_new(void *ctx) { return tok_stream_new(ctx, 1); }
+static int bench_detok_feed(void *st, int32_t id, const char **text, size_t *len)
+{
+    return tok_stream_feed(st, id, text, len);
+}
+static int bench_detok_flush(void *st, const char **text, size_t *len) { return tok_stream_flush(st, text, len); }
+static void bench_detok_free(void *st) { tok_stream_free(st); }
+
+/* --fake-forward: a model that computes nothing. Rows the engine asks it to sample get an id
+ * from a hash of the position (as a device sampler's result would come back), the others
+ * logits with that id on top; the KV pool is never touched. */
+struct bench_fake {
+    struct model_info info;
+};
+static const struct model_info *bench_fake_info(void *ctx) { return &((struct bench_fake *)ctx)->info; }
+static int bench_fake_forward(void *ctx, struct kv_pool *kv, const struct model_seq *seqs, int n_seqs,
+                              struct cairn_err *err)
+{
+    (void)kv;
+    (void)err;
+    int V = ((struct bench_fake *)ctx)->info.vocab_size;
+    for (int i = 0; i < n_seqs; i++) {
+        const struct model_seq *q = &seqs[i];
+        if (!q->n_logits) continue;
+        int32_t id = (int32_t)(((uint64_t)(q->pos0 + q->n_tokens) * 2654435761u + (uint64_t)q->tokens[0]) % (uint64_t)V);
+        if (q->sample) {
+            memset(q->sample_out, 0, sizeof(*q->sample_out));
+            q->sample_out->id = id;
+            continue;
+        }
+        for (int r = 0; r < q->n_logits; r++) {
+            float *l = q->logits + (size_t)r * (size_t)V;
+            memset(l, 0, sizeof(float) * (size_t)V);
+            l[id] = 1.0f;
+        }
+    }
+    return CAIRN_OK;
+}
+static struct bench_fake bench_fake_model;
 
 static struct engine *bench_engine(struct model *m, enum dtype kv, int bs, int running, uint64_t kv_bytes)
 {
@@ -156,9 +203,22 @@ static struct engine *bench_engine(struct model *m, enum dtype kv, int bs, int r
     o.kv_bytes = kv_bytes;
     if (bench_max_batch_tokens) o.max_batch_tokens = bench_max_batch_tokens;
     if (o.max_batch_tokens < running) o.max_batch_tokens = running;
+    if (bench_tok)
+        o.detok = (struct engine_detok){bench_tok, bench_detok_new, bench_detok_feed, bench_detok_flush,
+                                        bench_detok_free};
     struct engine *e = NULL;
     struct cairn_err err = {0};
-    if (engine_create(m, &o, &e, &err)) {
+    int rc;
+    if (bench_fake) {
+        bench_fake_model.info = *model_get_info(m);
+        struct engine_model_ops ops = {.ctx = &bench_fake_model, .info = bench_fake_info,
+                                       .forward = bench_fake_forward, .can_sample = 1};
+        o.kv_dtype = DTYPE_F32; /* host memory: the pool lives on no device here */
+        rc = engine_create_ops(&ops, &o, &e, &err);
+    } else {
+        rc = engine_create(m, &o, &e, &err);
+    }
+    if (rc) {
         fprintf(stderr, "bench-engine: %s\n", err.msg);
         return NULL;
     }
@@ -296,6 +356,7 @@ static void bench_engine_usage(FILE *f)
 {
     fprintf(f, "usage: cairn bench-engine --model DIR [--kv bf16|f32] [--block-size N] [--prompt N]\n"
                "       [--gen N] [--concurrency 1,4,16] [--max-running N] [--max-batch-tokens N] [--kv-gb G]\n"
+               "       [--fake-forward]\n"
                "       [--prefix-len N] [--block-sizes 16,32,64,128]\n"
                "       [--sweep-prompt N] [--device auto|cpu|cuda[:N]]\n"
                "       cairn bench-engine --attn-sweep CTX[,CTX] [--block-sizes 16,32,64,128,256] [--device D]\n");
@@ -309,7 +370,7 @@ int cmd_bench_engine(int argc, char **argv)
     int conc[8] = {1, 4, 16}, n_conc = 3, sizes[8], n_sizes = 0, attn_ctx[8], n_attn = 0, max_running = 0;
     uint64_t kv_bytes = 2ull << 30;
     enum { O_MODEL = 256, O_KV, O_BS, O_PROMPT, O_GEN, O_CONC, O_PREFIX, O_SIZES, O_SWEEP, O_ATTN, O_DEVICE, O_HELP,
-           O_MAX_RUNNING, O_MAX_BATCH, O_KV_GB };
+           O_MAX_RUNNING, O_MAX_BATCH, O_KV_GB, O_FAKE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"kv", required_argument, 0, O_KV},
@@ -325,6 +386,7 @@ int cmd_bench_engine(int argc, char **argv)
         {"max-running", required_argument, 0, O_MAX_RUNNING},
         {"max-batch-tokens", required_argument, 0, O_MAX_BATCH},
         {"kv-gb", required_argument, 0, O_KV_GB},
+        {"fake-forward", no_argument, 0, O_FAKE},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -353,6 +415,7 @@ int cmd_bench_engine(int argc, char **argv)
         case O_MAX_RUNNING: max_running = atoi(optarg); break;
         case O_MAX_BATCH: bench_max_batch_tokens = atoi(optarg); break;
         case O_KV_GB: kv_bytes = (uint64_t)(atof(optarg) * (double)(1ull << 30)); break;
+        case O_FAKE: bench_fake = 1; break;
         case 'h':
         case O_HELP: bench_engine_usage(stdout); return 0;
         case ':':
@@ -390,6 +453,19 @@ int cmd_bench_engine(int argc, char **argv)
     }
     const struct model_info *info = model_get_info(m);
     int vocab = info->vocab_size;
+    {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+        struct cairn_err terr = {0};
+        FILE *tf = fopen(path, "rb");
+        if (tf) {
+            fclose(tf);
+            if (tok_load(dir, &bench_tok, &terr) != CAIRN_OK) {
+                fprintf(stderr, "bench-engine: tokenizer: %s (no detokenizer)\n", terr.msg);
+                bench_tok = NULL;
+            }
+        }
+    }
     printf("model %s: %d layers, hidden %d, vocab %d, %.2f GB weights; kv %s, block %d; device %s\n",
            dir, info->n_layers, info->hidden_size, vocab, (double)info->weight_bytes / 1e9, dtype_name(kv), bs,
            be->name);
@@ -403,8 +479,9 @@ int cmd_bench_engine(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    printf("engine: max_running %d, kv %.1f GiB; device sampling %s\n", max_running,
-           (double)kv_bytes / (double)(1ull << 30), be->ops->sample ? "on" : "off");
+    printf("engine: max_running %d, kv %.1f GiB; device sampling %s; detokenizer %s%s\n", max_running,
+           (double)kv_bytes / (double)(1ull << 30), bench_fake ? "fake" : be->ops->sample ? "on" : "off",
+           bench_tok ? "the model's" : "none", bench_fake ? "; fake forward (host cost alone)" : "");
     if (n_conc > 0) bench_decode(e, vocab, CAIRN_MIN(conc[0], 4), CAIRN_MIN(prompt, 32), 8, 99); /* warm-up */
     for (int i = 0; i < n_conc; i++) bench_decode_report(e, vocab, conc[i], prompt, gen, 100 + (uint64_t)i, 1);
     if (prefix_len > 0) {
@@ -446,5 +523,7 @@ int cmd_bench_engine(int argc, char **argv)
 out:
     model_free(m);
     backend_close(be);
+    tok_free(bench_tok);
+    bench_tok = NULL;
     return rc;
 }
