@@ -29,6 +29,11 @@
  *   with error_code CAIRN_ERR_DEVICE, and so does anything submitted after (engine_failed).
  * - Speculative decoding (spec_sched.h) extends packed decodes with drafts, verified after the
  *   forward; a verify entry has chunk 1 + n_draft and as many logits rows.
+ * - Sampling: a row the backend can sample (ops.can_sample and sampler_row_eligible: one logit
+ *   row, no grammar, no top-k / top-p) is prepared before the forward (the penalties' edits and
+ *   the request's PRNG draw, sampler_row_prepare) and comes back as an id (+ logprobs) in
+ *   sample_out; every other row's logits come back and are sampled here. Both paths give the
+ *   same tokens (sampler.h). The phases of each step are timed into engine_stats (t_*).
  * Callbacks run here, with e->mu NOT held (they may call engine_cancel). */
 #include <stdio.h>
 #include <stdlib.h>
