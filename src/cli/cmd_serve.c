@@ -38,6 +38,8 @@ static void serve_usage(FILE *f)
             "  --http-threads N             HTTP threads (default 4)\n"
             "  --kv-cache-size SIZE         device KV cache budget per model (e.g. 2G, 10%%)\n"
             "  --max-batch-tokens N         token budget per engine step\n"
+            "  --max-running N              sequences decoded together per model (default 16)\n"
+            "  --max-waiting N              queued requests per model before 429 (default 256)\n"
             "  --speculative MODE           off|ngram|mtp|auto: speculative decoding (ngram = prompt\n"
             "                               lookup; mtp = the model's MTP head (qwen3_next /\n"
             "                               qwen3_5 with mtp.* weights); auto = mtp where the\n"
@@ -87,7 +89,7 @@ int cmd_serve(int argc, char **argv)
 {
     enum {
         O_MODEL_DIR = 1000, O_MODEL, O_HOST, O_PORT, O_API_KEY, O_MAX_CONC, O_MAX_BODY, O_LOG,
-        O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
+        O_THREADS, O_HTTP_THREADS, O_KV, O_MAX_BATCH, O_MAX_RUNNING, O_MAX_WAITING, O_PRELOAD, O_FAKE, O_PORT_FILE, O_KEEPALIVE,
         O_CHECK, O_HELP, O_DEVICE, O_HOT_MAX, O_HOT_WT, O_SSD_DIR, O_SSD_MAX, O_REQ_TIMEOUT,
         O_IDLE_TIMEOUT, O_ACCESS_LOG, O_USAGE_SCALE, O_MAX_MEM, O_MAX_LOADED, O_TTL, O_MEM_WAIT, O_STEP_TIMEOUT,
         O_SETTINGS, O_ADMIN_KEY, O_SPEC, O_SPEC_MIN, O_SPEC_K, O_SPEC_COST, O_SPEC_DRAFT, O_MAX_DEV_MEM,
@@ -112,6 +114,8 @@ int cmd_serve(int argc, char **argv)
         {"ssd-cache-dir", required_argument, 0, O_SSD_DIR},
         {"ssd-cache-max-size", required_argument, 0, O_SSD_MAX},
         {"max-batch-tokens", required_argument, 0, O_MAX_BATCH},
+        {"max-running", required_argument, 0, O_MAX_RUNNING},
+        {"max-waiting", required_argument, 0, O_MAX_WAITING},
         {"speculative", required_argument, 0, O_SPEC},
         {"preload", no_argument, 0, O_PRELOAD},
         {"max-process-memory", required_argument, 0, O_MAX_MEM},
@@ -197,6 +201,8 @@ int cmd_serve(int argc, char **argv)
             ro.kv_bytes = v;
             break;
         case O_MAX_BATCH: ro.max_batch_tokens = atoi(optarg); break;
+        case O_MAX_RUNNING: ro.max_running = atoi(optarg); break;
+        case O_MAX_WAITING: ro.max_waiting = atoi(optarg); break;
         case O_SPEC:
             ro.speculative = engine_spec_mode_parse(optarg);
             if (ro.speculative < 0) {

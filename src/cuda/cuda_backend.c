@@ -279,6 +279,72 @@ static int cuda_buf_zero(struct backend *be, void *dst, size_t bytes, struct cai
     return st;
 }
 
+/* ---- sample (tensor/backend.h; the kernel is cuda_sample.cu) ---- */
+
+/* The kernel's row record (cuda_sample.cu's cuda_sample_row_dev, same layout). */
+struct cuda_sample_row_rec {
+    int row;
+    float temperature;
+    float min_p;
+    int logprobs;
+    int top_logprobs;
+    int edit0;
+    int n_edits;
+    int pad;
+    double u;
+};
+
+static int cuda_op_sample(struct backend *be, float *logits, int vocab, const struct backend_sample_row *rows, int n,
+                          struct backend_sample_out *out, struct cairn_err *err)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    if (n <= 0) return CAIRN_OK;
+    CAIRN_ASSERT(cuda_k_sample_row_bytes() == sizeof(struct cuda_sample_row_rec));
+    int n_edits = 0;
+    for (int i = 0; i < n; i++) {
+        CAIRN_ASSERT(rows[i].top_logprobs >= 0 && rows[i].top_logprobs <= BACKEND_SAMPLE_MAX_TOP);
+        n_edits += rows[i].n_edits;
+    }
+    /* one staging area: [rows][edits] go up, [out] comes back */
+    size_t rows_b = sizeof(struct cuda_sample_row_rec) * (size_t)n;
+    size_t edits_b = (sizeof(struct backend_logit_edit) * (size_t)n_edits + 15) & ~(size_t)15;
+    size_t out_b = sizeof(struct backend_sample_out) * (size_t)n;
+    size_t up_b = rows_b + edits_b, total = up_b + out_b;
+    if (c->sample_host_bytes < total) {
+        size_t cap = total + total / 2 + 4096;
+        void *h = realloc(c->sample_host, cap);
+        if (!h) return cairn_err_set(err, CAIRN_ERR_NOMEM, "cuda: sample: cannot grow the host staging");
+        c->sample_host = h;
+        c->sample_host_bytes = cap;
+    }
+    uint8_t *h = c->sample_host;
+    struct cuda_sample_row_rec *rec = (struct cuda_sample_row_rec *)h;
+    struct backend_logit_edit *ed = (struct backend_logit_edit *)(h + rows_b);
+    int e0 = 0;
+    for (int i = 0; i < n; i++) {
+        const struct backend_sample_row *r = &rows[i];
+        rec[i] = (struct cuda_sample_row_rec){r->row, r->temperature, r->min_p, r->logprobs, r->top_logprobs,
+                                              e0, r->n_edits, 0, r->u};
+        if (r->n_edits) memcpy(ed + e0, r->edits, sizeof(*ed) * (size_t)r->n_edits);
+        e0 += r->n_edits;
+    }
+    cuda_graphs_before_copy(be); /* after the ops recorded so far (the logits) */
+    int st = cuda_check(NULL, err, cudaSetDevice(c->device));
+    uint8_t *d = NULL;
+    if (st == CAIRN_OK) {
+        d = cuda_ws_get(c, CUDA_WS_SAMPLE, total);
+        if (!d) st = cairn_err_set(err, CAIRN_ERR_NOMEM, "cuda: sample: no device staging");
+    }
+    if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaMemcpyAsync(d, h, up_b, cudaMemcpyHostToDevice, c->stream));
+    if (st == CAIRN_OK)
+        st = cuda_check(NULL, err, (cudaError_t)cuda_k_sample(c->stream, logits, vocab, d, d + rows_b, n, d + up_b));
+    if (st == CAIRN_OK)
+        st = cuda_check(NULL, err, cudaMemcpyAsync(h + up_b, d + up_b, out_b, cudaMemcpyDeviceToHost, c->stream));
+    if (st == CAIRN_OK) st = cuda_stream_wait(c, err);
+    if (st == CAIRN_OK) memcpy(out, h + up_b, out_b);
+    return st;
+}
+
 /* ---- weights ---- */
 
 static int cuda_wtype_of(enum dtype t, enum cuda_wtype *out)
@@ -516,6 +582,7 @@ static void cuda_destroy(struct backend *be)
         free(c->moe_ids_host);
         free(c->moe_list_host);
         free(c->attn_tiles_host);
+        free(c->sample_host);
         free(c);
     }
     free(be);
@@ -556,6 +623,7 @@ static const struct backend_ops cuda_backend_ops = {
     .copy_rows = cuda_op_copy_rows,
     .matmul_add = cuda_op_matmul_add,
     .qk_rope_store = cuda_op_qk_rope_store,
+    .sample = cuda_op_sample,
     .allreduce = cuda_nccl_allreduce,
 };
 
@@ -669,6 +737,12 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             pthread_once(&cuda_graph_ops_once, cuda_graph_ops_fill);
             be->ops = &cuda_backend_graph_ops;
         }
+    }
+    s = getenv("CAIRN_CUDA_SAMPLE"); /* "0": no sample op, the engine samples downloaded logits */
+    if (st == CAIRN_OK && s && strcmp(s, "0") == 0) {
+        c->ops_nosample = *be->ops;
+        c->ops_nosample.sample = NULL;
+        be->ops = &c->ops_nosample;
     }
     if (st == CAIRN_OK) st = cuda_lt_load(err);
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cuda_lt.create(&c->lt));

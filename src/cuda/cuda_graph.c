@@ -12,7 +12,7 @@
  *   buffers, so it may change freely between replays.
  * - Flush: the recorded run is flushed when the step needs its results or does something a
  *   graph cannot hold: a copy in or out (buf_upload/download/copy on the step's thread), sync,
- *   step_end, or an op this file does not record (cuBLASLt-sized matmuls, the tiled prefill
+ *   step_end, or an op this file does not record (matmuls of more than CUDA_GRAPH_GEMM_MAX_N rows, the tiled prefill
  *   attention with its host tile list, moe_experts over more than CUDA_MOE_DEVICE_MAX_N tokens,
  *   the tensor-parallel all-reduce): that op and the rest of the step then run eagerly. MoE
  *   routing, the device experts path, the shared expert's gate, DeltaNet and strided copies are
@@ -169,14 +169,24 @@ struct cuda_graphs {
     uint64_t tick;
     uint64_t gen_seen;             /* c->g_gen when the cache was last checked */
     uint64_t n_launch, n_capture, n_eager; /* flushes by outcome (debug log at close) */
+    int gemm_max_rows;             /* cuBLASLt matmuls of up to this many rows are recorded too */
 };
+
+/* Batched decode (9..256 rows) runs its matmuls through cuBLASLt: recorded like the GEMVs, a
+ * 64-row step of an 8B is one graph launch instead of ~500 launches and ~130 cuBLASLt calls
+ * (~5.7 ms of host time per step, more than the GPU's). Larger steps (prefill chunks) stay
+ * eager: their GPU time dwarfs the launches. CAIRN_CUDA_GRAPH_GEMM=0 records GEMV sizes only. */
+#define CUDA_GRAPH_GEMM_MAX_N 256
 
 int cuda_graphs_init(struct cuda_impl *c)
 {
     const char *s = getenv("CAIRN_CUDA_GRAPHS");
     if (s && strcmp(s, "0") == 0) return CAIRN_OK;
     c->graphs = calloc(1, sizeof(*c->graphs));
-    return c->graphs ? CAIRN_OK : CAIRN_ERR_NOMEM;
+    if (!c->graphs) return CAIRN_ERR_NOMEM;
+    s = getenv("CAIRN_CUDA_GRAPH_GEMM");
+    c->graphs->gemm_max_rows = s && strcmp(s, "0") == 0 ? 0 : CUDA_GRAPH_GEMM_MAX_N;
+    return CAIRN_OK;
 }
 
 static void cuda_graph_entry_clear(struct cuda_graph_entry *e)
@@ -474,13 +484,17 @@ static void cuda_gop_rmsnorm(struct backend *be, float *y, const float *x, const
     r->u.rmsnorm.w_offset = w_offset;
 }
 
-/* matmuls of GEMV size are recorded; larger ones (cuBLASLt, dequant workspaces) run eagerly */
+/* matmuls of GEMV size and cuBLASLt ones of up to gemm_max_rows rows are recorded (cuBLASLt
+ * calls are capturable: user workspace, and cuda_matmul.c neither tunes nor syncs inside a
+ * capture; the first sight of a run is eager, so its shapes' algorithms and the dequant/convert
+ * workspaces are settled before any capture); larger ones run eagerly */
 static void cuda_gop_matmul_any(struct backend *be, const struct tensor *const *w, float *const *y, int count,
                                 const float *x, int n, int multi)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     struct cuda_grec *r = NULL;
-    if (n <= c->gemv_max_rows && count <= CUDA_GEMV_MAX_W) r = cuda_graph_rec(be, CUDA_G_MATMUL);
+    if (count <= CUDA_GEMV_MAX_W && (n <= c->gemv_max_rows || (c->graphs && n <= c->graphs->gemm_max_rows)))
+        r = cuda_graph_rec(be, CUDA_G_MATMUL);
     else cuda_graph_go_eager(be);
     if (!r) {
         if (multi == 1) cuda_op_matmul_multi(be, w, y, count, x, n);

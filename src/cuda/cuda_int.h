@@ -48,6 +48,7 @@ enum cuda_ws_slot {
     CUDA_WS_MOE,     /* moe_experts: token lists per expert (int32) */
     CUDA_WS_ACC,     /* matmul_add of a GEMM-sized step: the product before it is added */
     CUDA_WS_MOE_DEV, /* moe_experts on the device: per-slot activations, sorted slot lists */
+    CUDA_WS_SAMPLE,  /* sample: the rows' parameters and edits, then their results */
     CUDA_WS_N,
 };
 
@@ -91,6 +92,9 @@ struct cuda_impl {
     cudaEvent_t wait_event;     /* recorded on the stream by cuda_stream_wait; lazily created */
     int dead;                   /* a wait timed out or hit a sticky error: no more steps */
     char dead_why[256];         /* what happened, for the errors of later calls */
+    void *sample_host;          /* sample: host staging (rows, edits, results), grown on demand */
+    size_t sample_host_bytes;
+    struct backend_ops ops_nosample; /* CAIRN_CUDA_SAMPLE=0: the table in use less its sample op */
     void *nccl_comm;            /* ncclComm_t of the rank's tensor-parallel group, or NULL
                                    (cuda_nccl.c, set by cuda_tp_init) */
 };

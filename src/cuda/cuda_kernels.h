@@ -191,6 +191,12 @@ int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set, const str
 /* ---- cuda_gdn.cu: gated DeltaNet over one sequence ---- */
 int cuda_k_gdn(cudaStream_t s, const struct backend_gdn *g);
 
+/* sample (cuda_sample.cu): n rows, one block each; rows: n packed row records of
+ * cuda_k_sample_row_bytes() bytes (cuda_backend.c packs them), edits: the rows' edits, out: n
+ * struct backend_sample_out. */
+int cuda_k_sample(cudaStream_t s, float *logits, int vocab, const void *rows, const void *edits, int n, void *out);
+size_t cuda_k_sample_row_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -151,11 +151,13 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     e->sched = calloc(R, sizeof(*e->sched));
     e->chunk = calloc(R, sizeof(*e->chunk));
     e->n_draft = calloc(R, sizeof(*e->n_draft));
+    e->sample_rows = calloc(R, sizeof(*e->sample_rows));
+    e->sample_out = calloc(R, sizeof(*e->sample_out));
     e->running = calloc(R, sizeof(*e->running));
     e->cap_cancel = e->cap_cancel_local = 64;
     e->cancel_ids = calloc(64, sizeof(uint64_t));
     e->cancel_local = calloc(64, sizeof(uint64_t));
-    if (!e->logits || !e->batch || !e->sched || !e->chunk || !e->n_draft || !e->running || !e->cancel_ids ||
+    if (!e->logits || !e->batch || !e->sched || !e->chunk || !e->n_draft || !e->sample_rows || !e->sample_out || !e->running || !e->cancel_ids ||
         !e->cancel_local) {
         rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory");
         goto fail;
@@ -210,6 +212,8 @@ void engine_destroy(struct engine *e)
     free(e->sched);
     free(e->chunk);
     free(e->n_draft);
+    free(e->sample_rows);
+    free(e->sample_out);
     free(e->running);
     free(e->cancel_ids);
     free(e->cancel_local);

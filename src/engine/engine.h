@@ -240,6 +240,13 @@ struct engine_model_ops {
     /* The model's MTP head (model_mtp_forward); NULL: none (ENGINE_SPEC_MTP unavailable). */
     int (*mtp_forward)(void *ctx, struct kv_pool *kv, const struct model_mtp_seq *seqs, int n_seqs,
                        struct cairn_err *err);
+    /* 1: forward samples a row itself when its model_seq.sample is set (model_forward does on a
+     * backend with the sample op): the scheduler then asks it to for every row that can be
+     * sampled there (sampler_row_eligible; one logit row, no grammar), and samples the others
+     * from their logits. 0: every row's logits come back. */
+    int can_sample;
+    /* Host time of the last forward, split (model_last_step_times); may be NULL. */
+    void (*step_times)(void *ctx, double *issue_s, double *wait_s);
 };
 int engine_create_ops(const struct engine_model_ops *ops, const struct engine_opts *opts,
                       struct engine **out, struct cairn_err *err);
@@ -298,6 +305,15 @@ struct engine_stats {
     uint64_t n_blocks_recomputed; /* tier blocks those left to recompute */
     double tier_fast_read_bps; /* measured: RAM-tier copies into the KV pool, bytes/s */
     double tier_slow_read_bps; /* measured: disk reads of prefix fetches, bytes/s */
+    /* host cost by phase, seconds summed over all steps (the scheduler thread's time) */
+    double t_plan_s;          /* packing the step: decodes, prefill chunks, admissions, batch */
+    double t_issue_s;         /* forward, until the first result was asked (staging, launches) */
+    double t_wait_s;          /* forward, the rest: the device finishing, copies, device sampling */
+    double t_sample_s;        /* host sampling (rows not sampled on the device) and row set-up */
+    double t_detok_s;         /* detokenizer and stop rules of each token */
+    double t_emit_s;          /* TOKEN/DONE callbacks (the API's side), block publishing */
+    uint64_t n_rows_device;   /* rows sampled by the backend */
+    uint64_t n_rows_host;     /* rows sampled on the host */
 };
 void engine_get_stats(struct engine *e, struct engine_stats *st);
 /* 1 once a step failed with CAIRN_ERR_DEVICE (the device stalled past the backend's step timeout

@@ -68,6 +68,8 @@ struct engine {
     struct engine_seq **sched; /* [max_running] sequences in this step */
     int *chunk;                /* [max_running] tokens each processes this step */
     int *n_draft;              /* [max_running] of which draft tokens (speculative verify) */
+    struct backend_sample_row *sample_rows; /* [max_running] rows the forward samples (ops.can_sample) */
+    struct backend_sample_out *sample_out;  /* [max_running] their results */
     int n_logit_rows;          /* rows of `logits`: max_running + spec_extra_rows */
     int spec_extra_rows;       /* rows for draft tokens per step (0 when speculation is off) */
     struct spec_mtp *mtp;      /* MTP drafting buffers (spec_mtp.h), or NULL (mode not MTP) */
@@ -117,6 +119,8 @@ struct engine {
     uint64_t n_decode_step_tokens;
     struct spec_cost spec_cost;  /* step-cost fit (spec_ctl.h) */
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_spec_parks;
+    double t_plan_s, t_issue_s, t_wait_s, t_sample_s, t_detok_s, t_emit_s; /* engine_stats */
+    uint64_t n_rows_device, n_rows_host;
 };
 
 void *engine_sched_main(void *arg);

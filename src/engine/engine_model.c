@@ -17,6 +17,11 @@ static int engine_model_forward_op(void *ctx, struct kv_pool *kv, const struct m
     return model_forward(ctx, kv_pool_view(kv), seqs, n_seqs, err);
 }
 
+static void engine_model_step_times_op(void *ctx, double *issue_s, double *wait_s)
+{
+    model_last_step_times(ctx, issue_s, wait_s);
+}
+
 static void engine_model_state_init_op(void *ctx, void *state) { model_state_init(ctx, state); }
 
 static int engine_model_mtp_op(void *ctx, struct kv_pool *kv, const struct model_mtp_seq *seqs, int n_seqs,
@@ -36,6 +41,8 @@ int engine_create(struct model *m, const struct engine_opts *opts, struct engine
         .state_init = engine_model_state_init_op,
         .mtp_forward = model_get_info(m)->n_mtp_layers > 0 ? engine_model_mtp_op : NULL,
         .be = model_backend(m),
+        .can_sample = model_can_sample(m),
+        .step_times = engine_model_step_times_op,
     };
     return engine_create_ops(&ops, opts, out, err);
 }

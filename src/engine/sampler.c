@@ -125,6 +125,12 @@ int sampler_init(struct sampler *s, const struct engine_sampling *p, int vocab_s
         s->mark = calloc(V, 1);
         if (!s->mark) goto nomem;
     }
+    /* at most one edit per context token, per distinct generated token and per bias entry */
+    s->cap_edits = s->rep_ctx + p->n_logit_bias + (s->counts ? vocab_size : 0);
+    if (s->cap_edits) {
+        s->edits = malloc((size_t)s->cap_edits * sizeof(*s->edits));
+        if (!s->edits) goto nomem;
+    }
     return CAIRN_OK;
 nomem:
     sampler_free(s);
@@ -141,6 +147,7 @@ void sampler_free(struct sampler *s)
     free(s->bucket_count);
     free(s->counts);
     free(s->mark);
+    free(s->edits);
     memset(s, 0, sizeof(*s));
 }
 
@@ -189,10 +196,15 @@ void sampler_top_k_indices(const float *v, int n, int k, int32_t *out)
 
 /* ---- sampling ---- */
 
-static void sampler_penalize(struct sampler *s, const int32_t *history, int n_history, int n_generated)
+static int32_t sampler_pick(struct sampler *s, const float *w, int have_u, double u_given);
+
+/* The penalties and the bias as a list of edits (tensor/backend.h's backend_logit_edit), in the
+ * order they apply: the one description of step 1-3 that the host (sampler_edits_apply) and a
+ * backend's sample op both follow, so both get the same bits. Returns the count (in s->edits). */
+static int sampler_edits_build(struct sampler *s, const int32_t *history, int n_history, int n_generated)
 {
-    float *w = s->work;
-    int V = s->vocab_size;
+    struct backend_logit_edit *e = s->edits;
+    int V = s->vocab_size, n = 0;
     if (s->rep_ctx) {
         float rp = s->p.repetition_penalty;
         int start = n_history > s->rep_ctx ? n_history - s->rep_ctx : 0;
@@ -200,19 +212,20 @@ static void sampler_penalize(struct sampler *s, const int32_t *history, int n_hi
             int32_t t = history[i];
             if (t < 0 || t >= V || s->mark[t]) continue;
             s->mark[t] = 1;
-            w[t] = w[t] > 0 ? w[t] / rp : w[t] * rp;
+            e[n++] = (struct backend_logit_edit){t, BACKEND_EDIT_REPETITION, rp};
         }
         for (int i = start; i < n_history; i++)
             if (history[i] >= 0 && history[i] < V) s->mark[history[i]] = 0;
     }
     if (s->counts) {
-        /* counts[t] is flipped negative once applied so each distinct token is penalized once */
+        /* counts[t] is flipped negative once listed so each distinct token is penalized once */
         const int32_t *gen = history + n_history - n_generated;
         for (int i = 0; i < n_generated; i++) {
             int32_t t = gen[i];
             if (t < 0 || t >= V || s->counts[t] <= 0) continue;
             int c = s->counts[t];
-            w[t] -= (float)c * s->p.frequency_penalty + s->p.presence_penalty;
+            e[n++] = (struct backend_logit_edit){t, BACKEND_EDIT_SUB,
+                                                 (float)c * s->p.frequency_penalty + s->p.presence_penalty};
             s->counts[t] = -c;
         }
         for (int i = 0; i < n_generated; i++) {
@@ -220,7 +233,22 @@ static void sampler_penalize(struct sampler *s, const int32_t *history, int n_hi
             if (t >= 0 && t < V && s->counts[t] < 0) s->counts[t] = -s->counts[t];
         }
     }
-    for (int i = 0; i < s->p.n_logit_bias; i++) w[s->bias[i].id] += s->bias[i].bias;
+    for (int i = 0; i < s->p.n_logit_bias; i++)
+        e[n++] = (struct backend_logit_edit){s->bias[i].id, BACKEND_EDIT_ADD, s->bias[i].bias};
+    CAIRN_ASSERT(n <= s->cap_edits);
+    return n;
+}
+
+void sampler_edits_apply(float *w, const struct backend_logit_edit *e, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float *x = &w[e[i].id];
+        switch (e[i].kind) {
+        case BACKEND_EDIT_REPETITION: *x = *x > 0 ? *x / e[i].v : *x * e[i].v; break;
+        case BACKEND_EDIT_SUB: *x -= e[i].v; break;
+        default: *x += e[i].v; break;
+        }
+    }
 }
 
 /* Grammar mask: disallowed tokens to -inf. Whole words are the common case either way (inside a
@@ -241,12 +269,61 @@ static void sampler_apply_mask(float *w, int V, const uint32_t *allowed)
     }
 }
 
-static int32_t sampler_argmax(const float *w, int V)
+/* Greedy argmax with the scalar loop's exact result: `best = 0; for i: if (w[i] > w[best]) best = i`
+ * (ties -> lowest id; NaN never wins, except at id 0 where nothing beats it). One pass: each block
+ * of SAMPLER_ARGMAX_BLOCK logits gets its maximum (NaN ignored, as maxps does), and only a block
+ * whose maximum beats the best so far is rescanned by the scalar rule, so the id is the same
+ * bit for bit. Intrinsics because compilers do not vectorise a float max reduction without
+ * -ffinite-math-only: SSE is in every x86-64; AVX2 is taken when the CPU has it. */
+#define SAMPLER_ARGMAX_BLOCK 64
+
+static int32_t sampler_argmax_ref(const float *w, int i0, int V, int32_t best)
 {
-    int32_t best = 0;
-    for (int i = 1; i < V; i++)
+    for (int i = i0; i < V; i++)
         if (w[i] > w[best]) best = i;
     return best;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx2"))) static int32_t sampler_argmax_avx2(const float *w, int V)
+{
+    int32_t best = 0;
+    float bv = w[0];
+    if (bv != bv) return 0; /* NaN at 0: nothing is greater */
+    int i = 0;
+    for (; i + SAMPLER_ARGMAX_BLOCK <= V; i += SAMPLER_ARGMAX_BLOCK) {
+        /* max_ps(x, m) is m when x is NaN, and m starts at -inf: m is the block's maximum over
+         * its non-NaN logits */
+        __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+        for (int j = 0; j < SAMPLER_ARGMAX_BLOCK; j += 32) {
+            m0 = _mm256_max_ps(_mm256_loadu_ps(w + i + j), m0);
+            m1 = _mm256_max_ps(_mm256_loadu_ps(w + i + j + 8), m1);
+            m2 = _mm256_max_ps(_mm256_loadu_ps(w + i + j + 16), m2);
+            m3 = _mm256_max_ps(_mm256_loadu_ps(w + i + j + 24), m3);
+        }
+        __m256 b = _mm256_set1_ps(bv);
+        __m256 gt = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(m0, b, _CMP_GT_OQ), _mm256_cmp_ps(m1, b, _CMP_GT_OQ)),
+                                 _mm256_or_ps(_mm256_cmp_ps(m2, b, _CMP_GT_OQ), _mm256_cmp_ps(m3, b, _CMP_GT_OQ)));
+        if (!_mm256_movemask_ps(gt)) continue; /* nothing here beats the best: the scalar loop keeps it too */
+        for (int j = i; j < i + SAMPLER_ARGMAX_BLOCK; j++) {
+            if (w[j] > bv) {
+                bv = w[j];
+                best = j;
+            }
+        }
+    }
+    return sampler_argmax_ref(w, i, V, best);
+}
+#endif
+
+static int32_t sampler_argmax(const float *w, int V)
+{
+#if defined(__x86_64__)
+    if (V >= SAMPLER_ARGMAX_BLOCK && __builtin_cpu_supports("avx2")) return sampler_argmax_avx2(w, V);
+#endif
+    return sampler_argmax_ref(w, 1, V, 0);
 }
 
 /* Top-p without top-k: the ids that can be in the nucleus, sorted by decreasing probability, in
@@ -304,14 +381,21 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
     const float *w = logits;
     if (s->rep_ctx || s->counts || s->p.n_logit_bias || s->allowed) {
         memcpy(s->work, logits, (size_t)V * sizeof(float));
-        sampler_penalize(s, history, n_history, n_generated);
+        sampler_edits_apply(s->work, s->edits, sampler_edits_build(s, history, n_history, n_generated));
         w = s->work;
     }
     if (s->allowed) {
         sampler_apply_mask(s->work, V, s->allowed);
         s->allowed = NULL;
     }
+    return sampler_pick(s, w, 0, 0);
+}
 
+/* Steps 4 and the logprobs over the processed logits w; the draw is u when have_u (a row
+ * prepared by sampler_row_prepare), else taken from s's PRNG here. */
+static int32_t sampler_pick(struct sampler *s, const float *w, int have_u, double u_given)
+{
+    int V = s->vocab_size;
     int32_t tok;
     if (s->p.temperature == 0.0f) {
         tok = sampler_argmax(w, V);
@@ -366,7 +450,7 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
                 total += pr[i];
             }
         }
-        double u = sampler_uniform(s->rng) * total;
+        double u = (have_u ? u_given : sampler_uniform(s->rng)) * total;
         double c = 0;
         if (sorted) {
             tok = idx[n_cand - 1];
@@ -411,4 +495,63 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
 void sampler_accept(struct sampler *s, int32_t token)
 {
     if (s->counts && token >= 0 && token < s->vocab_size) s->counts[token]++;
+}
+
+/* ---- rows sampled by a backend (tensor/backend.h's sample op) ---- */
+
+int sampler_row_eligible(const struct sampler *s)
+{
+    /* the op has no grammar mask and no top-k / top-p truncation (those rows stay here) */
+    return !s->allowed && !(s->p.top_k > 0 && s->p.top_k < s->vocab_size) && !(s->p.top_p < 1.0f);
+}
+
+void sampler_row_prepare(struct sampler *s, const int32_t *history, int n_history, int n_generated,
+                         struct backend_sample_row *row)
+{
+    memset(row, 0, sizeof(*row));
+    row->temperature = s->p.temperature;
+    row->min_p = s->p.min_p;
+    row->logprobs = s->p.logprobs;
+    row->top_logprobs = s->p.top_logprobs;
+    row->edits = s->edits;
+    row->n_edits = (s->rep_ctx || s->counts || s->p.n_logit_bias)
+                       ? sampler_edits_build(s, history, n_history, n_generated) : 0;
+    /* the draw sampler_sample would take, at the same point of the PRNG's stream */
+    row->u = s->p.temperature != 0.0f ? sampler_uniform(s->rng) : 0;
+}
+
+int32_t sampler_row_finish(struct sampler *s, const struct backend_sample_out *out)
+{
+    s->n_top = 0;
+    if (s->p.logprobs || s->p.top_logprobs) {
+        s->logprob = out->logprob;
+        s->n_top = out->n_top;
+        memcpy(s->top_ids, out->top_ids, sizeof(int32_t) * (size_t)out->n_top);
+        memcpy(s->top_logprobs, out->top_logprobs, sizeof(float) * (size_t)out->n_top);
+    }
+    return out->id;
+}
+
+int sampler_row_reference(const float *logits, int vocab_size, const struct backend_sample_row *row,
+                          struct backend_sample_out *out)
+{
+    struct engine_sampling p;
+    engine_sampling_default(&p);
+    p.temperature = row->temperature;
+    p.min_p = row->min_p;
+    p.logprobs = row->logprobs;
+    p.top_logprobs = row->top_logprobs;
+    struct sampler s;
+    int rc = sampler_init(&s, &p, vocab_size, NULL);
+    if (rc != CAIRN_OK) return rc;
+    memcpy(s.work, logits, sizeof(float) * (size_t)vocab_size);
+    sampler_edits_apply(s.work, row->edits, row->n_edits);
+    memset(out, 0, sizeof(*out));
+    out->id = sampler_pick(&s, s.work, 1, row->u);
+    out->logprob = s.logprob;
+    out->n_top = s.n_top;
+    memcpy(out->top_ids, s.top_ids, sizeof(int32_t) * (size_t)s.n_top);
+    memcpy(out->top_logprobs, s.top_logprobs, sizeof(float) * (size_t)s.n_top);
+    sampler_free(&s);
+    return CAIRN_OK;
 }

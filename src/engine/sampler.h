@@ -24,8 +24,9 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "tensor/backend.h"
 
-#define SAMPLER_MAX_TOP_LOGPROBS 20
+#define SAMPLER_MAX_TOP_LOGPROBS BACKEND_SAMPLE_MAX_TOP
 #define SAMPLER_N_BUCKETS 1024
 
 struct sampler {
@@ -40,6 +41,8 @@ struct sampler {
     int32_t *idx;                     /* [vocab] candidate ids / top-k heap */
     int32_t *counts;                  /* [vocab] generated-token counts, or NULL if unused */
     uint8_t *mark;                    /* [vocab] repetition-penalty dedupe, or NULL */
+    struct backend_logit_edit *edits; /* [cap_edits] steps 1-3 of this call as edits, or NULL */
+    int cap_edits;
     const uint32_t *allowed;          /* [(vocab + 31) / 32] grammar mask for the next
                                        * sampler_sample only (it resets it to NULL); not owned */
     double *bucket_mass;              /* [SAMPLER_N_BUCKETS] top-p histogram */
@@ -68,6 +71,24 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
                        int n_history, int n_generated);
 /* Records a generated token (presence/frequency counts). */
 void sampler_accept(struct sampler *s, int32_t token);
+
+/* Rows sampled by the backend (its optional sample op, tensor/backend.h), same pipeline:
+ * _eligible: 1 when the op can take s's next row (no grammar mask set for it, no top-k / top-p:
+ * those rows are sampled here from downloaded logits). _prepare: fills row with s's parameters,
+ * the edits of steps 1-3 (pointing into s, valid until s's next call) and, when temperature > 0,
+ * the one uniform draw sampler_sample would take from s's PRNG, so a request's seeded stream is
+ * the same on either path. _finish: takes the op's result (logprob, top_* into s) and returns the
+ * token; call sampler_accept with it as usual. */
+int sampler_row_eligible(const struct sampler *s);
+void sampler_row_prepare(struct sampler *s, const int32_t *history, int n_history, int n_generated,
+                         struct backend_sample_row *row);
+int32_t sampler_row_finish(struct sampler *s, const struct backend_sample_out *out);
+/* The sample op's semantics on the host, for one row of logits[vocab] (tests; a fake backend):
+ * the edits applied in order, then steps 4 and the logprobs with the row's draw. Allocates. */
+int sampler_row_reference(const float *logits, int vocab_size, const struct backend_sample_row *row,
+                          struct backend_sample_out *out);
+/* Applies n edits to w in order (what a backend's sample op must do bit for bit). */
+void sampler_edits_apply(float *w, const struct backend_logit_edit *e, int n);
 
 /* Helpers shared with tests: indices of the k largest values (ties -> lower index first), sorted
  * by decreasing value, written to out[k] (which is also the selection heap: no other scratch). */

@@ -29,6 +29,11 @@
  *   with error_code CAIRN_ERR_DEVICE, and so does anything submitted after (engine_failed).
  * - Speculative decoding (spec_sched.h) extends packed decodes with drafts, verified after the
  *   forward; a verify entry has chunk 1 + n_draft and as many logits rows.
+ * - Sampling: a row the backend can sample (ops.can_sample and sampler_row_eligible: one logit
+ *   row, no grammar, no top-k / top-p) is prepared before the forward (the penalties' edits and
+ *   the request's PRNG draw, sampler_row_prepare) and comes back as an id (+ logprobs) in
+ *   sample_out; every other row's logits come back and are sampled here. Both paths give the
+ *   same tokens (sampler.h). The phases of each step are timed into engine_stats (t_*).
  * Callbacks run here, with e->mu NOT held (they may call engine_cancel). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +73,7 @@ static void sched_emit_done(struct engine *e, struct engine_seq *s, enum engine_
     }
     e->n_requests_done++;
     s->on_event(s->user, &ev);
+    e->t_emit_s += cairn_now() - now;
 }
 
 static void sched_release_blocks(struct engine *e, struct engine_seq *s)
@@ -498,13 +504,24 @@ int engine_sched_grammar_accept(struct engine_seq *s, int32_t tok, enum engine_f
     return 0;
 }
 
-/* Samples, emits the token, and returns 1 if the sequence finished (finish filled). */
-static int sched_sample(struct engine *e, struct engine_seq *s, const float *logits, enum engine_finish *fin)
+/* Samples (or takes the row the forward sampled on the device: dev), emits the token, and returns
+ * 1 if the sequence finished (finish filled). */
+static int sched_sample(struct engine *e, struct engine_seq *s, const float *logits,
+                        const struct backend_sample_out *dev, enum engine_finish *fin)
 {
     int n_gen = s->n_tokens - s->n_prompt;
-    if (engine_sched_grammar_mask(s, fin)) return 1; /* mask before sampling */
-    int32_t tok = sampler_sample(&s->sampler, logits, s->tokens, s->n_tokens, n_gen);
+    double t0 = cairn_now();
+    int32_t tok;
+    if (dev) {
+        tok = sampler_row_finish(&s->sampler, dev);
+        e->n_rows_device++;
+    } else {
+        if (engine_sched_grammar_mask(s, fin)) return 1; /* mask before sampling */
+        tok = sampler_sample(&s->sampler, logits, s->tokens, s->n_tokens, n_gen);
+        e->n_rows_host++;
+    }
     sampler_accept(&s->sampler, tok);
+    e->t_sample_s += cairn_now() - t0;
     if (engine_sched_grammar_accept(s, tok, fin)) return 1;
     return engine_sched_commit(e, s, tok, fin);
 }
@@ -520,7 +537,10 @@ int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enu
     int at_limit = s->n_tokens >= s->cap_tokens;
     const char *text;
     size_t len;
+    double t0 = cairn_now();
     int rc = at_limit ? stop_feed_final(&s->stop, tok, &text, &len) : stop_feed(&s->stop, tok, &text, &len);
+    double t1 = cairn_now();
+    e->t_detok_s += t1 - t0;
     int done = 0;
     if (rc < 0) {
         text = "";
@@ -550,6 +570,7 @@ int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enu
         ev.top_logprobs = s->sampler.top_logprobs;
     }
     s->on_event(s->user, &ev);
+    e->t_emit_s += cairn_now() - t1;
     return done;
 }
 
@@ -557,6 +578,7 @@ int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enu
 
 static void sched_step(struct engine *e)
 {
+    double t_plan0 = cairn_now();
     int budget = e->opts.max_batch_tokens;
     int n_sched = 0;
     int n_decode = 0, n_prefill = 0;
@@ -639,6 +661,17 @@ static void sched_step(struct engine *e)
         /* the last position's logits, and those of each draft token (nd = 0 but for verifies) */
         m->n_logits = s->n_computed + c == s->n_tokens + nd ? 1 + nd : 0;
         m->logits = e->logits + (size_t)n_rows * V;
+        m->sample = NULL;
+        m->sample_out = NULL;
+        if (e->ops.can_sample && m->n_logits == 1 && nd == 0 && !s->gm && sampler_row_eligible(&s->sampler)) {
+            /* sampled by the forward on the device: the penalties' edits and the draw now */
+            double ts = cairn_now();
+            sampler_row_prepare(&s->sampler, s->tokens, s->n_tokens, s->n_tokens - s->n_prompt, &e->sample_rows[i]);
+            m->sample = &e->sample_rows[i];
+            m->sample_out = &e->sample_out[i];
+            e->t_sample_s += cairn_now() - ts;
+            t_plan0 += cairn_now() - ts; /* counted as sampling, not planning */
+        }
         spec_mtp_want_hidden(e, s, m, n_step_tokens); /* n_hidden: 0 unless it drafts with MTP */
         n_rows += m->n_logits;
         n_step_tokens += c;
@@ -651,9 +684,14 @@ static void sched_step(struct engine *e)
     e->n_waiting_seen = e->n_waiting + e->n_fetching;
     pthread_mutex_unlock(&e->mu);
     double t0 = cairn_now();
+    e->t_plan_s += t0 - t_plan0;
     struct cairn_err err = {0};
     int rc = e->ops.forward(e->ops.ctx, &e->pool, e->batch, n_sched, &err);
     double dt = cairn_now() - t0;
+    double t_issue = 0, t_wait = dt;
+    if (e->ops.step_times) e->ops.step_times(e->ops.ctx, &t_issue, &t_wait);
+    e->t_issue_s += t_issue;
+    e->t_wait_s += dt - t_issue;
     e->n_steps++;
     if (rc == CAIRN_ERR_DEVICE) {
         sched_fail_all(e, err.msg[0] ? err.msg : cairn_status_str(rc));
@@ -699,7 +737,7 @@ static void sched_step(struct engine *e)
         sched_publish(e, s);
         if (!had_logits) continue;
         enum engine_finish fin = ENGINE_FINISH_STOP;
-        if (sched_sample(e, s, e->batch[i].logits, &fin)) {
+        if (sched_sample(e, s, e->batch[i].logits, e->batch[i].sample ? &e->sample_out[i] : NULL, &fin)) {
             sched_running_remove(e, s);
             sched_finish(e, s, fin, fin == ENGINE_FINISH_ERROR ? (s->error_msg ? s->error_msg : "detokenizer failed") : NULL);
         }
@@ -756,6 +794,14 @@ static void sched_publish_stats(struct engine *e)
     st->n_spec_steps = e->n_spec_steps;
     st->n_spec_parks = e->n_spec_parks;
     st->spec_cost_slope = e->spec_extra_rows ? spec_cost_slope(&e->spec_cost) : 0;
+    st->t_plan_s = e->t_plan_s;
+    st->t_issue_s = e->t_issue_s;
+    st->t_wait_s = e->t_wait_s;
+    st->t_sample_s = e->t_sample_s;
+    st->t_detok_s = e->t_detok_s;
+    st->t_emit_s = e->t_emit_s;
+    st->n_rows_device = e->n_rows_device;
+    st->n_rows_host = e->n_rows_host;
     e->n_waiting_seen = e->n_waiting + e->n_fetching;
 }
 

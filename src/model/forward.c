@@ -18,12 +18,14 @@
  * then the rows whose hidden states are asked for (model_seq.n_hidden, for an MTP head) are
  * gathered, normed and downloaded, and the rows whose logits are asked for are gathered, normed
  * and multiplied by lm_head in chunks of ws.logit_rows, each chunk's rows downloaded into
- * seqs[s].logits. Nothing is
+ * seqs[s].logits, or, for a sequence with model_seq.sample, sampled by the backend's sample op
+ * (only the ids and logprobs come back: model.h). Nothing is
  * allocated here except the block-table staging growing (grow-only) for a longer context. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/mem.h"
 #include "model/model_int.h"
 
@@ -167,9 +169,13 @@ static int model_forward_check(struct model *m, const struct backend_kv_view *kv
     for (int s = 0; s < n_seqs; s++) {
         const struct model_seq *q = &seqs[s];
         if (q->n_tokens < 0 || q->pos0 < 0 || q->n_logits < 0 || q->n_logits > q->n_tokens ||
-            (q->n_tokens > 0 && !q->tokens) || (q->n_logits > 0 && !q->logits) || q->n_hidden < 0 ||
+            (q->n_tokens > 0 && !q->tokens) || (q->n_logits > 0 && !q->logits && !q->sample) || q->n_hidden < 0 ||
             q->n_hidden > q->n_tokens || (q->n_hidden > 0 && !q->hidden))
             return cairn_err_set(err, CAIRN_ERR_INVALID, "model_forward: sequence %d: bad counts", s);
+        if (q->sample && (q->n_logits != 1 || !q->sample_out || !m->be->ops->sample))
+            return cairn_err_set(err, CAIRN_ERR_INVALID,
+                                 "model_forward: sequence %d: device sampling needs one logit row and the "
+                                 "backend's sample op", s);
         if ((long)q->pos0 + q->n_tokens > (long)INT32_MAX / 2)
             return cairn_err_set(err, CAIRN_ERR_LIMIT, "model_forward: sequence %d: position overflow", s);
         total += q->n_tokens;
@@ -258,26 +264,45 @@ int model_stage(struct model *m, const struct backend_kv_view *kv, const struct 
     return (int)(bt + (size_t)n_seqs * bt_stride - h);
 }
 
-/* Downloads the n logit rows now in ws.logits to their sequences (a sequence's consecutive
- * rows in one copy); *s, *r_in_s: where the first row goes, advanced past the chunk. */
+/* Delivers the n logit rows now in ws.logits: a sampled sequence's row goes to the backend's
+ * sample op (all of the chunk's in one call), the others' rows are downloaded to their
+ * sequences (a sequence's consecutive rows in one copy); *s, *r_in_s: the sequence and row the
+ * chunk starts at, advanced past it. */
 static int model_logits_out(struct model *m, const struct model_seq *seqs, int n, int *s, int *r_in_s,
                             struct cairn_err *err)
 {
     size_t V = (size_t)m->cfg.vocab_size;
-    int r = 0;
+    struct model_ws *w = &m->ws;
+    const struct model_seq *to[MODEL_LOGIT_ROWS_MAX];
+    int r = 0, n_sample = 0, rc = CAIRN_OK;
+    if (m->ws.t_wait_s < 0) m->ws.t_wait_s = cairn_now(); /* the first result asked for (see below) */
     while (r < n) {
         while (*r_in_s >= seqs[*s].n_logits) {
             (*s)++;
             *r_in_s = 0;
         }
-        int k = CAIRN_MIN(n - r, seqs[*s].n_logits - *r_in_s);
-        int rc = m->be->ops->buf_download(m->be, seqs[*s].logits + (size_t)*r_in_s * V, m->ws.logits + (size_t)r * V,
-                                          sizeof(float) * V * (size_t)k, err);
+        const struct model_seq *q = &seqs[*s];
+        if (q->sample) {
+            CAIRN_ASSERT(n_sample < w->logit_rows);
+            w->h_sample_rows[n_sample] = *q->sample;
+            w->h_sample_rows[n_sample].row = r;
+            to[n_sample++] = q;
+            r++;
+            (*r_in_s)++;
+            continue;
+        }
+        int k = CAIRN_MIN(n - r, q->n_logits - *r_in_s);
+        rc = m->be->ops->buf_download(m->be, q->logits + (size_t)*r_in_s * V, w->logits + (size_t)r * V,
+                                      sizeof(float) * V * (size_t)k, err);
         if (rc != CAIRN_OK) return rc;
         r += k;
         *r_in_s += k;
     }
-    return CAIRN_OK;
+    if (n_sample) {
+        rc = m->be->ops->sample(m->be, w->logits, (int)V, w->h_sample_rows, n_sample, w->h_sample_out, err);
+        for (int i = 0; i < n_sample && rc == CAIRN_OK; i++) *to[i]->sample_out = w->h_sample_out[i];
+    }
+    return rc;
 }
 
 int model_layer_forward(struct model *m, int il, const struct backend_kv_view *kv, const struct model_seq *seqs,
@@ -360,6 +385,9 @@ static int model_forward_ops(struct model *m, const struct backend_kv_view *kv, 
 int model_forward(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs, int n_seqs,
                   struct cairn_err *err)
 {
+    double t0 = cairn_now();
+    m->ws.t_issue_s = 0;
+    m->ws.t_wait_s = -1; /* set to the time of the first result asked for (model_logits_out) */
     int rc = model_forward_check(m, kv, seqs, n_seqs, err);
     if (rc != CAIRN_OK) return rc;
     int T = 0, n_sel = 0, bt_stride = 0;
@@ -382,5 +410,16 @@ int model_forward(struct model *m, const struct backend_kv_view *kv, const struc
         rc = rc_end;
         if (err) *err = end_err;
     }
+    double t1 = cairn_now(), t_ask = m->ws.t_wait_s >= 0 ? m->ws.t_wait_s : t1;
+    m->ws.t_issue_s = t_ask - t0;
+    m->ws.t_wait_s = t1 - t_ask;
     return rc;
+}
+
+int model_can_sample(const struct model *m) { return m->be->ops->sample != NULL; }
+
+void model_last_step_times(const struct model *m, double *issue_s, double *wait_s)
+{
+    *issue_s = m->ws.t_issue_s;
+    *wait_s = m->ws.t_wait_s;
 }

@@ -659,7 +659,11 @@ void model_state_init(const struct model *m, void *state)
 
 /* ---- workspaces ---- */
 
+/* Rows of logits per lm_head chunk: on the CPU 32 (a 128K vocab: 16 MB of logits in host memory);
+ * on a device 256, so that a decode step of up to 256 sequences reads lm_head once (at 64 rows a
+ * 32-row chunk read its 1 GB (8B, bf16) twice per step: 0.2 ms) */
 #define MODEL_LOGIT_ROWS 32
+#define MODEL_LOGIT_ROWS_DEVICE MODEL_LOGIT_ROWS_MAX
 
 static void model_ws_free(struct model *m)
 {
@@ -668,6 +672,8 @@ static void model_ws_free(struct model *m)
     if (w->i32) m->be->ops->buf_free(m->be, w->i32, w->i32_cap * sizeof(int32_t), CAIRN_MEM_SCRATCH);
     if (w->h_i32) cairn_mem_free(w->h_i32, w->i32_cap * sizeof(int32_t), CAIRN_MEM_SCRATCH);
     free(w->h_ctx_len);
+    free(w->h_sample_rows);
+    free(w->h_sample_out);
     memset(w, 0, sizeof(*w));
     m->ws_ok = 0;
 }
@@ -681,7 +687,7 @@ int model_reserve(struct model *m, int max_tokens, struct cairn_err *err)
     size_t T = (size_t)max_tokens, hid = (size_t)c->hidden_size;
     size_t qd = (size_t)c->n_heads * (size_t)c->head_dim, kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     size_t inter = (size_t)CAIRN_MAX(c->intermediate_size, 1);
-    size_t rows = CAIRN_MIN(T, (size_t)MODEL_LOGIT_ROWS);
+    size_t rows = CAIRN_MIN(T, (size_t)(m->be->host_visible ? MODEL_LOGIT_ROWS : MODEL_LOGIT_ROWS_DEVICE));
     size_t extra = m->fam->ws_extra_floats ? m->fam->ws_extra_floats(m, max_tokens) : 0;
     size_t gated = m->attn_gated ? 1 : 0; /* gated q_proj rows carry the gate too */
     size_t mtp = m->n_mtp ? 1 : 0;
@@ -691,10 +697,19 @@ int model_reserve(struct model *m, int max_tokens, struct cairn_err *err)
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(floats); i++) total += (floats[i] * 4 + 255) & ~(size_t)255;
     void *mem = NULL;
     int32_t *ctx_len = malloc(sizeof(int32_t) * T);
-    if (!ctx_len) return cairn_err_set(err, CAIRN_ERR_NOMEM, "model_reserve: out of memory");
+    struct backend_sample_row *srows = malloc(sizeof(*srows) * rows);
+    struct backend_sample_out *sout = malloc(sizeof(*sout) * rows);
+    if (!ctx_len || !srows || !sout) {
+        free(ctx_len);
+        free(srows);
+        free(sout);
+        return cairn_err_set(err, CAIRN_ERR_NOMEM, "model_reserve: out of memory");
+    }
     int rc = m->be->ops->buf_alloc(m->be, total, CAIRN_MEM_SCRATCH, &mem, err);
     if (rc != CAIRN_OK) {
         free(ctx_len);
+        free(srows);
+        free(sout);
         cairn_err_prefix(err, "model_reserve");
         return rc;
     }
@@ -703,6 +718,8 @@ int model_reserve(struct model *m, int max_tokens, struct cairn_err *err)
     w->mem = mem;
     w->mem_bytes = total;
     w->h_ctx_len = ctx_len;
+    w->h_sample_rows = srows;
+    w->h_sample_out = sout;
     w->max_tokens = max_tokens;
     w->logit_rows = (int)rows;
     float **ptrs[] = {&w->x, &w->h, &w->out, &w->q, &w->q_raw, &w->k, &w->v, &w->att, &w->gate, &w->up,

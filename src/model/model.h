@@ -125,7 +125,19 @@ struct model_seq {
                                  * the last layer's output after the final norm, what an MTP head
                                  * reads (model_mtp_forward); 0 for plain decoding */
     float *hidden;              /* [n_hidden, hidden_size] host, written by model_forward */
+    /* Sampling on the backend (its optional sample op, tensor/backend.h): with n_logits == 1
+     * and `sample` set, the row is sampled there by *sample (its `row` is ignored) and the result
+     * written to *sample_out; `logits` is then not written (it may be NULL). Only where
+     * model_can_sample(m). */
+    const struct backend_sample_row *sample;
+    struct backend_sample_out *sample_out;
 };
+/* Whether the model's backend has the sample op (model_seq.sample may be set). */
+int model_can_sample(const struct model *m);
+/* Host time of the last model_forward: issue_s from the call until the first result was asked
+ * of the backend (staging and issuing the ops), wait_s the rest (the device finishing the step,
+ * the results' copies and device sampling). */
+void model_last_step_times(const struct model *m, double *issue_s, double *wait_s);
 
 /* Preallocates workspaces for up to max_tokens tokens (all sequences) per step, so that
  * model_forward allocates nothing (except growing the block-table staging, grow-only, the

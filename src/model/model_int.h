@@ -145,6 +145,8 @@ int model_llama_specs_ends(struct model *m, struct model_specs *s, float norm_sy
  * then hidden-state rows: model_seq.n_hidden):
  *   tok [T] | pos [T] | slots [T] | seq_off [n + 1] | rows [n_sel] | block tables [n][bt_stride]
  * tok, pos, ... point into i32 (device) at those offsets, set by each step. */
+#define MODEL_LOGIT_ROWS_MAX 256 /* the most rows of one lm_head chunk (model.c) */
+
 struct model_ws {
     int max_tokens;
     int logit_rows;     /* rows of `logits` */
@@ -169,6 +171,9 @@ struct model_ws {
     int32_t *h_i32;     /* host staging, same layout and size */
     size_t i32_cap;
     int32_t *h_ctx_len; /* host [max_tokens]: last position + 1 of each sequence */
+    struct backend_sample_row *h_sample_rows; /* host [logit_rows]: one chunk's sampled rows */
+    struct backend_sample_out *h_sample_out;  /* host [logit_rows]: their results */
+    double t_issue_s, t_wait_s; /* the last model_forward's split (model_last_step_times) */
     /* This step's device arrays (into i32) and host copy of seq_off (into h_i32). */
     const int32_t *tok, *pos, *slots, *seq_off, *rows, *bt;
     const int32_t *h_seq_off;

@@ -191,6 +191,45 @@ struct backend_qk_rope_store {
     float w_offset;
 };
 
+/* Sampling on the device (the optional sample op): for each row, the logits' edits (the
+ * request's penalties and logit_bias, listed by the host in the order they apply, each one
+ * float op: engine/sampler.c builds them) then greedy argmax (temperature 0; ties -> lowest id,
+ * NaN never wins but at id 0) or, with temperature > 0, the tempered softmax with the min_p floor
+ * (relative to the top probability) and one draw: the first id, in id order, whose cumulative
+ * (unnormalised, double) mass exceeds u times the total (the scalar fallback: the argmax).
+ * With logprobs / top_logprobs, the log-softmax of the edited logits (before temperature) at the
+ * chosen id and at the top_logprobs best (ties -> lowest id, trailing -inf dropped but one).
+ * top-k / top-p truncation and grammar masks are not part of it: the engine samples such rows
+ * on the host from downloaded logits. */
+#define BACKEND_SAMPLE_MAX_TOP 20
+enum backend_logit_edit_kind {
+    BACKEND_EDIT_REPETITION = 0, /* x = x > 0 ? x / v : x * v */
+    BACKEND_EDIT_SUB,            /* x -= v (presence + count * frequency) */
+    BACKEND_EDIT_ADD,            /* x += v (logit_bias) */
+};
+struct backend_logit_edit {
+    int32_t id;
+    int32_t kind;                 /* enum backend_logit_edit_kind */
+    float v;
+};
+struct backend_sample_row {
+    int row;                      /* row of the logits */
+    float temperature;            /* 0: greedy */
+    float min_p;                  /* 0: off */
+    int logprobs;
+    int top_logprobs;             /* 0..BACKEND_SAMPLE_MAX_TOP */
+    double u;                     /* the draw in [0, 1) (temperature > 0) */
+    const struct backend_logit_edit *edits; /* host [n_edits], applied in order */
+    int n_edits;
+};
+struct backend_sample_out {
+    int32_t id;
+    float logprob;                /* when logprobs or top_logprobs */
+    int n_top;
+    int32_t top_ids[BACKEND_SAMPLE_MAX_TOP];
+    float top_logprobs[BACKEND_SAMPLE_MAX_TOP];
+};
+
 struct backend_mem_stats {
     uint64_t device_total;        /* bytes of device memory (0 on the CPU: see base/mem.h) */
     uint64_t device_free;
@@ -298,6 +337,12 @@ struct backend_ops {
     void (*matmul_add)(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
     /* struct backend_qk_rope_store above. */
     void (*qk_rope_store)(struct backend *be, const struct backend_qk_rope_store *r);
+    /* struct backend_sample_row above: samples n rows of logits [*, vocab] (device; the rows'
+     * logits are edited in place) and writes out[n] (host). Synchronous, like buf_download
+     * (ordered after the ops issued so far; usable inside a step); only the ids (and logprobs)
+     * cross to the host. NULL on the CPU, whose engine samples the logits in place. */
+    int (*sample)(struct backend *be, float *logits, int vocab, const struct backend_sample_row *rows, int n,
+                  struct backend_sample_out *out, struct cairn_err *err);
     /* ---- tensor parallel (optional: NULL when the backend cannot join a group) ---- */
     /* buf[n] (f32) = the sum of buf over every rank of the backend's group (tp_world ranks), in
      * place, ordered after the ops issued so far; every rank gets the same bits. Each rank calls

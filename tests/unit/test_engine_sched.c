@@ -11,6 +11,7 @@
 
 #include "base/hash.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "kv/kv_pool.h"
 #include "engine_testutil.h"
 #include "testlib.h"
@@ -27,6 +28,7 @@ struct fake {
     int gate_closed;
     int fail_next; /* forward returns an error once */
     int fail_code; /* ... this one (0: CAIRN_ERR_INTERNAL) */
+    atomic_int n_sampled; /* rows the forward sampled itself (model_seq.sample) */
 };
 
 static uint64_t fake_mix(uint64_t h, int32_t t) { return (h ^ (uint64_t)(t + 1)) * 0x100000001b3ull; }
@@ -92,6 +94,15 @@ static int fake_forward(void *ctx, struct kv_pool *kv, const struct model_seq *s
                 int d = abs(j - target);
                 lg[j] = -0.35f * (float)d;
             }
+            if (s->sample) {
+                /* a device sample op, played by the host reference of its semantics; the
+                 * logits then must not be looked at by the engine: spoil them */
+                CHECK(s->n_logits == 1 && s->sample_out);
+                if (sampler_row_reference(lg, FV, s->sample, s->sample_out) != CAIRN_OK)
+                    atomic_fetch_add(&f->n_errors, 1);
+                for (int j = 0; j < FV; j++) lg[j] = NAN;
+                atomic_fetch_add(&f->n_sampled, 1);
+            }
         }
     }
     return CAIRN_OK;
@@ -150,7 +161,8 @@ static int detok_flush(void *stream, const char **text, size_t *len)
 }
 static void detok_free(void *stream) {}
 
-static struct engine *make_engine(struct fake *f, int block_size, int n_blocks, int batch, int running)
+static struct engine *make_engine_ops(struct fake *f, int block_size, int n_blocks, int batch, int running,
+                                      int can_sample)
 {
     struct engine_opts o;
     memset(&o, 0, sizeof(o));
@@ -161,12 +173,18 @@ static struct engine *make_engine(struct fake *f, int block_size, int n_blocks, 
     o.max_batch_tokens = batch;
     o.max_running = running;
     o.detok = (struct engine_detok){NULL, detok_new, detok_feed, detok_flush, detok_free};
-    struct engine_model_ops ops = {f, fake_info, NULL, fake_forward, f->info.state_bytes ? fake_state_init : NULL, NULL, NULL};
+    struct engine_model_ops ops = {f, fake_info, NULL, fake_forward, f->info.state_bytes ? fake_state_init : NULL, NULL, NULL, 0, NULL};
+    ops.can_sample = can_sample;
     struct engine *e = NULL;
     struct cairn_err err = {0};
     int rc = engine_create_ops(&ops, &o, &e, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
     return e;
+}
+
+static struct engine *make_engine(struct fake *f, int block_size, int n_blocks, int batch, int running)
+{
+    return make_engine_ops(f, block_size, n_blocks, batch, running, 0);
 }
 
 static void make_prompt(int32_t *p, int n, int seed)
@@ -495,6 +513,74 @@ static void test_seeded_batch_independent(void)
     engine_destroy(e);
 }
 
+/* The engine with a forward that samples (ops.can_sample: a backend's sample op) gives the
+ * same tokens and logprobs as the engine sampling downloaded logits, request by request, in one
+ * batch with every kind of row: greedy, seeded temperature, penalties, bias, min_p, logprobs
+ * (sampled by the forward) and top-k / top-p (still sampled on the host). */
+static void test_device_sampling(void)
+{
+    enum { NR = 10 };
+    static struct collect c[2][NR];
+    static int32_t po[NR][40];
+    struct engine_logit_bias lb[2] = {{3, 2.0f}, {11, -1.5f}};
+    int n_device[2] = {0, 0};
+    for (int pass = 0; pass < 2; pass++) {
+        struct fake f;
+        fake_init(&f, 0);
+        struct engine *e = make_engine_ops(&f, 8, 512, 128, NR, pass);
+        fake_gate(&f, 1);
+        for (int i = 0; i < NR; i++) {
+            make_prompt(po[i], 20 + i, 50 + i);
+            struct engine_request r = collect_request(&c[pass][i], po[i], 20 + i, 30);
+            r.sampling.seed = 1000 + (uint64_t)i;
+            r.sampling.has_seed = 1;
+            switch (i) {
+            case 0: break; /* greedy */
+            case 1: r.sampling.temperature = 1.0f; r.sampling.logprobs = 1; break;
+            case 2: r.sampling.temperature = 0.7f; r.sampling.top_logprobs = 5; break;
+            case 3: r.sampling.temperature = 1.2f; r.sampling.repetition_penalty = 1.4f; break;
+            case 4:
+                r.sampling.temperature = 0.9f;
+                r.sampling.presence_penalty = 0.5f;
+                r.sampling.frequency_penalty = 0.3f;
+                break;
+            case 5:
+                r.sampling.temperature = 1.0f;
+                r.sampling.logit_bias = lb;
+                r.sampling.n_logit_bias = 2;
+                r.sampling.min_p = 0.1f;
+                break;
+            case 6: r.sampling.repetition_penalty = 1.3f; r.sampling.logprobs = 1; break; /* greedy */
+            case 7: r.sampling.temperature = 1.0f; r.sampling.top_k = 4; break;        /* host */
+            case 8: r.sampling.temperature = 1.0f; r.sampling.top_p = 0.8f; break;     /* host */
+            default: r.sampling.temperature = 1.5f; r.sampling.min_p = 0.3f; r.sampling.logprobs = 1; break;
+            }
+            CHECK(engine_submit(e, &r, NULL, NULL) == CAIRN_OK);
+        }
+        fake_gate(&f, 0);
+        CHECK(collect_wait(c[pass], NR));
+        collect_wait_idle(e, NR);
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        n_device[pass] = atomic_load(&f.n_sampled);
+        CHECK_EQ_INT(st.n_rows_device, (uint64_t)n_device[pass]);
+        CHECK_EQ_INT(st.n_rows_host + st.n_rows_device, (uint64_t)(NR * 30));
+        CHECK_EQ_INT(atomic_load(&f.n_errors), 0);
+        engine_destroy(e);
+    }
+    CHECK_EQ_INT(n_device[0], 0);
+    CHECK_EQ_INT(n_device[1], (NR - 2) * 30); /* all but the top-k and top-p requests */
+    for (int i = 0; i < NR; i++) {
+        CHECK_EQ_INT(c[0][i].n_tokens, 30);
+        CHECK_MSG(c[0][i].n_tokens == c[1][i].n_tokens &&
+                      memcmp(c[0][i].tokens, c[1][i].tokens, sizeof(int32_t) * (size_t)c[0][i].n_tokens) == 0,
+                  "request %d: tokens differ with device sampling", i);
+        CHECK_MSG(memcmp(c[0][i].logprobs, c[1][i].logprobs, sizeof(float) * (size_t)c[0][i].n_tokens) == 0,
+                  "request %d: logprobs differ", i);
+    }
+    CHECK(!check_ref(po[1], 21, &c[1][1])); /* really sampled */
+}
+
 static void test_stops(void)
 {
     struct fake f;
@@ -614,7 +700,7 @@ static void test_submit_errors(void)
     o.kv_bytes = 1 << 20;
     o.max_running = 1;
     o.max_waiting = 2;
-    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, NULL, NULL, NULL};
+    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, NULL, NULL, NULL, 0, NULL};
     CHECK(engine_create_ops(&ops, &o, &e, &err) == CAIRN_OK);
     fake_gate(&f, 1);
     struct collect cs[4];
@@ -804,7 +890,7 @@ static void test_tiers(size_t state_bytes)
     o.kv_bytes = 64ull * 2 * 2 * 8 * 2 * sizeof(float); /* 64 blocks */
     o.max_batch_tokens = 64;
     o.tiers = (struct kv_tier_ops){&t, ram_on_evict, ram_on_publish, ram_lookup, NULL};
-    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, state_bytes ? fake_state_init : NULL, NULL, NULL};
+    struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, state_bytes ? fake_state_init : NULL, NULL, NULL, 0, NULL};
     struct engine *e = NULL;
     CHECK(engine_create_ops(&ops, &o, &e, NULL) == CAIRN_OK);
     static int32_t p[60];
@@ -876,6 +962,7 @@ int main(void)
     test_cancel();
     test_cancel_mid_prefill();
     test_seeded_batch_independent();
+    test_device_sampling();
     test_stops();
     test_submit_errors();
     test_hybrid_prefix();

@@ -352,8 +352,139 @@ static void test_validation(void)
     CHECK(sampler_validate(&p, V, &err) == CAIRN_OK);
 }
 
+/* ---- the vectorised argmax against the scalar rule, and the row path against sampler_sample ---- */
+
+static uint64_t lcg_state = 12345;
+static uint32_t lcg(void)
+{
+    lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(lcg_state >> 33);
+}
+
+static int32_t scalar_argmax(const float *w, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (w[i] > w[best]) best = i;
+    return best;
+}
+
+static void test_argmax_wide(void)
+{
+    enum { WV = 128256 + 37 };
+    float *l = malloc(sizeof(float) * WV);
+    struct engine_sampling p = greedy();
+    int n_cases = 0;
+    for (int vocab = 1; vocab <= WV; vocab = vocab < 300 ? vocab + 1 : vocab * 3 + 7) {
+        struct sampler s;
+        CHECK(sampler_init(&s, &p, vocab, NULL) == CAIRN_OK);
+        for (int kind = 0; kind < 9; kind++) {
+            for (int i = 0; i < vocab; i++) {
+                switch (kind) {
+                case 0: l[i] = (float)(lcg() % 2000) / 100.0f - 10.0f; break; /* many ties */
+                case 1: l[i] = 1.0f; break;                                   /* all equal */
+                case 2: l[i] = -INFINITY; break;
+                case 3: l[i] = (lcg() % 7) ? NAN : (float)(lcg() % 5); break;  /* NaNs about */
+                case 4: l[i] = i == 0 ? NAN : (float)(lcg() % 100); break;    /* NaN at 0 wins */
+                case 5: l[i] = (lcg() % 3) ? -INFINITY : NAN; break;
+                case 6: l[i] = (lcg() & 1) ? 0.0f : -0.0f; break;              /* signed zeros */
+                case 7: l[i] = (float)i * 1e-3f; break;                       /* rising: rescans */
+                default: l[i] = (lcg() % 2) ? INFINITY : (float)(lcg() % 9); break;
+                }
+            }
+            int32_t got = sampler_sample(&s, l, NULL, 0, 0), want = scalar_argmax(l, vocab);
+            CHECK_MSG(got == want, "vocab %d kind %d: %d vs %d", vocab, kind, got, want);
+            n_cases++;
+        }
+        sampler_free(&s);
+    }
+    CHECK(n_cases > 300);
+    free(l);
+}
+
+/* sampler_sample and the backend row path (prepare -> the op's host reference -> finish) over
+ * every parameter combination the op takes: the same tokens, logprobs and top lists, bit for
+ * bit, with twin samplers (same seed) so that the draws line up. */
+static void test_row_path(void)
+{
+    enum { RV = 3001, STEPS = 12 };
+    float *l = malloc(sizeof(float) * RV);
+    int32_t hist[64];
+    struct engine_logit_bias bias[3] = {{5, 3.5f}, {7, -100.0f}, {5, 1.25f}}; /* 5 twice: in order */
+    int n_combos = 0;
+    for (int combo = 0; combo < 2 * 2 * 2 * 2 * 3 * 3; combo++) {
+        int c = combo;
+        struct engine_sampling p;
+        engine_sampling_default(&p);
+        p.temperature = (float[]){0.0f, 0.7f}[c % 2];
+        c /= 2;
+        p.repetition_penalty = c % 2 ? 1.3f : 1.0f;
+        p.repetition_context_size = 9;
+        c /= 2;
+        p.presence_penalty = c % 2 ? 0.4f : 0.0f;
+        p.frequency_penalty = c % 2 ? -0.3f : 0.0f;
+        c /= 2;
+        p.n_logit_bias = c % 2 ? 3 : 0;
+        p.logit_bias = bias;
+        c /= 2;
+        p.min_p = (float[]){0.0f, 0.05f, 0.5f}[c % 3];
+        c /= 3;
+        p.logprobs = c % 3 > 0;
+        p.top_logprobs = (int[]){0, 0, 20}[c % 3];
+        p.seed = 99 + (uint64_t)combo;
+        p.has_seed = 1;
+        struct sampler a, b;
+        CHECK(sampler_init(&a, &p, RV, NULL) == CAIRN_OK);
+        CHECK(sampler_init(&b, &p, RV, NULL) == CAIRN_OK);
+        CHECK(sampler_row_eligible(&b));
+        int n_hist = 0;
+        for (int i = 0; i < 20; i++) hist[n_hist++] = (int32_t)(lcg() % RV); /* prompt */
+        for (int step = 0; step < STEPS; step++) {
+            for (int i = 0; i < RV; i++) l[i] = (float)(lcg() % 4000) / 400.0f - 5.0f;
+            l[hist[n_hist - 1]] = 12.0f; /* the last token is likely again: penalties matter */
+            int n_gen = n_hist - 20;
+            int32_t ta = sampler_sample(&a, l, hist, n_hist, n_gen);
+            struct backend_sample_row row;
+            struct backend_sample_out out;
+            sampler_row_prepare(&b, hist, n_hist, n_gen, &row);
+            CHECK(sampler_row_reference(l, RV, &row, &out) == CAIRN_OK);
+            int32_t tb = sampler_row_finish(&b, &out);
+            CHECK_MSG(ta == tb, "combo %d step %d: %d vs %d", combo, step, ta, tb);
+            if (p.logprobs || p.top_logprobs) {
+                CHECK(memcmp(&a.logprob, &b.logprob, sizeof(float)) == 0);
+                CHECK_EQ_INT(a.n_top, b.n_top);
+                CHECK(memcmp(a.top_ids, b.top_ids, sizeof(int32_t) * (size_t)a.n_top) == 0);
+                CHECK(memcmp(a.top_logprobs, b.top_logprobs, sizeof(float) * (size_t)a.n_top) == 0);
+            }
+            sampler_accept(&a, ta);
+            sampler_accept(&b, tb);
+            hist[n_hist++] = ta;
+        }
+        sampler_free(&a);
+        sampler_free(&b);
+        n_combos++;
+    }
+    CHECK_EQ_INT(n_combos, 144);
+    /* what the op does not take stays on the host */
+    struct engine_sampling p;
+    engine_sampling_default(&p);
+    struct sampler s;
+    p.top_k = 5;
+    CHECK(sampler_init(&s, &p, RV, NULL) == CAIRN_OK);
+    CHECK(!sampler_row_eligible(&s));
+    sampler_free(&s);
+    p.top_k = 0;
+    p.top_p = 0.9f;
+    CHECK(sampler_init(&s, &p, RV, NULL) == CAIRN_OK);
+    CHECK(!sampler_row_eligible(&s));
+    sampler_free(&s);
+    free(l);
+}
+
 int main(void)
 {
+    test_argmax_wide();
+    test_row_path();
     test_greedy_and_ties();
     test_top_k_indices();
     test_truncation();
