@@ -84,6 +84,9 @@ int engine_create_group(struct model_group *g, const struct engine_opts *opts, s
         .forward = engine_group_forward_op,
         .state_init = engine_group_state_init_op,
         .be = model_group_backend(g),
+        /* no device sampling over a group: its backend has buffers only (no sample op), so every
+         * row's logits come back from rank 0 and the host samples them */
+        .can_sample = 0,
     };
     return engine_create_ops(&ops, opts, out, err);
 }

@@ -393,11 +393,13 @@ static int model_group_stage(struct model_group *g, const struct backend_kv_view
             struct model_seq *q = &g->seqs[r][i];
             *q = seqs[i];
             q->state = st ? st->part[r] : NULL;
-            if (r > 0) { /* replicated lm_head: rank 0's logits are the group's */
+            if (r > 0) { /* replicated lm_head: rank 0's logits (or sampled row) are the group's */
                 q->n_logits = 0;
                 q->logits = NULL;
                 q->n_hidden = 0;
                 q->hidden = NULL;
+                q->sample = NULL; /* model_forward refuses a sampled row without its logit row */
+                q->sample_out = NULL;
             }
         }
     }

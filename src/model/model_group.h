@@ -21,6 +21,9 @@
  *   offset) are refused, which is why tiers are refused under tensor parallel (api/pool.c).
  * - Logits: the lm_head is replicated, so rank 0 computes them into the engine's rows; the other
  *   ranks are asked for none (their lm_head is skipped: nothing after it all-reduces).
+ *   Device sampling (model_seq.sample) is not offered over a group: engine_create_group reports
+ *   no sample op, so every row's logits come back; a sampled row, if given, runs on rank 0 alone
+ *   (model_forward checks its backend has the op) and the other ranks get none.
  * - Errors: the step fails for all when any rank fails. When every rank failed with the same
  *   status the step error is rank 0's (the engine fails the step's requests); when they differ
  *   (a rank failed while another waited for it at an all-reduce) the group's collectives are out
