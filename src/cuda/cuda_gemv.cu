@@ -629,7 +629,9 @@ static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const fl
     /* Few long rows (the 1B's down_proj, 2048 x 8192): a row per warp with twice the loads, so
      * that the grid still fills the SMs several times (H200: 10.0 us instead of 13.2 there;
      * no gain on 2048 x 2048 or 4096-row shapes). */
-    bool few = rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
+    /* (the fused kernels take the 4-row items there: fewer kernels in the binary) */
+    constexpr bool FEW_OK = F == 0;
+    bool few = FEW_OK && rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
                set->w[0].cols >= CUDA_GEMV_FEW_MIN_COLS;
     /* Rows of at least CUDA_GEMV_LONG_ROW bytes: a row per warp item with 4 U of loads per
      * lane, so that one round of loads covers the row (a warp reads it as one contiguous 8 KiB
@@ -641,15 +643,15 @@ static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const fl
      * the loads of each row in flight (the same loads per lane). */
     bool long_rows = set->w[0].row_bytes >= CUDA_GEMV_LONG_ROW;
     if constexpr (SILU) {
-        if (n <= 1 && few) cuda_gemv_go<K, 1, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
-        else if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 2, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 2, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 2) cuda_gemv_go<K, 2, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else cuda_gemv_go<K, 8, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
     } else {
-        if (n <= 1 && few) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
-        else if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 1, 4 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        if (n <= 1 && few) {
+            if constexpr (FEW_OK) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        } else if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 1, 4 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 2) cuda_gemv_go<K, 2, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
@@ -702,8 +704,9 @@ template <int BITS, int F>
 static void cuda_gemvq_rows(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
     constexpr int T = CUDA_GEMVQ_THREADS;
-    if (n <= 1 && cuda_gemv_q_rows() == 2) cuda_gemvq_go<BITS, 1, 2, T, F>(s, set, x, n, n_sms);
-    else if (n <= 1) cuda_gemvq_go<BITS, 1, 4, T, F>(s, set, x, n, n_sms);
+    if (n <= 1 && F == 0 && cuda_gemv_q_rows() == 2) { /* the plain kernel only: fewer kernels */
+        if constexpr (F == 0) cuda_gemvq_go<BITS, 1, 2, T, F>(s, set, x, n, n_sms);
+    } else if (n <= 1) cuda_gemvq_go<BITS, 1, 4, T, F>(s, set, x, n, n_sms);
     else if (n <= 2) cuda_gemvq_go<BITS, 2, 2, T, F>(s, set, x, n, n_sms);
     else if (n <= 4) cuda_gemvq_go<BITS, 4, 2, T, F>(s, set, x, n, n_sms);
     else cuda_gemvq_go<BITS, 8, 2, T, F>(s, set, x, n, n_sms);

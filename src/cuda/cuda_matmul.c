@@ -355,7 +355,8 @@ void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused 
         int rc = cuda_k_gemv_fused(c->stream, d, f->y, f->count, x, f->n, c->n_sms, fnorm ? f->norm : NULL, f->eps,
                                    f->w_offset, fsilu);
         if (rc != CUDA_GEMV_UNFUSED) {
-            (void)cuda_check_launch(c, rc);
+            if (cuda_check_launch(c, rc) == CAIRN_OK && f->silu_mul && !fsilu) /* the norm alone folded */
+                cuda_op_silu_mul(be, f->y[0], f->y[0], f->y[1], (int64_t)f->n * f->w[0]->shape[0]);
             return;
         }
         if (fnorm) {

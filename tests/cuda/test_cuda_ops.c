@@ -2066,6 +2066,31 @@ static void test_matmul_fused(void)
             test_matmul_fused_case(DTYPE_Q, 17, 128, 3, 32, n, mode); /* scalar GEMV */
             if (n == 8) test_matmul_fused_case(DTYPE_Q, 13, 14336, 8, 64, n, mode); /* 2 x rows per launch */
         }
+    /* each fold switched off on its own (the A/B switches of the benchmarks): the same definition */
+    static const char *const offs[] = {"CAIRN_CUDA_FUSE_NORM", "CAIRN_CUDA_FUSE_SILU"};
+    for (size_t o = 0; o < CAIRN_ARRAY_LEN(offs); o++) {
+        struct cairn_err err;
+        setenv(offs[o], "0", 1);
+        be->ops->destroy(be);
+        int st = cuda_backend_open(0, &be, &err);
+        unsetenv(offs[o]);
+        if (st != CAIRN_OK) {
+            fprintf(stderr, "reopen: %s\n", err.msg);
+            exit(1);
+        }
+        for (int n = 1; n <= 8; n += 7) {
+            test_matmul_fused_case(DTYPE_BF16, 67, 264, 0, 0, n, 3);
+            test_matmul_fused_case(DTYPE_BF16, 2300, 4104, 0, 0, n, 3);
+            test_matmul_fused_case(DTYPE_Q, 35, 256, 4, 64, n, 3);
+            test_matmul_fused_case(DTYPE_Q, 29, 384, 8, 32, n, 1);
+        }
+        be->ops->destroy(be);
+        st = cuda_backend_open(0, &be, &err);
+        if (st != CAIRN_OK) {
+            fprintf(stderr, "reopen: %s\n", err.msg);
+            exit(1);
+        }
+    }
     test_matmul_fused_invariant_case(DTYPE_F32, 37, 96, 0, 0);
     test_matmul_fused_invariant_case(DTYPE_F16, 41, 136, 0, 0);
     test_matmul_fused_invariant_case(DTYPE_BF16, 67, 264, 0, 0);
