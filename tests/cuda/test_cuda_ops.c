@@ -1826,6 +1826,61 @@ static void bench_gemv_case(enum dtype dt, int bits, int gs, int64_t rows, int64
     weight_free(&w);
 }
 
+/* A decode sub-layer's matmul round with its RMSNorm (and SwiGLU: gate/up of `rows` each) as
+ * matmul_fused, and as the plain ops it replaces (rmsnorm, matmul_multi, silu_mul), n = 1. */
+static void bench_fused_case(enum dtype dt, int bits, int gs, const int64_t *rows, int count, int64_t cols,
+                             int silu, double copy_gbs)
+{
+    struct test_weight w[3];
+    const struct tensor *wt[3];
+    float *dy[3];
+    size_t wbytes = 0;
+    for (int i = 0; i < count; i++) {
+        bench_weight(&w[i], dt, rows[i], cols, bits, gs);
+        wt[i] = &w[i].t;
+        dy[i] = dev_alloc(sizeof(float) * (size_t)rows[i]);
+        wbytes += dt == DTYPE_Q ? (size_t)rows[i] * (size_t)(cols * bits / 8 + cols / gs * 4)
+                                : (size_t)(rows[i] * cols) * dtype_size(dt);
+    }
+    float *x = rnd_vec((size_t)cols, 1.0f), *g = rnd_vec((size_t)cols, 0.5f);
+    float *dx = dev_from(x, sizeof(float) * (size_t)cols), *dg = dev_from(g, sizeof(float) * (size_t)cols);
+    float *dh = dev_alloc(sizeof(float) * (size_t)cols);
+    double us[2];
+    for (int plain = 0; plain <= 1; plain++) {
+        double t0 = 0;
+        for (int rep = -1; rep < BENCH_REPS; rep++) { /* rep -1: warm-up, its own step */
+            if (rep <= 0) {
+                if (rep == 0) t0 = bench_now();
+                step_begin();
+            }
+            if (plain) {
+                be->ops->rmsnorm(be, dh, dx, dg, 1, (int)cols, 1e-5f, 0.0f);
+                be->ops->matmul_multi(be, wt, dy, count, dh, 1);
+                if (silu) be->ops->silu_mul(be, dy[0], dy[0], dy[1], rows[0]);
+            } else {
+                struct backend_matmul_fused f = {.w = wt, .y = dy, .count = count, .x = dx, .n = 1, .norm = dg,
+                                                 .eps = 1e-5f, .h = dh, .silu_mul = silu};
+                be->ops->matmul_fused(be, &f);
+            }
+            if (rep == -1 || rep == BENCH_REPS - 1) step_end();
+        }
+        us[plain] = (bench_now() - t0) / BENCH_REPS * 1e6;
+    }
+    double gbs = (double)wbytes / (us[0] * 1e-6) / 1e9;
+    printf("fused %-5s q%d g%-3d %6lld rows x %-6lld %s: %8.1f us (plain ops %8.1f) %5.1f %% of copy\n",
+           dtype_name(dt), bits, gs, (long long)(rows[0] + (count > 1 ? rows[1] : 0) + (count > 2 ? rows[2] : 0)),
+           (long long)cols, silu ? "norm+silu" : "norm     ", us[0], us[1], 100.0 * gbs / copy_gbs);
+    for (int i = 0; i < count; i++) {
+        dev_free(dy[i], sizeof(float) * (size_t)rows[i]);
+        weight_free(&w[i]);
+    }
+    dev_free(dx, sizeof(float) * (size_t)cols);
+    dev_free(dg, sizeof(float) * (size_t)cols);
+    dev_free(dh, sizeof(float) * (size_t)cols);
+    free(x);
+    free(g);
+}
+
 static void bench_gemv(void)
 {
     struct cairn_err err;
@@ -1842,6 +1897,17 @@ static void bench_gemv(void)
             bench_gemv_case(DTYPE_Q, 8, 64, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
             bench_gemv_case(DTYPE_Q, 4, 64, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
         }
+    /* the 8B's and the 1B's q/k/v (norm) and gate/up (norm + SwiGLU) rounds */
+    static const int64_t qkv8[3] = {4096, 1024, 1024}, gu8[2] = {14336, 14336}, qkv1[3] = {2048, 512, 512},
+                         gu1[2] = {8192, 8192};
+    static const int kinds[][2] = {{0, 0}, {8, 64}, {4, 64}};
+    for (size_t k = 0; k < CAIRN_ARRAY_LEN(kinds); k++) {
+        enum dtype dt = kinds[k][0] ? DTYPE_Q : DTYPE_BF16;
+        bench_fused_case(dt, kinds[k][0], kinds[k][1], qkv8, 3, 4096, 0, copy_gbs);
+        bench_fused_case(dt, kinds[k][0], kinds[k][1], gu8, 2, 4096, 1, copy_gbs);
+    }
+    bench_fused_case(DTYPE_BF16, 0, 0, qkv1, 3, 2048, 0, copy_gbs);
+    bench_fused_case(DTYPE_BF16, 0, 0, gu1, 2, 2048, 1, copy_gbs);
 }
 
 /* ---- the optional fused ops (tensor/backend.h) against their unfused definitions ---- */

@@ -71,7 +71,9 @@ if [ $rest -gt 30 ]; then
 else
     echo "run.sh: skipped (budget) $(el)"
 fi
-left $((BUDGET + 5)) ops-g0 && ops 0
+left $((BUDGET + 5)) bench-gemv && timeout 30 $D/test_cuda_ops --bench-gemv > $R/bench-gemv.log 2>&1 &&
+    grep -E '^(device|fused|gemv .* n=1:)' $R/bench-gemv.log
+left $((BUDGET + 10)) ops-g0 && ops 0
 tar -czf $OUT/res.tgz -C /tmp res bd/link.err 2>/dev/null
 cp $R/ops-g1.log $OUT/ops-g1.log 2>/dev/null
 cp $R/run/summary.txt $OUT/run-summary.txt 2>/dev/null
