@@ -624,6 +624,7 @@ static const struct backend_ops cuda_backend_ops = {
     .matmul_add = cuda_op_matmul_add,
     .qk_rope_store = cuda_op_qk_rope_store,
     .sample = cuda_op_sample,
+    .matmul_fused = cuda_op_matmul_fused,
     .allreduce = cuda_nccl_allreduce,
 };
 
@@ -705,6 +706,10 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     if (s && *s) c->gemv_max_rows = CAIRN_MAX(0, CAIRN_MIN(CUDA_GEMV_MAX_N, atoi(s)));
     s = getenv("CAIRN_CUDA_FUSE");
     c->fuse = !(s && strcmp(s, "0") == 0);
+    s = getenv("CAIRN_CUDA_FUSE_NORM");
+    c->fuse_norm = c->fuse && !(s && strcmp(s, "0") == 0);
+    s = getenv("CAIRN_CUDA_FUSE_SILU");
+    c->fuse_silu = c->fuse && !(s && strcmp(s, "0") == 0);
     s = getenv("CAIRN_CUDA_SYNC");
     c->sync_each_op = s && *s && strcmp(s, "0") != 0;
     s = getenv("CAIRN_CUDA_ATTN");

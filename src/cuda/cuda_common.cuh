@@ -64,6 +64,13 @@ static __device__ __forceinline__ float cuda_warp_sum(float v)
     return v;
 }
 
+/* 1 / rms of a row of dim values whose squares sum to ss (the rmsnorm kernels and the GEMV's
+ * folded norm): in double, as the reference. */
+static __device__ __forceinline__ float cuda_rms_inv(float ss, int dim, float eps)
+{
+    return (float)(1.0 / sqrt((double)ss / dim + (double)eps));
+}
+
 static __device__ __forceinline__ float cuda_warp_max(float v)
 {
 #pragma unroll

@@ -47,11 +47,6 @@ extern "C" int cuda_k_embed(cudaStream_t s, const struct cuda_wdesc *w, const in
 #define CUDA_RMS_WARP_DIM (CUDA_WARP * 4 * CUDA_RMS_VEC)
 #define CUDA_RMS_MAX_THREADS 1024
 
-static __device__ __forceinline__ float cuda_rms_inv(float ss, int dim, float eps)
-{
-    return (float)(1.0 / sqrt((double)ss / dim + (double)eps));
-}
-
 static __global__ void cuda_rmsnorm_kernel(float *y, const float *x, const float *w, int dim,
                                            float eps, float w_offset)
 {

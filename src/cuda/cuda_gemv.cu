@@ -40,6 +40,7 @@
  *   it once per matmul per step, which the GEMM's n * 2 * rows * cols FLOPs dwarf at n >= 64.
  * CPU reference: ref_matmul in cpu/ref_ops.c (double accumulation). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/cuda_common.cuh"
 
@@ -68,7 +69,22 @@ struct cuda_gemv_set {
     int64_t item_end[CUDA_GEMV_MAX_W]; /* cumulative items (R-row groups) up to weight i */
     int count;
     int accumulate; /* y += x . W^T (each y element is read and written by one lane) */
+    const float *norm; /* CUDA_GEMV_F_NORM: the RMSNorm weight [cols] x is normed with */
+    float eps, w_offset; /* CUDA_GEMV_F_NORM: its epsilon and weight offset */
 };
+
+/* Fusions (template flags of both kernels; cuda_k_gemv_fused):
+ * CUDA_GEMV_F_NORM: y = rmsnorm(x) . W^T. A lane multiplies its x values by the norm weight as
+ *   it reads them and sums their squares (its chunks in ascending order, as the products); the
+ *   warp's sums give the row's 1 / rms (cuda_rms_inv, the rmsnorm kernels' formula), which
+ *   scales the item's results in the epilogue: sum_i w_i (g_i x_i) / rms. The q kernel does the
+ *   same while staging (per-chunk sums of squares in shared memory, summed by each warp in a
+ *   fixed order). A row's result still depends only on its own x: batch-invariant.
+ * CUDA_GEMV_F_SILU: w[0] = gate, w[1] = up (equal rows): an item takes rows r0.. of both (R / 2
+ *   of each) and its epilogue writes y[0] = silu(gate) * up (the silu_mul kernel's formula), so
+ *   down_proj's input comes out of this launch and y[1] is not written. */
+#define CUDA_GEMV_F_NORM 1
+#define CUDA_GEMV_F_SILU 2
 
 /* A 16-byte weight load that bypasses L1 (the stream is read once; L1 keeps x). */
 static __device__ __forceinline__ uint4 cuda_gemv_ld(const uint4 *p)
@@ -98,16 +114,28 @@ template <int K> static __device__ __forceinline__ void cuda_gemv_widen(uint4 c,
     }
 }
 
-/* acc[j][t] += chunk_j . x[t][i .. i + E) for the R rows j and t < n (NT: bound on n). */
-template <int K, int NT, int R>
+/* acc[j][t] += chunk_j . x[t][i .. i + E) for the R rows j and t < n (NT: bound on n). NORM: x
+ * times (g + g_off) instead, and ss[t] += the squares of x[t]'s values. */
+template <int K, int NT, int R, bool NORM>
 static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, int64_t i, int64_t cols,
-                                                           const float *__restrict__ x, int n,
-                                                           float (*acc)[NT])
+                                                           const float *__restrict__ x, const float *__restrict__ g,
+                                                           float g_off, int n, float (*acc)[NT], float *ss)
 {
     constexpr int E = cuda_gemv_chunk<K>::elems;
     float wv[R][E];
 #pragma unroll
     for (int j = 0; j < R; j++) cuda_gemv_widen<K>(c[j], wv[j]);
+    float gv[E];
+    if (NORM) {
+#pragma unroll
+        for (int q = 0; q < E / 4; q++) {
+            float4 v = __ldg((const float4 *)(g + i) + q);
+            gv[4 * q] = v.x + g_off;
+            gv[4 * q + 1] = v.y + g_off;
+            gv[4 * q + 2] = v.z + g_off;
+            gv[4 * q + 3] = v.w + g_off;
+        }
+    }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (t >= n) break;
@@ -121,6 +149,13 @@ static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, int64
             xv[4 * q + 2] = v.z;
             xv[4 * q + 3] = v.w;
         }
+        if (NORM) {
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                ss[t] = fmaf(xv[e], xv[e], ss[t]);
+                xv[e] *= gv[e];
+            }
+        }
 #pragma unroll
         for (int j = 0; j < R; j++) {
             float s = 0;
@@ -131,11 +166,59 @@ static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, int64
     }
 }
 
-template <int K, int NT, int R, int U>
+/* Row pointers of an item: rows r0.. of weight wi, or (SILU) rows r0.. of gate then of up. */
+template <int R, int F>
+static __device__ __forceinline__ void cuda_gemv_rows_of(const struct cuda_gemv_set &set, int wi, int64_t r0,
+                                                         const uint8_t **row)
+{
+    constexpr int H = (F & CUDA_GEMV_F_SILU) ? R / 2 : R;
+#pragma unroll
+    for (int j = 0; j < R; j++) { /* rows past the end re-read the last row, never written */
+        const struct cuda_wdesc &w = set.w[(F & CUDA_GEMV_F_SILU) ? j / H : wi];
+        row[j] = (const uint8_t *)w.data + (size_t)min(r0 + j % H, w.rows - 1) * w.row_bytes;
+    }
+}
+
+/* The item's epilogue, by every lane (the warp sums); lane 0 writes. inv: NORM's 1 / rms. */
+template <int NT, int R, int F>
+static __device__ __forceinline__ void cuda_gemv_store(const struct cuda_gemv_set &set, int wi, int64_t r0,
+                                                       float (*acc)[NT], const float *inv, int n, int lane)
+{
+    constexpr int H = (F & CUDA_GEMV_F_SILU) ? R / 2 : R;
+    float v[R][NT];
+#pragma unroll
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            v[j][t] = cuda_warp_sum(acc[j][t]);
+            if (F & CUDA_GEMV_F_NORM) v[j][t] *= inv[t];
+        }
+    if (lane != 0) return;
+    const struct cuda_wdesc &w = set.w[(F & CUDA_GEMV_F_SILU) ? 0 : wi];
+    float *y = set.y[(F & CUDA_GEMV_F_SILU) ? 0 : wi];
+#pragma unroll
+    for (int j = 0; j < H; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n || r0 + j >= w.rows) continue;
+            float *o = y + (int64_t)t * w.rows + r0 + j;
+            if (F & CUDA_GEMV_F_SILU) {
+                float g = v[j][t];
+                *o = g / (1.0f + expf(-g)) * v[j + H][t];
+            } else {
+                *o = set.accumulate ? *o + v[j][t] : v[j][t];
+            }
+        }
+}
+
+template <int K, int NT, int R, int U, int F>
 static __global__ void __launch_bounds__(CUDA_GEMV_THREADS)
 cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 {
     constexpr int E = cuda_gemv_chunk<K>::elems;
+    constexpr bool NORM = F & CUDA_GEMV_F_NORM, SILU = F & CUDA_GEMV_F_SILU;
+    constexpr int H = SILU ? R / 2 : R; /* rows of one weight per item */
+    static_assert(!SILU || R % 2 == 0, "a SILU item pairs gate and up rows");
     int lane = threadIdx.x % CUDA_WARP;
     const int64_t n_items = set.item_end[set.count - 1];
     const int64_t n_chunks = set.w[0].cols / E;
@@ -144,18 +227,19 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
     for (int64_t it = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
          it += (int64_t)gridDim.x * CUDA_GEMV_WARPS) {
         int wi = 0;
-        while (it >= set.item_end[wi]) wi++;
-        const struct cuda_wdesc &w = set.w[wi];
-        int64_t r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * R;
+        if (!SILU)
+            while (it >= set.item_end[wi]) wi++;
+        const int64_t cols = set.w[0].cols;
+        int64_t r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * H;
         const uint8_t *row[R];
+        cuda_gemv_rows_of<R, F>(set, wi, r0, row);
+        float acc[R][NT], ss[NT];
 #pragma unroll
-        for (int j = 0; j < R; j++) /* rows past the end re-read the last row, never written */
-            row[j] = (const uint8_t *)w.data + (size_t)min(r0 + j, w.rows - 1) * w.row_bytes;
-        float acc[R][NT];
+        for (int t = 0; t < NT; t++) {
+            ss[t] = 0;
 #pragma unroll
-        for (int j = 0; j < R; j++)
-#pragma unroll
-            for (int t = 0; t < NT; t++) acc[j][t] = 0;
+            for (int j = 0; j < R; j++) acc[j][t] = 0;
+        }
         for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)CUDA_WARP * U) {
             uint4 cv[U][R];
 #pragma unroll
@@ -172,20 +256,14 @@ cuda_gemv_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int64_t ci = c0 + (int64_t)u * CUDA_WARP;
-                if (ci < n_chunks) cuda_gemv_chunk_dot<K, NT, R>(cv[u], ci * E, w.cols, x, n, acc);
+                if (ci < n_chunks)
+                    cuda_gemv_chunk_dot<K, NT, R, NORM>(cv[u], ci * E, cols, x, set.norm, set.w_offset, n, acc, ss);
             }
         }
-        float *y = set.y[wi];
+        float inv[NT];
 #pragma unroll
-        for (int j = 0; j < R; j++)
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float v = cuda_warp_sum(acc[j][t]);
-                if (lane == 0 && t < n && r0 + j < w.rows) {
-                    float *o = y + (int64_t)t * w.rows + r0 + j;
-                    *o = set.accumulate ? *o + v : v;
-                }
-            }
+        for (int t = 0; t < NT; t++) inv[t] = NORM ? cuda_rms_inv(cuda_warp_sum(ss[t]), (int)cols, set.eps) : 1.0f;
+        cuda_gemv_store<NT, R, F>(set, wi, r0, acc, inv, n, lane);
     }
 }
 
@@ -218,11 +296,11 @@ template <int BITS> struct cuda_gemvq_shape {
     static constexpr int P = 2 * E / 16;         /* 16-byte digit pieces per chunk (h, then l) */
 };
 
-/* Shared bytes of one staged x row of cols values. */
-static inline size_t cuda_gemvq_row_bytes(int bits, int64_t cols)
+/* Shared bytes of one staged x row of cols values (norm: with the per-chunk sums of squares). */
+static inline size_t cuda_gemvq_row_bytes(int bits, int64_t cols, bool norm)
 {
     int64_t e = bits == 4 ? 32 : 16;
-    return (size_t)(cols / e) * (size_t)(2 * e + 8);
+    return (size_t)(cols / e) * (size_t)(2 * e + 8 + (norm ? 4 : 0));
 }
 
 /* sum of the 4 products of unsigned bytes of a and signed bytes of b, plus c */
@@ -235,9 +313,9 @@ static __device__ __forceinline__ int cuda_dp4a_us(uint32_t a, uint32_t b, int c
 
 /* x[n][cols] (f32) -> the block's digits (see above). Called by every thread of the block.
  * Each thread takes 8 consecutive values (E / 8 threads per x block, reduced by shuffles). */
-template <int BITS, int THREADS>
+template <int BITS, int THREADS, bool NORM>
 static __device__ __forceinline__ void cuda_gemvq_stage(const float *__restrict__ x, int n, int64_t cols,
-                                                        uint4 *sh)
+                                                        const float *__restrict__ g, float g_off, uint4 *sh)
 {
     constexpr int E = cuda_gemvq_shape<BITS>::E, P = cuda_gemvq_shape<BITS>::P, TPC = E / 8;
     const int64_t n_chunks = cols / E, slots_row = cols / 8, total = (int64_t)n * slots_row;
@@ -245,10 +323,20 @@ static __device__ __forceinline__ void cuda_gemvq_stage(const float *__restrict_
     for (int64_t base = 0; base < total; base += THREADS) { /* uniform trip count: shuffles below */
         int64_t s = base + threadIdx.x;
         bool on = s < total;
-        float v[8];
+        float v[8], sq = 0;
         if (on) {
             float4 a = __ldg((const float4 *)x + 2 * s), b = __ldg((const float4 *)x + 2 * s + 1);
             v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+            if (NORM) { /* the squares of x, then x times the norm weight is what is staged */
+                const float4 *gp = (const float4 *)(g + (s % slots_row) * 8);
+                float4 ga = __ldg(gp), gb = __ldg(gp + 1);
+                const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    sq = fmaf(v[e], v[e], sq);
+                    v[e] *= gv[e] + g_off;
+                }
+            }
         } else {
 #pragma unroll
             for (int e = 0; e < 8; e++) v[e] = 0;
@@ -262,6 +350,7 @@ static __device__ __forceinline__ void cuda_gemvq_stage(const float *__restrict_
         for (int o = 1; o < TPC; o <<= 1) { /* a + b == b + a: every lane of the block gets one sum */
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
             sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+            if (NORM) sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, o));
         }
         if (!on) continue;
         float inv = m > 0 ? __fdiv_rn(127.0f, m) : 0.0f;
@@ -285,6 +374,24 @@ static __device__ __forceinline__ void cuda_gemvq_stage(const float *__restrict_
         *(uint2 *)hp = make_uint2(hw[0], hw[1]);
         *(uint2 *)lp = make_uint2(lw[0], lw[1]);
         if (k == 0) meta[t * n_chunks + c] = make_float2(__fdiv_rn(m, 127.0f) * (1.0f / 256.0f), sum);
+        if (NORM && k == 0) ((float *)(meta + (size_t)n * n_chunks))[t * n_chunks + c] = sq;
+    }
+}
+
+/* NORM: 1 / rms of each staged x row t < n from its chunks' sums of squares (after the staging's
+ * barrier), by every lane of a warp: lane-strided in ascending order, then the warp's sum; the
+ * same order for any block size, n or launch split. */
+template <int NT>
+static __device__ __forceinline__ void cuda_gemvq_inv_rms(const uint4 *sh, int P, int64_t n_chunks, int n,
+                                                          int64_t cols, float eps, int lane, float *inv)
+{
+    const float *sq = (const float *)((const float2 *)(sh + (size_t)n * P * n_chunks) + (size_t)n * n_chunks);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float a = 0;
+        if (t < n)
+            for (int64_t c = lane; c < n_chunks; c += CUDA_WARP) a += sq[t * n_chunks + c];
+        inv[t] = cuda_rms_inv(cuda_warp_sum(a), (int)cols, eps);
     }
 }
 
@@ -339,12 +446,15 @@ static __device__ __forceinline__ void cuda_gemvq_chunk(const uint4 *c, const ui
     }
 }
 
-template <int BITS, int NT, int R, int THREADS>
+template <int BITS, int NT, int R, int THREADS, int F>
 static __global__ void __launch_bounds__(THREADS)
 cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 {
     extern __shared__ uint4 cuda_gemvq_sh[];
     constexpr int E = cuda_gemvq_shape<BITS>::E, U = CUDA_GEMV_U, WARPS = THREADS / CUDA_WARP;
+    constexpr bool NORM = F & CUDA_GEMV_F_NORM, SILU = F & CUDA_GEMV_F_SILU;
+    constexpr int H = SILU ? R / 2 : R; /* rows of one weight per item */
+    static_assert(!SILU || R % 2 == 0, "a SILU item pairs gate and up rows");
     const int lane = threadIdx.x % CUDA_WARP;
     const int64_t n_items = set.item_end[set.count - 1];
     const int64_t n_chunks = set.w[0].cols / E;
@@ -357,11 +467,10 @@ cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
     int64_t r0 = 0;
     /* the first item's first loads go out before the wait and the staging */
     if (it < n_items) {
-        while (it >= set.item_end[wi]) wi++;
-        r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * R;
-#pragma unroll
-        for (int j = 0; j < R; j++)
-            row[j] = (const uint8_t *)set.w[wi].data + (size_t)min(r0 + j, set.w[wi].rows - 1) * set.w[wi].row_bytes;
+        if (!SILU)
+            while (it >= set.item_end[wi]) wi++;
+        r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * H;
+        cuda_gemv_rows_of<R, F>(set, wi, r0, row);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int64_t ci = lane + (int64_t)u * CUDA_WARP;
@@ -371,18 +480,22 @@ cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
         }
     }
     cuda_pdl_wait(); /* x and y belong to earlier kernels */
-    cuda_gemvq_stage<BITS, THREADS>(x, n, set.w[0].cols, cuda_gemvq_sh);
+    cuda_gemvq_stage<BITS, THREADS, NORM>(x, n, set.w[0].cols, set.norm, set.w_offset, cuda_gemvq_sh);
     __syncthreads();
+    float inv[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) inv[t] = 1.0f;
+    if (NORM)
+        cuda_gemvq_inv_rms<NT>(cuda_gemvq_sh, cuda_gemvq_shape<BITS>::P, n_chunks, n, set.w[0].cols, set.eps, lane,
+                               inv);
     bool pre = true;
     for (; it < n_items; it += stride) {
         if (!pre) {
             wi = 0;
-            while (it >= set.item_end[wi]) wi++;
-            r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * R;
-#pragma unroll
-            for (int j = 0; j < R; j++) /* rows past the end re-read the last row, never written */
-                row[j] = (const uint8_t *)set.w[wi].data +
-                         (size_t)min(r0 + j, set.w[wi].rows - 1) * set.w[wi].row_bytes;
+            if (!SILU)
+                while (it >= set.item_end[wi]) wi++;
+            r0 = (it - (wi ? set.item_end[wi - 1] : 0)) * H;
+            cuda_gemv_rows_of<R, F>(set, wi, r0, row);
         }
         const struct cuda_wdesc &w = set.w[wi];
         float acc[R][NT];
@@ -408,17 +521,7 @@ cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
             }
         }
         pre = false;
-        float *y = set.y[wi];
-#pragma unroll
-        for (int j = 0; j < R; j++)
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float v = cuda_warp_sum(acc[j][t]);
-                if (lane == 0 && t < n && r0 + j < w.rows) {
-                    float *o = y + (int64_t)t * w.rows + r0 + j;
-                    *o = set.accumulate ? *o + v : v;
-                }
-            }
+        cuda_gemv_store<NT, R, F>(set, wi, r0, acc, inv, n, lane);
     }
 }
 
@@ -464,19 +567,33 @@ static int cuda_gemv_kind_of(const struct cuda_wdesc *w, int *elems)
     return -1;
 }
 
-template <int K, int NT, int R, int U>
-static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
+/* Work items of a launch of R-row items: cumulative per weight, or (SILU) R / 2 rows of gate and
+ * of up per item. */
+template <int R, int F> static int64_t cuda_gemv_items(struct cuda_gemv_set *set)
 {
     int64_t items = 0;
-    for (int i = 0; i < set->count; i++) {
-        items += (set->w[i].rows + R - 1) / R;
-        set->item_end[i] = items;
+    if constexpr ((F & CUDA_GEMV_F_SILU) != 0) {
+        constexpr int H = R / 2;
+        items = (set->w[0].rows + H - 1) / H;
+        for (int i = 0; i < set->count; i++) set->item_end[i] = items;
+    } else {
+        for (int i = 0; i < set->count; i++) {
+            items += (set->w[i].rows + R - 1) / R;
+            set->item_end[i] = items;
+        }
     }
+    return items;
+}
+
+template <int K, int NT, int R, int U, int F>
+static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
+{
+    int64_t items = cuda_gemv_items<R, F>(set);
     /* Blocks resident per SM at this kernel's register count, asked once per kernel. */
     static int per_sm = 0;
     int ps = __atomic_load_n(&per_sm, __ATOMIC_RELAXED);
     if (!ps) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ps, cuda_gemv_kernel<K, NT, R, U>,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ps, cuda_gemv_kernel<K, NT, R, U, F>,
                                                           CUDA_GEMV_THREADS, 0) != cudaSuccess)
             (void)cudaGetLastError();
         ps = ps < 1 ? 1 : ps > CUDA_GEMV_BLOCKS_PER_SM ? CUDA_GEMV_BLOCKS_PER_SM : ps;
@@ -485,7 +602,7 @@ static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float 
     int64_t blocks = (items + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
     int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * ps;
     blocks = blocks < 1 ? 1 : blocks > cap ? cap : blocks;
-    (void)cuda_launch_pdl(cuda_gemv_kernel<K, NT, R, U>, (unsigned)blocks, CUDA_GEMV_THREADS, s, *set, x, n);
+    (void)cuda_launch_pdl(cuda_gemv_kernel<K, NT, R, U, F>, (unsigned)blocks, CUDA_GEMV_THREADS, s, *set, x, n);
 }
 
 /* Rows per work item of the q4/q8 kernel at n = 1: 4, or CAIRN_CUDA_GEMV_QROWS=2 to compare.
@@ -503,51 +620,61 @@ static int cuda_gemv_q_rows(void)
     return r;
 }
 
-template <int K>
+template <int K, int F>
 static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
+    constexpr bool SILU = F & CUDA_GEMV_F_SILU;
     int64_t rows = 0;
     for (int i = 0; i < set->count; i++) rows += set->w[i].rows;
     /* Few long rows (the 1B's down_proj, 2048 x 8192): a row per warp with twice the loads, so
      * that the grid still fills the SMs several times (H200: 10.0 us instead of 13.2 there;
      * no gain on 2048 x 2048 or 4096-row shapes). */
-    bool few = rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
+    /* (the fused kernels take the 4-row items there: fewer kernels in the binary) */
+    constexpr bool FEW_OK = F == 0;
+    bool few = FEW_OK && rows < (int64_t)4 * CUDA_GEMV_FILL_BLOCKS * (n_sms > 0 ? n_sms : 1) &&
                set->w[0].cols >= CUDA_GEMV_FEW_MIN_COLS;
     /* Rows of at least CUDA_GEMV_LONG_ROW bytes: a row per warp item with 4 U of loads per
      * lane, so that one round of loads covers the row (a warp reads it as one contiguous 8 KiB
      * stream, and an item is one load-then-use round instead of four). H200, 8B shapes at
      * n = 1: 4096 x 4096 8.6 us against 11.1 (92 % of the copy bandwidth against 72 %),
      * 14336 x 4096 29.3 against 32.5, 4096 x 14336 29.9 against 34.6; shorter rows (the 1B's
-     * 2048 columns) lose (8192 x 2048: 9.1 against 7.6), so they keep 4-row items. */
+     * 2048 columns) lose (8192 x 2048: 9.1 against 7.6), so they keep 4-row items.
+     * SILU items pair a gate row with its up row: the 1-row items become 2-row ones with half
+     * the loads of each row in flight (the same loads per lane). */
     bool long_rows = set->w[0].row_bytes >= CUDA_GEMV_LONG_ROW;
-    if (n <= 1 && few) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 1, 4 * CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 2) cuda_gemv_go<K, 2, 4, CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
-    else cuda_gemv_go<K, 8, 2, CUDA_GEMV_U>(s, set, x, n, n_sms);
+    if constexpr (SILU) {
+        if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 2, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else if (n <= 2) cuda_gemv_go<K, 2, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else cuda_gemv_go<K, 8, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+    } else {
+        if (n <= 1 && few) {
+            if constexpr (FEW_OK) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        } else if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 1, 4 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else if (n <= 2) cuda_gemv_go<K, 2, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else cuda_gemv_go<K, 8, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+    }
 }
 
-template <int BITS, int NT, int R, int THREADS>
+template <int BITS, int NT, int R, int THREADS, int F>
 static void cuda_gemvq_go(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
     constexpr int WARPS = THREADS / CUDA_WARP;
-    int64_t items = 0;
-    for (int i = 0; i < set->count; i++) {
-        items += (set->w[i].rows + R - 1) / R;
-        set->item_end[i] = items;
-    }
-    size_t smem = (size_t)n * cuda_gemvq_row_bytes(BITS, set->w[0].cols);
+    int64_t items = cuda_gemv_items<R, F>(set);
+    size_t smem = (size_t)n * cuda_gemvq_row_bytes(BITS, set->w[0].cols, F & CUDA_GEMV_F_NORM);
     /* Blocks per SM by registers (asked once per kernel, which may then take up to
      * CUDA_GEMVQ_SMEM_MAX of shared memory), and by this launch's shared memory. */
     static int per_sm = 0, smem_sm = 0;
     int ps = __atomic_load_n(&per_sm, __ATOMIC_RELAXED);
     if (!ps) {
         int dev = 0, v = 0;
-        if (cudaFuncSetAttribute(cuda_gemvq_kernel<BITS, NT, R, THREADS>,
+        if (cudaFuncSetAttribute(cuda_gemvq_kernel<BITS, NT, R, THREADS, F>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, CUDA_GEMVQ_SMEM_MAX) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ps, cuda_gemvq_kernel<BITS, NT, R, THREADS>, THREADS, 0) !=
-                cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ps, cuda_gemvq_kernel<BITS, NT, R, THREADS, F>, THREADS,
+                                                          0) != cudaSuccess ||
             cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
             (void)cudaGetLastError();
@@ -570,33 +697,46 @@ static void cuda_gemvq_go(cudaStream_t s, struct cuda_gemv_set *set, const float
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, cuda_gemvq_kernel<BITS, NT, R, THREADS>, *set, x, n);
+    (void)cudaLaunchKernelEx(&cfg, cuda_gemvq_kernel<BITS, NT, R, THREADS, F>, *set, x, n);
 }
 
-template <int BITS>
+template <int BITS, int F>
 static void cuda_gemvq_rows(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
     constexpr int T = CUDA_GEMVQ_THREADS;
-    if (n <= 1 && cuda_gemv_q_rows() == 2) cuda_gemvq_go<BITS, 1, 2, T>(s, set, x, n, n_sms);
-    else if (n <= 1) cuda_gemvq_go<BITS, 1, 4, T>(s, set, x, n, n_sms);
-    else if (n <= 2) cuda_gemvq_go<BITS, 2, 2, T>(s, set, x, n, n_sms);
-    else if (n <= 4) cuda_gemvq_go<BITS, 4, 2, T>(s, set, x, n, n_sms);
-    else cuda_gemvq_go<BITS, 8, 2, T>(s, set, x, n, n_sms);
+    if (n <= 1 && F == 0 && cuda_gemv_q_rows() == 2) { /* the plain kernel only: fewer kernels */
+        if constexpr (F == 0) cuda_gemvq_go<BITS, 1, 2, T, F>(s, set, x, n, n_sms);
+    } else if (n <= 1) cuda_gemvq_go<BITS, 1, 4, T, F>(s, set, x, n, n_sms);
+    else if (n <= 2) cuda_gemvq_go<BITS, 2, 2, T, F>(s, set, x, n, n_sms);
+    else if (n <= 4) cuda_gemvq_go<BITS, 4, 2, T, F>(s, set, x, n, n_sms);
+    else cuda_gemvq_go<BITS, 8, 2, T, F>(s, set, x, n, n_sms);
 }
 
 /* The q4/q8 integer kernel over n rows of x, as many per launch as CUDA_GEMVQ_SMEM_MAX holds
  * (each launch streams the weights once; a row's values do not depend on the split). */
-template <int BITS>
+template <int BITS, int F>
 static void cuda_gemvq_launch(cudaStream_t s, const struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
     const int64_t cols = set->w[0].cols;
-    int nt = (int)(CUDA_GEMVQ_SMEM_MAX / cuda_gemvq_row_bytes(BITS, cols));
+    int nt = (int)(CUDA_GEMVQ_SMEM_MAX / cuda_gemvq_row_bytes(BITS, cols, F & CUDA_GEMV_F_NORM));
     nt = nt < 1 ? 1 : nt > n ? n : nt;
     for (int t0 = 0; t0 < n; t0 += nt) {
         int m = n - t0 < nt ? n - t0 : nt;
         struct cuda_gemv_set part = *set;
         for (int i = 0; i < part.count; i++) part.y[i] = set->y[i] + (int64_t)t0 * set->w[i].rows;
-        cuda_gemvq_rows<BITS>(s, &part, x + (int64_t)t0 * cols, m, n_sms);
+        cuda_gemvq_rows<BITS, F>(s, &part, x + (int64_t)t0 * cols, m, n_sms);
+    }
+}
+
+static void cuda_gemv_kind_launch(int kind, cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n,
+                                  int n_sms)
+{
+    switch (kind) {
+    case GEMV_F32: cuda_gemv_launch<GEMV_F32, 0>(s, set, x, n, n_sms); break;
+    case GEMV_F16: cuda_gemv_launch<GEMV_F16, 0>(s, set, x, n, n_sms); break;
+    case GEMV_BF16: cuda_gemv_launch<GEMV_BF16, 0>(s, set, x, n, n_sms); break;
+    case GEMV_Q4: cuda_gemvq_launch<4, 0>(s, set, x, n, n_sms); break;
+    default: cuda_gemvq_launch<8, 0>(s, set, x, n, n_sms); break;
     }
 }
 
@@ -617,40 +757,92 @@ static bool cuda_gemv_same_layout(const struct cuda_wdesc *a, const struct cuda_
            (a->type != CUDA_W_Q || (a->bits == b->bits && a->group_size == b->group_size));
 }
 
+/* The vector kernels' set for count weights, or false where they cannot take them (the scalar
+ * kernel's layouts, mixed layouts, a staged q row over CUDA_GEMVQ_SMEM_MAX, misalignment). */
+static bool cuda_gemv_set_of(const struct cuda_wdesc *w, float *const *y, int count, const float *x, bool norm,
+                             int *kind, struct cuda_gemv_set *set)
+{
+    int elems = 0;
+    *kind = cuda_gemv_kind_of(&w[0], &elems);
+    bool vec = *kind >= 0 && w[0].cols % elems == 0 && (uintptr_t)x % 16 == 0;
+    if (vec && (*kind == GEMV_Q4 || *kind == GEMV_Q8)) /* one x row must fit in shared memory */
+        vec = cuda_gemvq_row_bytes(w[0].bits, w[0].cols, norm) <= CUDA_GEMVQ_SMEM_MAX;
+    for (int i = 0; i < count && vec; i++)
+        vec = cuda_gemv_same_layout(&w[0], &w[i]) && w[i].row_bytes % 16 == 0 && (uintptr_t)w[i].data % 16 == 0;
+    if (!vec) return false;
+    memset(set, 0, sizeof(*set));
+    for (int i = 0; i < count; i++) {
+        if (w[i].rows <= 0) continue;
+        set->w[set->count] = w[i];
+        set->y[set->count] = y[i];
+        set->count++;
+    }
+    return true;
+}
+
 extern "C" int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, float *const *y,
                                  int count, const float *x, int n, int n_sms, int accumulate)
 {
     if (n <= 0 || count <= 0) return (int)cudaGetLastError();
     if (n > CUDA_GEMV_MAX_N || count > CUDA_GEMV_MAX_W) return (int)cudaErrorInvalidValue;
     struct cuda_gemv_set set;
-    int elems = 0, kind = cuda_gemv_kind_of(&w[0], &elems);
-    bool vec = kind >= 0 && w[0].cols % elems == 0 && (uintptr_t)x % 16 == 0;
-    if (vec && (kind == GEMV_Q4 || kind == GEMV_Q8)) /* one x row must fit in shared memory */
-        vec = cuda_gemvq_row_bytes(w[0].bits, w[0].cols) <= CUDA_GEMVQ_SMEM_MAX;
-    for (int i = 0; i < count && vec; i++)
-        vec = cuda_gemv_same_layout(&w[0], &w[i]) && w[i].row_bytes % 16 == 0 &&
-              (uintptr_t)w[i].data % 16 == 0;
-    if (!vec) { /* one scalar launch per weight; a mixed set is split by the caller */
+    int kind = 0;
+    if (!cuda_gemv_set_of(w, y, count, x, false, &kind, &set)) { /* one scalar launch per weight; a mixed set is split by the caller */
         for (int i = 0; i < count; i++)
             if (w[i].rows > 0) cuda_gemv_scalar(s, &w[i], x, y[i], n, accumulate);
         return (int)cudaGetLastError();
     }
-    set.count = 0;
     set.accumulate = accumulate;
-    for (int i = 0; i < count; i++) {
-        if (w[i].rows <= 0) continue;
-        set.w[set.count] = w[i];
-        set.y[set.count] = y[i];
-        set.count++;
-    }
-    if (!set.count) return (int)cudaGetLastError();
+    if (set.count) cuda_gemv_kind_launch(kind, s, &set, x, n, n_sms);
+    return (int)cudaGetLastError();
+}
+
+/* The fused kernels compiled: BF16 and MLX q4/q8 weights (the models decode runs on), the norm
+ * alone (q/k/v, lm_head) or the norm with SwiGLU (gate/up). Each variant is a kernel per launch
+ * shape, and the binary carries them all: other weight types and SwiGLU without the norm take
+ * the plain ops. */
+static bool cuda_gemv_fused_has(int kind, bool norm)
+{
+    return norm && (kind == GEMV_BF16 || kind == GEMV_Q4 || kind == GEMV_Q8);
+}
+
+static void cuda_gemv_fused_launch(int kind, cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n,
+                                   int n_sms, int silu)
+{
+    constexpr int F = CUDA_GEMV_F_NORM, FS = CUDA_GEMV_F_NORM | CUDA_GEMV_F_SILU;
     switch (kind) {
-    case GEMV_F32: cuda_gemv_launch<GEMV_F32>(s, &set, x, n, n_sms); break;
-    case GEMV_F16: cuda_gemv_launch<GEMV_F16>(s, &set, x, n, n_sms); break;
-    case GEMV_BF16: cuda_gemv_launch<GEMV_BF16>(s, &set, x, n, n_sms); break;
-    case GEMV_Q4: cuda_gemvq_launch<4>(s, &set, x, n, n_sms); break;
-    default: cuda_gemvq_launch<8>(s, &set, x, n, n_sms); break;
+    case GEMV_BF16:
+        if (silu) cuda_gemv_launch<GEMV_BF16, FS>(s, set, x, n, n_sms);
+        else cuda_gemv_launch<GEMV_BF16, F>(s, set, x, n, n_sms);
+        break;
+    case GEMV_Q4:
+        if (silu) cuda_gemvq_launch<4, FS>(s, set, x, n, n_sms);
+        else cuda_gemvq_launch<4, F>(s, set, x, n, n_sms);
+        break;
+    default:
+        if (silu) cuda_gemvq_launch<8, FS>(s, set, x, n, n_sms);
+        else cuda_gemvq_launch<8, F>(s, set, x, n, n_sms);
+        break;
     }
+}
+
+extern "C" int cuda_k_gemv_fused(cudaStream_t s, const struct cuda_wdesc *w, float *const *y, int count,
+                                 const float *x, int n, int n_sms, const float *norm, float eps, float w_offset,
+                                 int silu)
+{
+    if (n <= 0 || count <= 0 || n > CUDA_GEMV_MAX_N || count > CUDA_GEMV_MAX_W || (!norm && !silu))
+        return CUDA_GEMV_UNFUSED;
+    if (norm && (uintptr_t)norm % 16 != 0) return CUDA_GEMV_UNFUSED;
+    if (silu && (count != 2 || w[0].rows != w[1].rows || w[0].rows <= 0)) return CUDA_GEMV_UNFUSED;
+    struct cuda_gemv_set set;
+    int kind = 0;
+    if (!cuda_gemv_set_of(w, y, count, x, norm != NULL, &kind, &set) || !cuda_gemv_fused_has(kind, norm != NULL))
+        return CUDA_GEMV_UNFUSED;
+    if (!set.count) return (int)cudaGetLastError();
+    set.norm = norm;
+    set.eps = eps;
+    set.w_offset = w_offset;
+    cuda_gemv_fused_launch(kind, s, &set, x, n, n_sms, silu);
     return (int)cudaGetLastError();
 }
 

@@ -55,6 +55,7 @@ enum cuda_gop {
     CUDA_G_MOE_EXPERTS, /* the device path only (cuda_moe.c) */
     CUDA_G_GDN,
     CUDA_G_COPY_ROWS,
+    CUDA_G_MATMUL_FUSED,
 };
 
 /* One recorded op: zeroed before it is filled, so that records compare with memcmp. */
@@ -81,6 +82,15 @@ struct cuda_grec {
             int count, n, multi; /* multi: 0 matmul, 1 matmul_multi, 2 matmul_add */
             const float *x;
         } mm;
+        struct { /* backend_matmul_fused field by field, its arrays by value */
+            const struct tensor *w[CUDA_GEMV_MAX_W];
+            struct cuda_wdesc d[CUDA_GEMV_MAX_W];
+            float *y[CUDA_GEMV_MAX_W];
+            const float *x, *norm;
+            float *h;
+            int count, n, silu_mul;
+            float eps, w_offset;
+        } mmf;
         struct {
             float *x;
             int n_tokens, n_heads, head_dim, rot_dim;
@@ -252,6 +262,22 @@ static void cuda_graph_replay(struct backend *be, const struct cuda_grec *recs, 
             else
                 cuda_op_matmul(be, r->u.mm.w[0], r->u.mm.x, r->u.mm.y[0], r->u.mm.n);
             break;
+        case CUDA_G_MATMUL_FUSED: {
+            struct backend_matmul_fused f = {
+                .w = r->u.mmf.w,
+                .y = r->u.mmf.y,
+                .count = r->u.mmf.count,
+                .x = r->u.mmf.x,
+                .n = r->u.mmf.n,
+                .norm = r->u.mmf.norm,
+                .eps = r->u.mmf.eps,
+                .w_offset = r->u.mmf.w_offset,
+                .h = r->u.mmf.h,
+                .silu_mul = r->u.mmf.silu_mul,
+            };
+            cuda_op_matmul_fused(be, &f);
+            break;
+        }
         case CUDA_G_ROPE:
             cuda_op_rope(be, r->u.rope.x, r->u.rope.n_tokens, r->u.rope.n_heads, r->u.rope.head_dim,
                          r->u.rope.rot_dim, r->u.rope.pos, r->u.rope.inv_freq);
@@ -527,6 +553,32 @@ static void cuda_gop_matmul_multi(struct backend *be, const struct tensor *const
 static void cuda_gop_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
 {
     cuda_gop_matmul_any(be, &w, &y, 1, x, n, 2);
+}
+
+/* recorded at GEMV size, as the matmuls (larger steps run cuBLASLt through it: eagerly) */
+static void cuda_gop_matmul_fused(struct backend *be, const struct backend_matmul_fused *f)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    struct cuda_grec *r = NULL;
+    if (f->n <= c->gemv_max_rows && f->count <= CUDA_GEMV_MAX_W) r = cuda_graph_rec(be, CUDA_G_MATMUL_FUSED);
+    else cuda_graph_go_eager(be);
+    if (!r) {
+        cuda_op_matmul_fused(be, f);
+        return;
+    }
+    for (int i = 0; i < f->count; i++) {
+        r->u.mmf.w[i] = f->w[i];
+        cuda_grec_wdesc(&r->u.mmf.d[i], f->w[i]);
+        r->u.mmf.y[i] = f->y[i];
+    }
+    r->u.mmf.x = f->x;
+    r->u.mmf.norm = f->norm;
+    r->u.mmf.h = f->h;
+    r->u.mmf.count = f->count;
+    r->u.mmf.n = f->n;
+    r->u.mmf.silu_mul = f->silu_mul;
+    r->u.mmf.eps = f->eps;
+    r->u.mmf.w_offset = f->w_offset;
 }
 
 static void cuda_gop_qk_rope_store(struct backend *be, const struct backend_qk_rope_store *q)
@@ -821,5 +873,6 @@ void cuda_graphs_fill_ops(struct backend_ops *ops)
     ops->copy_rows = cuda_gop_copy_rows;
     ops->matmul_add = cuda_gop_matmul_add;
     ops->qk_rope_store = cuda_gop_qk_rope_store;
+    ops->matmul_fused = cuda_gop_matmul_fused;
     ops->allreduce = cuda_gop_allreduce;
 }

@@ -70,6 +70,9 @@ struct cuda_impl {
     int gemv_max_rows;          /* matmuls of up to this many rows use the GEMV kernel */
     int fuse;                   /* the fused ops fuse (CAIRN_CUDA_FUSE=0: they run the plain
                                  * sequence, for comparison) */
+    int fuse_norm;              /* matmul_fused folds the RMSNorm into the GEMV (fuse and not
+                                 * CAIRN_CUDA_FUSE_NORM=0) */
+    int fuse_silu;              /* ... and SwiGLU into gate/up's epilogue (CAIRN_CUDA_FUSE_SILU=0) */
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
     int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
@@ -205,6 +208,7 @@ void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, 
 void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, float *const *y,
                           int count, const float *x, int n);
 void cuda_op_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
+void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused *f);
 
 /* cuda_ops.c: the ops other than matmul, in the order of backend_ops. */
 void cuda_op_embed(struct backend *be, const struct tensor *w, const int32_t *ids, int n,

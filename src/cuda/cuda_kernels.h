@@ -73,6 +73,16 @@ int cuda_k_gemv_multi(cudaStream_t s, const struct cuda_wdesc *w, float *const *
                       const float *x, int n, int n_sms, int accumulate);
 /* Whether two weights can share a cuda_k_gemv_multi launch (type, cols, bits, group size). */
 int cuda_k_gemv_fusable(const struct cuda_wdesc *a, const struct cuda_wdesc *b);
+/* cuda_k_gemv_multi with an RMSNorm of x and/or SwiGLU folded in (cuda_op_matmul_fused):
+ * norm != NULL: each x row is rms-normed with the weight norm [cols] (+ w_offset, eps) first;
+ * silu (count == 2, gate and up of equal rows): y[0] = silu(x . w[0]^T) * (x . w[1]^T), y[1] not
+ * written. A row's result is the same bits for any n <= CUDA_GEMV_MAX_N. Compiled for BF16 and
+ * MLX q4/q8 weights with the norm (and SwiGLU or not). Returns CUDA_GEMV_UNFUSED for the rest
+ * (other weight types, SwiGLU without a norm, the scalar layouts, mixed layouts, misaligned
+ * pointers): nothing was launched and the caller runs the plain ops. */
+#define CUDA_GEMV_UNFUSED (-1)
+int cuda_k_gemv_fused(cudaStream_t s, const struct cuda_wdesc *w, float *const *y, int count, const float *x,
+                      int n, int n_sms, const float *norm, float eps, float w_offset, int silu);
 /* dst[i] = (bf16 or f16) src[i], round to nearest even. */
 int cuda_k_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
 int cuda_k_f32_to_f16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);

@@ -1,5 +1,6 @@
-/* matmul, matmul_multi and matmul_add of the CUDA backend: y[n, out] = x[n, in] . W[out, in]^T
- * (matmul_add: y += that).
+/* matmul, matmul_multi, matmul_add and matmul_fused of the CUDA backend: y[n, out] = x[n, in] .
+ * W[out, in]^T (matmul_add: y += that; matmul_fused: with the RMSNorm before and SwiGLU after,
+ * folded into the GEMV at the bottom of this file).
  *
  * n <= gemv_max_rows (default CUDA_GEMV_MAX_N = 8, decode and small batches): the GEMV kernel
  * (cuda_gemv.cu) streams W once with x in f32 and every weight type dequantized exactly in
@@ -325,4 +326,45 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
     }
     const uint16_t *xb = cuda_mm_convert_x(c, d[0].type, x, (int64_t)n * d[0].cols);
     for (int i = 0; i < count && xb && c->err_status == CAIRN_OK; i++) cuda_mm_gemm(c, &d[i], x, xb, y[i], n);
+}
+
+/* matmul_fused (tensor/backend.h): GEMV-sized steps fold the RMSNorm into the GEMV's reading of
+ * x and SwiGLU into gate/up's epilogue (cuda_k_gemv_fused), each unless switched off
+ * (CAIRN_CUDA_FUSE_NORM=0, CAIRN_CUDA_FUSE_SILU=0, CAIRN_CUDA_FUSE=0: the plain sequence, for
+ * comparison); what the kernel cannot take (GEMM-sized steps, the scalar GEMV's layouts, mixed
+ * layouts) runs as the plain ops. */
+void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused *f)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    if (c->err_status != CAIRN_OK || f->n <= 0 || f->count <= 0) return;
+    CAIRN_ASSERT(f->count <= CUDA_GEMV_MAX_W && (!f->silu_mul || f->count == 2));
+    const int64_t in = f->w[0]->shape[1];
+    const float *x = f->x;
+    int small = f->n <= c->gemv_max_rows;
+    int fnorm = f->norm && c->fuse_norm && small, fsilu = f->silu_mul && c->fuse_silu && small;
+    if (f->norm && !fnorm) { /* the norm as its own kernel; the GEMV may still take SwiGLU */
+        cuda_op_rmsnorm(be, f->h, x, f->norm, f->n, (int)in, f->eps, f->w_offset);
+        x = f->h;
+    }
+    if (fnorm || fsilu) {
+        struct cuda_wdesc d[CUDA_GEMV_MAX_W];
+        for (int i = 0; i < f->count; i++) {
+            CAIRN_ASSERT(f->w[i]->n_dims == 2);
+            d[i] = cuda_wdesc_of(f->w[i]);
+        }
+        int rc = cuda_k_gemv_fused(c->stream, d, f->y, f->count, x, f->n, c->n_sms, fnorm ? f->norm : NULL, f->eps,
+                                   f->w_offset, fsilu);
+        if (rc != CUDA_GEMV_UNFUSED) {
+            if (cuda_check_launch(c, rc) == CAIRN_OK && f->silu_mul && !fsilu) /* the norm alone folded */
+                cuda_op_silu_mul(be, f->y[0], f->y[0], f->y[1], (int64_t)f->n * f->w[0]->shape[0]);
+            return;
+        }
+        if (fnorm) {
+            cuda_op_rmsnorm(be, f->h, x, f->norm, f->n, (int)in, f->eps, f->w_offset);
+            x = f->h;
+        }
+    }
+    cuda_op_matmul_multi(be, f->w, f->y, f->count, x, f->n);
+    if (f->silu_mul && c->err_status == CAIRN_OK)
+        cuda_op_silu_mul(be, f->y[0], f->y[0], f->y[1], (int64_t)f->n * f->w[0]->shape[0]);
 }

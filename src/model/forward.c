@@ -12,7 +12,9 @@
  *               h = rmsnorm(x); x += ffn(h)     (dense SwiGLU, or the family's MoE)
  *   where the backend has the optional fused ops (tensor/backend.h), o_proj and down_proj add
  *   into x themselves (matmul_add) and an attention layer's q/k norms, RoPE and KV write are one
- *   op (qk_rope_store); otherwise the plain ops run, as on the CPU. A tensor-parallel rank
+ *   op (qk_rope_store), and the input norms of an attention layer and a dense MLP (and the
+ *   final norm) go with the matmuls that read them, SwiGLU with gate/up (matmul_fused: the GPU
+ *   folds them into its decode GEMV); otherwise the plain ops run, as on the CPU. A tensor-parallel rank
  *   (model/shard.h) all-reduces each sub-layer's partial output before the add, so it never
  *   takes matmul_add;
  * then the rows whose hidden states are asked for (model_seq.n_hidden, for an MTP head) are
@@ -44,6 +46,42 @@ static void model_linears_apply(struct model *m, const struct model_linear *cons
 void model_linear_apply(struct model *m, const struct model_linear *l, const float *x, float *y, int n_tokens)
 {
     model_linears_apply(m, &l, &y, 1, x, n_tokens);
+}
+
+/* Linears on x normed with norm first (NULL: x as it is) and, with silu (gate, up: no biases),
+ * y[0] = silu(y[0]) * y[1] after: the backend's matmul_fused when it has one (the GPU's decode
+ * GEMV folds both in), else rmsnorm into h, the linears on h, and silu_mul. */
+static void model_linears_fused(struct model *m, const struct model_linear *const *l, float *const *y, int count,
+                                const float *x, const float *norm, float *h, int n_tokens, int silu)
+{
+    const struct model_config *c = &m->cfg;
+    CAIRN_ASSERT(count <= 4 && (!silu || (count == 2 && !l[0]->bias && !l[1]->bias)));
+    if (m->be->ops->matmul_fused && (norm || silu)) {
+        const struct tensor *w[4];
+        for (int i = 0; i < count; i++) w[i] = &l[i]->w;
+        struct backend_matmul_fused f = {
+            .w = w,
+            .y = y,
+            .count = count,
+            .x = x,
+            .n = n_tokens,
+            .norm = norm,
+            .eps = c->rms_eps,
+            .w_offset = m->norm_offset,
+            .h = h,
+            .silu_mul = silu,
+        };
+        MODEL_OP(m, matmul_fused, &f);
+        for (int i = 0; i < count; i++)
+            if (l[i]->bias) MODEL_OP(m, add_bias, y[i], l[i]->bias, n_tokens, (int)l[i]->w.shape[0]);
+        return;
+    }
+    if (norm) {
+        MODEL_OP(m, rmsnorm, h, x, norm, n_tokens, (int)l[0]->w.shape[1], c->rms_eps, m->norm_offset);
+        x = h;
+    }
+    model_linears_apply(m, l, y, count, x, n_tokens);
+    if (silu) MODEL_OP(m, silu_mul, y[0], y[0], y[1], (int64_t)n_tokens * l[0]->w.shape[0]);
 }
 
 /* resid[T, out] += l(x): the backend's fused matmul_add when it has one (and l has no bias,
@@ -96,9 +134,10 @@ static void model_qk_rope_store(struct model *m, const struct model_layer *L, co
     MODEL_OP(m, kv_store, kv, L->kv_index, w->slots, T, w->k, w->v);
 }
 
-/* Attention of layer il on h; its output projection added to resid. */
+/* Attention of layer il on h, or (norm != NULL) on x normed with norm into h; its output
+ * projection added to resid. */
 static void model_attn_forward(struct model *m, int il, const struct backend_kv_view *kv, int n_seqs,
-                               const float *h, float *resid)
+                               const float *x, const float *norm, float *h, float *resid)
 {
     const struct model_config *c = &m->cfg;
     struct model_ws *w = &m->ws;
@@ -107,7 +146,8 @@ static void model_attn_forward(struct model *m, int il, const struct backend_kv_
     int qd = nh * hd;
     const struct model_linear *qkv[3] = {&L->attn.q, &L->attn.k, &L->attn.v};
     float *qkv_out[3] = {m->attn_gated ? w->q_raw : w->q, w->k, w->v};
-    model_linears_apply(m, qkv, qkv_out, 3, h, T);
+    if (norm) model_linears_fused(m, qkv, qkv_out, 3, x, norm, h, T, 0);
+    else model_linears_apply(m, qkv, qkv_out, 3, h, T);
     /* q_proj rows of gated attention are [head][query hd | gate hd]: split off the gates. */
     if (m->attn_gated) MODEL_OP(m, split_halves, w->q, w->qgate, w->q_raw, T * nh, hd);
     model_qk_rope_store(m, L, kv, T);
@@ -133,23 +173,26 @@ static void model_attn_forward(struct model *m, int il, const struct backend_kv_
     model_linear_residual(m, &L->attn.o, w->att, w->out, resid, T);
 }
 
-/* The dense MLP on h: into out, or (resid != NULL) added to resid, with out as scratch. */
-static void model_mlp_apply(struct model *m, int il, const float *h, float *out, float *resid, int T)
+/* The dense MLP on x (normed with norm into h first when norm != NULL): into out, or (resid !=
+ * NULL) added to resid, with out as scratch. */
+static void model_mlp_apply(struct model *m, int il, const float *x, const float *norm, float *h, float *out,
+                            float *resid, int T)
 {
     struct model_ws *w = &m->ws;
     const struct model_layer *L = &m->layers[il];
     int64_t inter = L->mlp.gate.w.shape[0];
     const struct model_linear *gate_up[2] = {&L->mlp.gate, &L->mlp.up};
     float *gate_up_out[2] = {w->gate, w->up};
-    model_linears_apply(m, gate_up, gate_up_out, 2, h, T);
-    MODEL_OP(m, silu_mul, w->gate, w->gate, w->up, (int64_t)T * inter);
+    int biased = L->mlp.gate.bias || L->mlp.up.bias; /* SwiGLU after the biases: not folded */
+    model_linears_fused(m, gate_up, gate_up_out, 2, x, norm, h, T, !biased);
+    if (biased) MODEL_OP(m, silu_mul, w->gate, w->gate, w->up, (int64_t)T * inter);
     if (resid) model_linear_residual(m, &L->mlp.down, w->gate, out, resid, T);
     else model_linear_apply(m, &L->mlp.down, w->gate, out, T);
 }
 
 void model_mlp_forward(struct model *m, int il, const float *h, float *out, int T)
 {
-    model_mlp_apply(m, il, h, out, NULL, T);
+    model_mlp_apply(m, il, h, NULL, NULL, out, NULL, T);
 }
 
 static int model_forward_check(struct model *m, const struct backend_kv_view *kv, const struct model_seq *seqs,
@@ -312,10 +355,13 @@ int model_layer_forward(struct model *m, int il, const struct backend_kv_view *k
     struct model_ws *w = &m->ws;
     const struct model_layer *L = &m->layers[il];
     int hid = c->hidden_size, T = w->h_seq_off[n_seqs], rc = CAIRN_OK;
-    MODEL_OP(m, rmsnorm, w->h, w->x, L->attn_norm, T, hid, c->rms_eps, m->norm_offset);
+    /* An attention layer's input norm goes with its q/k/v matmuls (folded in where the backend
+     * fuses them); the other mixers take h. */
+    int norm_in = L->kind == MODEL_LAYER_ATTN && L->attn_norm;
+    if (!norm_in) MODEL_OP(m, rmsnorm, w->h, w->x, L->attn_norm, T, hid, c->rms_eps, m->norm_offset);
     switch (L->kind) {
-    case MODEL_LAYER_ATTN:
-        model_attn_forward(m, il, kv, n_seqs, w->h, w->x); /* adds into x itself */
+    case MODEL_LAYER_ATTN: /* adds into x itself */
+        model_attn_forward(m, il, kv, n_seqs, w->x, norm_in ? L->attn_norm : NULL, w->h, w->x);
         break;
     case MODEL_LAYER_LINEAR_ATTN:
         rc = m->fam->linear_attn ? m->fam->linear_attn(m, il, seqs, n_seqs, w->h, w->out, err)
@@ -326,13 +372,17 @@ int model_layer_forward(struct model *m, int il, const struct backend_kv_view *k
         break;
     }
     if (rc != CAIRN_OK) return rc;
-    MODEL_OP(m, rmsnorm, w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
-    if (m->fam->ffn) {
-        m->fam->ffn(m, il, w->h, w->out, T);
-        model_tp_allreduce(m, w->out, (int64_t)T * hid);
-        MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
-    } else {
-        model_mlp_apply(m, il, w->h, w->out, w->x, T);
+    if (m->fam->ffn || !L->ffn_norm) {
+        MODEL_OP(m, rmsnorm, w->h, w->x, L->ffn_norm, T, hid, c->rms_eps, m->norm_offset);
+        if (m->fam->ffn) {
+            m->fam->ffn(m, il, w->h, w->out, T);
+            model_tp_allreduce(m, w->out, (int64_t)T * hid);
+            MODEL_OP(m, add, w->x, w->out, (int64_t)T * hid);
+        } else {
+            model_mlp_apply(m, il, w->h, NULL, NULL, w->out, w->x, T);
+        }
+    } else { /* the dense MLP: its norm goes with gate/up */
+        model_mlp_apply(m, il, w->x, L->ffn_norm, w->h, w->out, w->x, T);
     }
     return CAIRN_OK;
 }
@@ -371,11 +421,16 @@ static int model_forward_ops(struct model *m, const struct backend_kv_view *kv, 
     if (n_sel == 0) return CAIRN_OK;
     /* The rows asked for (the last n_logits of each sequence), normed, through lm_head. */
     MODEL_OP(m, gather_rows, w->sel, w->x, w->rows, n_sel, hid);
-    MODEL_OP(m, rmsnorm, w->sel, w->sel, m->final_norm, n_sel, hid, c->rms_eps, m->norm_offset);
+    /* the final norm goes with lm_head where the backend folds it into the matmul */
+    int norm_out = m->be->ops->matmul_fused && m->final_norm;
+    if (!norm_out) MODEL_OP(m, rmsnorm, w->sel, w->sel, m->final_norm, n_sel, hid, c->rms_eps, m->norm_offset);
     int s = 0, r_in_s = 0;
     for (int r0 = 0; r0 < n_sel; r0 += w->logit_rows) {
         int n = CAIRN_MIN(w->logit_rows, n_sel - r0);
-        model_linear_apply(m, &m->lm_head, w->sel + (size_t)r0 * hid, w->logits, n);
+        float *sel = w->sel + (size_t)r0 * hid;
+        const struct model_linear *lm = &m->lm_head;
+        if (norm_out) model_linears_fused(m, &lm, &w->logits, 1, sel, m->final_norm, sel, n, 0);
+        else model_linear_apply(m, &m->lm_head, sel, w->logits, n);
         rc = model_logits_out(m, seqs, n, &s, &r_in_s, err);
         if (rc != CAIRN_OK) return rc;
     }

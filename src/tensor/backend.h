@@ -230,6 +230,27 @@ struct backend_sample_out {
     float top_logprobs[BACKEND_SAMPLE_MAX_TOP];
 };
 
+/* A matmul round with the sub-layer's RMSNorm and/or SwiGLU folded in (the optional
+ * matmul_fused op): equal, within rounding, to
+ *   norm != NULL:  rmsnorm(h, x, norm, n, in, eps, w_offset), and the matmuls read h;
+ *   matmul_multi(w, y, count, x or h, n);
+ *   silu_mul:      silu_mul(y[0], y[0], y[1], n * out)  (count == 2: gate and up, equal out)
+ * The decode GEMV does the norm while it reads x (decode: no rmsnorm kernel) and writes
+ * silu(gate) * up from its epilogue (no silu_mul kernel). x is not written unless h is x; h and,
+ * with silu_mul, y[1] hold unspecified values afterwards (scratch). Biases are the caller's: it
+ * adds them after, and asks for silu_mul only when gate and up have none. */
+struct backend_matmul_fused {
+    const struct tensor *const *w; /* count (<= 4) weights of the same input width `in` */
+    float *const *y;              /* device [n, out_i] each */
+    int count;
+    const float *x;               /* device [n, in] */
+    int n;
+    const float *norm;            /* device [in]: x is rms-normed with this weight first; NULL: not */
+    float eps, w_offset;          /* the norm's */
+    float *h;                     /* device [n, in] scratch (may be x itself) */
+    int silu_mul;                 /* y[0] = silu(y[0]) * y[1] (count == 2) */
+};
+
 struct backend_mem_stats {
     uint64_t device_total;        /* bytes of device memory (0 on the CPU: see base/mem.h) */
     uint64_t device_free;
@@ -343,6 +364,8 @@ struct backend_ops {
      * cross to the host. NULL on the CPU, whose engine samples the logits in place. */
     int (*sample)(struct backend *be, float *logits, int vocab, const struct backend_sample_row *rows, int n,
                   struct backend_sample_out *out, struct cairn_err *err);
+    /* struct backend_matmul_fused above. */
+    void (*matmul_fused)(struct backend *be, const struct backend_matmul_fused *f);
     /* ---- tensor parallel (optional: NULL when the backend cannot join a group) ---- */
     /* buf[n] (f32) = the sum of buf over every rank of the backend's group (tp_world ranks), in
      * place, ordered after the ops issued so far; every rank gets the same bits. Each rank calls

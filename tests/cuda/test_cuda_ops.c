@@ -4,7 +4,9 @@
  * bit for bit the same alone, in a batch and in a chunk (steps of <= 8 rows); plus the error
  * paths (out of memory, the device budget, a latched error failing one step only). The optional
  * fused ops: matmul_add against the host reference, qk_rope_store against the unfused ops it
- * stands for (rmsnorm, rope, kv_store), both KV dtypes, partial rotary, with and without norms.
+ * stands for (rmsnorm, rope, kv_store), both KV dtypes, partial rotary, with and without norms;
+ * matmul_fused (RMSNorm and SwiGLU folded into the GEMV) against the host reference of its
+ * definition, beside the plain op sequence, and bitwise alone == in a batch of <= 8 rows.
  *
  * The reference is written here from tensor/backend.h's contract (weights widened with
  * tensor_row_to_f32, gdn_forward of model/gdn.c for DeltaNet), independent of the kernels.
@@ -1824,6 +1826,61 @@ static void bench_gemv_case(enum dtype dt, int bits, int gs, int64_t rows, int64
     weight_free(&w);
 }
 
+/* A decode sub-layer's matmul round with its RMSNorm (and SwiGLU: gate/up of `rows` each) as
+ * matmul_fused, and as the plain ops it replaces (rmsnorm, matmul_multi, silu_mul), n = 1. */
+static void bench_fused_case(enum dtype dt, int bits, int gs, const int64_t *rows, int count, int64_t cols,
+                             int silu, double copy_gbs)
+{
+    struct test_weight w[3];
+    const struct tensor *wt[3];
+    float *dy[3];
+    size_t wbytes = 0;
+    for (int i = 0; i < count; i++) {
+        bench_weight(&w[i], dt, rows[i], cols, bits, gs);
+        wt[i] = &w[i].t;
+        dy[i] = dev_alloc(sizeof(float) * (size_t)rows[i]);
+        wbytes += dt == DTYPE_Q ? (size_t)rows[i] * (size_t)(cols * bits / 8 + cols / gs * 4)
+                                : (size_t)(rows[i] * cols) * dtype_size(dt);
+    }
+    float *x = rnd_vec((size_t)cols, 1.0f), *g = rnd_vec((size_t)cols, 0.5f);
+    float *dx = dev_from(x, sizeof(float) * (size_t)cols), *dg = dev_from(g, sizeof(float) * (size_t)cols);
+    float *dh = dev_alloc(sizeof(float) * (size_t)cols);
+    double us[2];
+    for (int plain = 0; plain <= 1; plain++) {
+        double t0 = 0;
+        for (int rep = -1; rep < BENCH_REPS; rep++) { /* rep -1: warm-up, its own step */
+            if (rep <= 0) {
+                if (rep == 0) t0 = bench_now();
+                step_begin();
+            }
+            if (plain) {
+                be->ops->rmsnorm(be, dh, dx, dg, 1, (int)cols, 1e-5f, 0.0f);
+                be->ops->matmul_multi(be, wt, dy, count, dh, 1);
+                if (silu) be->ops->silu_mul(be, dy[0], dy[0], dy[1], rows[0]);
+            } else {
+                struct backend_matmul_fused f = {.w = wt, .y = dy, .count = count, .x = dx, .n = 1, .norm = dg,
+                                                 .eps = 1e-5f, .h = dh, .silu_mul = silu};
+                be->ops->matmul_fused(be, &f);
+            }
+            if (rep == -1 || rep == BENCH_REPS - 1) step_end();
+        }
+        us[plain] = (bench_now() - t0) / BENCH_REPS * 1e6;
+    }
+    double gbs = (double)wbytes / (us[0] * 1e-6) / 1e9;
+    printf("fused %-5s q%d g%-3d %6lld rows x %-6lld %s: %8.1f us (plain ops %8.1f) %5.1f %% of copy\n",
+           dtype_name(dt), bits, gs, (long long)(rows[0] + (count > 1 ? rows[1] : 0) + (count > 2 ? rows[2] : 0)),
+           (long long)cols, silu ? "norm+silu" : "norm     ", us[0], us[1], 100.0 * gbs / copy_gbs);
+    for (int i = 0; i < count; i++) {
+        dev_free(dy[i], sizeof(float) * (size_t)rows[i]);
+        weight_free(&w[i]);
+    }
+    dev_free(dx, sizeof(float) * (size_t)cols);
+    dev_free(dg, sizeof(float) * (size_t)cols);
+    dev_free(dh, sizeof(float) * (size_t)cols);
+    free(x);
+    free(g);
+}
+
 static void bench_gemv(void)
 {
     struct cairn_err err;
@@ -1840,6 +1897,17 @@ static void bench_gemv(void)
             bench_gemv_case(DTYPE_Q, 8, 64, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
             bench_gemv_case(DTYPE_Q, 4, 64, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
         }
+    /* the 8B's and the 1B's q/k/v (norm) and gate/up (norm + SwiGLU) rounds */
+    static const int64_t qkv8[3] = {4096, 1024, 1024}, gu8[2] = {14336, 14336}, qkv1[3] = {2048, 512, 512},
+                         gu1[2] = {8192, 8192};
+    static const int kinds[][2] = {{0, 0}, {8, 64}, {4, 64}};
+    for (size_t k = 0; k < CAIRN_ARRAY_LEN(kinds); k++) {
+        enum dtype dt = kinds[k][0] ? DTYPE_Q : DTYPE_BF16;
+        bench_fused_case(dt, kinds[k][0], kinds[k][1], qkv8, 3, 4096, 0, copy_gbs);
+        bench_fused_case(dt, kinds[k][0], kinds[k][1], gu8, 2, 4096, 1, copy_gbs);
+    }
+    bench_fused_case(DTYPE_BF16, 0, 0, qkv1, 3, 2048, 0, copy_gbs);
+    bench_fused_case(DTYPE_BF16, 0, 0, gu1, 2, 2048, 1, copy_gbs);
 }
 
 /* ---- the optional fused ops (tensor/backend.h) against their unfused definitions ---- */
@@ -1896,6 +1964,208 @@ static void test_matmul_add(void)
         }
         test_matmul_add_case(DTYPE_Q, 17, 128, 3, 32, n);
     }
+}
+
+/* matmul_fused (the RMSNorm before and SwiGLU after, folded into the GEMV) against its
+ * definition: x normed on the host in double (h = x / rms(x) * (g + w_offset), rounded to f32),
+ * then the host reference matmul of h (ref_matmul, whose scale carries the q4/q8 digits' bound
+ * for h), then silu(gate) * up, whose scale is 1.1 |up| scale_gate + |silu(gate)| scale_up
+ * (|silu'| < 1.1). The plain op sequence the fused op stands for (rmsnorm, matmul_multi,
+ * silu_mul) runs on the same inputs against the same reference. n > 8 takes the plain ops
+ * inside the op (GEMM tolerances), the scalar GEMV's layouts too. mode: bit 1 norm, bit 2
+ * silu_mul (count 2, equal rows), bit 4 a norm weight offset of 1 (gemma-style). */
+static void fused_ref(const struct test_weight *w, int count, const float *x, const float *g, float off, int n,
+                      int64_t cols, int mode, float *h, double **want, double **scale)
+{
+    for (int t = 0; t < n; t++) {
+        const float *xr = x + (size_t)t * cols;
+        double ss = 0;
+        for (int64_t i = 0; i < cols; i++) ss += (double)xr[i] * xr[i];
+        double inv = 1.0 / sqrt(ss / (double)cols + 1e-5);
+        for (int64_t i = 0; i < cols; i++)
+            h[(size_t)t * cols + i] = (mode & 1) ? (float)(xr[i] * inv * ((double)g[i] + off)) : xr[i];
+    }
+    for (int i = 0; i < count; i++) ref_matmul(&w[i].t, h, n, want[i], scale[i]);
+    if (mode & 2) {
+        size_t m = (size_t)(n * w[0].t.shape[0]);
+        for (size_t k = 0; k < m; k++) {
+            double gt = want[0][k], u = want[1][k], sg = gt / (1.0 + exp(-gt));
+            scale[0][k] = 1.1 * fabs(u) * scale[0][k] + fabs(sg) * scale[1][k];
+            want[0][k] = sg * u;
+        }
+    }
+}
+
+static void test_matmul_fused_case(enum dtype dt, int64_t rows, int64_t cols, int bits, int gs, int n, int mode)
+{
+    int silu = (mode & 2) != 0, count = silu ? 2 : 3;
+    const int64_t rws[3] = {rows, silu ? rows : rows / 3 + 1, silu ? rows : 5};
+    struct test_weight w[3];
+    const struct tensor *wt[3];
+    float *dy[3];
+    double *want[3], *scale[3];
+    float off = (mode & 4) ? 1.0f : 0.0f;
+    for (int i = 0; i < count; i++) {
+        weight_make(&w[i], dt, rws[i], cols, bits, gs);
+        wt[i] = &w[i].t;
+        dy[i] = dev_alloc(sizeof(float) * (size_t)(n * rws[i]));
+        want[i] = malloc(sizeof(double) * (size_t)(n * rws[i]));
+        scale[i] = malloc(sizeof(double) * (size_t)(n * rws[i]));
+    }
+    float *x = rnd_vec((size_t)(n * cols), 1.0f), *g = rnd_vec((size_t)cols, 0.5f);
+    if (!(mode & 4))
+        for (int64_t i = 0; i < cols; i++) g[i] += 1.0f;
+    float *h = malloc(sizeof(float) * (size_t)(n * cols));
+    fused_ref(w, count, x, g, off, n, cols, mode, h, want, scale);
+    size_t xb = sizeof(float) * (size_t)(n * cols);
+    float *dx = dev_from(x, xb), *dg = dev_from(g, sizeof(float) * (size_t)cols), *dh = dev_alloc(xb);
+    float *got = malloc(sizeof(float) * (size_t)(n * rows));
+    for (int plain = 0; plain <= 1; plain++) {
+        step_begin();
+        if (plain) {
+            const float *in = dx;
+            if (mode & 1) {
+                be->ops->rmsnorm(be, dh, dx, dg, n, (int)cols, 1e-5f, off);
+                in = dh;
+            }
+            be->ops->matmul_multi(be, wt, dy, count, in, n);
+            if (silu) be->ops->silu_mul(be, dy[0], dy[0], dy[1], (int64_t)n * rows);
+        } else {
+            struct backend_matmul_fused f = {.w = wt, .y = dy, .count = count, .x = dx, .n = n,
+                                             .norm = (mode & 1) ? dg : NULL, .eps = 1e-5f, .w_offset = off,
+                                             .h = dh, .silu_mul = silu};
+            be->ops->matmul_fused(be, &f);
+        }
+        step_end();
+        for (int i = 0; i < (silu ? 1 : count); i++) {
+            dev_to(got, dy[i], sizeof(float) * (size_t)(n * rws[i]));
+            char what[160];
+            snprintf(what, sizeof(what), "matmul_fused%s %s q%d g%d %lldx%lld n=%d norm=%d silu=%d off=%g #%d",
+                     plain ? " (plain ops)" : "", dtype_name(dt), bits, gs, (long long)rws[i], (long long)cols, n,
+                     mode & 1, silu, off, i);
+            check_close(what, got, want[i], scale[i], (size_t)(n * rws[i]), mm_tol(dt, n));
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        dev_free(dy[i], sizeof(float) * (size_t)(n * rws[i]));
+        free(want[i]);
+        free(scale[i]);
+        weight_free(&w[i]);
+    }
+    dev_free(dx, xb);
+    dev_free(dh, xb);
+    dev_free(dg, sizeof(float) * (size_t)cols);
+    free(x);
+    free(g);
+    free(h);
+    free(got);
+}
+
+/* A fused GEMV row's bits do not depend on the batch (as test_gemv_invariant for the plain one):
+ * norm + SwiGLU over gate/up, and norm alone over two weights of one launch, for x row t alone
+ * (n = 1) and inside batches of 1..8. */
+static void test_matmul_fused_invariant_case(enum dtype dt, int64_t rows, int64_t cols, int bits, int gs)
+{
+    enum { NMAX = CUDA_GEMV_MAX_N_TEST };
+    struct test_weight w[2];
+    for (int i = 0; i < 2; i++) weight_make(&w[i], dt, rows, cols, bits, gs);
+    const struct tensor *wt[2] = {&w[0].t, &w[1].t};
+    float *x = rnd_vec((size_t)(NMAX * cols), 1.0f), *g = rnd_vec((size_t)cols, 0.5f);
+    size_t xb = sizeof(float) * (size_t)(NMAX * cols), yb = sizeof(float) * (size_t)(NMAX * rows);
+    float *dx = dev_from(x, xb), *dg = dev_from(g, sizeof(float) * (size_t)cols), *dh = dev_alloc(xb);
+    float *dy[2] = {dev_alloc(yb), dev_alloc(yb)};
+    float *solo = malloc(yb), *got = malloc(yb);
+    for (int silu = 0; silu <= 1; silu++) {
+        for (int n = 0; n <= NMAX; n++) { /* n = 0: each row alone, into solo */
+            for (int t = 0; t < (n ? 1 : NMAX); t++) {
+                float *ys[2] = {dy[0] + (int64_t)t * rows, dy[1] + (int64_t)t * rows};
+                struct backend_matmul_fused f = {.w = wt, .y = ys, .count = 2, .x = dx + (int64_t)t * cols,
+                                                 .n = n ? n : 1, .norm = dg, .eps = 1e-5f, .w_offset = 1.0f,
+                                                 .h = dh, .silu_mul = silu};
+                step_begin();
+                be->ops->matmul_fused(be, &f);
+                step_end();
+            }
+            if (!n) {
+                dev_to(solo, dy[0], yb);
+                continue;
+            }
+            dev_to(got, dy[0], sizeof(float) * (size_t)(n * rows));
+            CHECK_MSG(memcmp(got, solo, sizeof(float) * (size_t)(n * rows)) == 0,
+                      "matmul_fused batch-invariant %s q%d g%d %lldx%lld n=%d silu=%d: not bitwise the solo rows",
+                      dtype_name(dt), bits, gs, (long long)rows, (long long)cols, n, silu);
+        }
+    }
+    dev_free(dx, xb);
+    dev_free(dh, xb);
+    dev_free(dg, sizeof(float) * (size_t)cols);
+    dev_free(dy[0], yb);
+    dev_free(dy[1], yb);
+    free(x);
+    free(g);
+    free(solo);
+    free(got);
+    weight_free(&w[0]);
+    weight_free(&w[1]);
+}
+
+static void test_matmul_fused(void)
+{
+    CHECK(be->ops->matmul_fused != NULL);
+    if (!be->ops->matmul_fused) return;
+    static const int ns[] = {1, 2, 3, 5, 8, 9};
+    static const int modes[] = {1, 2, 3, 7};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(ns); i++)
+        for (size_t k = 0; k < CAIRN_ARRAY_LEN(modes); k++) {
+            int n = ns[i], mode = modes[k];
+            test_matmul_fused_case(DTYPE_F32, 37, 96, 0, 0, n, mode);
+            test_matmul_fused_case(DTYPE_F16, 41, 136, 0, 0, n, mode);
+            test_matmul_fused_case(DTYPE_BF16, 67, 264, 0, 0, n, mode);
+            test_matmul_fused_case(DTYPE_BF16, 11, 33, 0, 0, n, mode);  /* scalar GEMV: the plain ops */
+            test_matmul_fused_case(DTYPE_BF16, 9, 4104, 0, 0, n, mode); /* few long rows */
+            if (n <= 3) test_matmul_fused_case(DTYPE_BF16, 2300, 4104, 0, 0, n, mode); /* 8 KiB rows */
+            static const int gss[] = {32, 64, 128};
+            for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++) {
+                test_matmul_fused_case(DTYPE_Q, 35, 256, 4, gss[g], n, mode);
+                test_matmul_fused_case(DTYPE_Q, 29, 384, 8, gss[g], n, mode);
+            }
+            test_matmul_fused_case(DTYPE_Q, 17, 128, 3, 32, n, mode); /* scalar GEMV */
+            if (n == 8) test_matmul_fused_case(DTYPE_Q, 13, 14336, 8, 64, n, mode); /* 2 x rows per launch */
+        }
+    /* each fold switched off on its own (the A/B switches of the benchmarks): the same definition */
+    static const char *const offs[] = {"CAIRN_CUDA_FUSE_NORM", "CAIRN_CUDA_FUSE_SILU"};
+    for (size_t o = 0; o < CAIRN_ARRAY_LEN(offs); o++) {
+        struct cairn_err err;
+        setenv(offs[o], "0", 1);
+        be->ops->destroy(be);
+        int st = cuda_backend_open(0, &be, &err);
+        unsetenv(offs[o]);
+        if (st != CAIRN_OK) {
+            fprintf(stderr, "reopen: %s\n", err.msg);
+            exit(1);
+        }
+        for (int n = 1; n <= 8; n += 7) {
+            test_matmul_fused_case(DTYPE_BF16, 67, 264, 0, 0, n, 3);
+            test_matmul_fused_case(DTYPE_BF16, 2300, 4104, 0, 0, n, 3);
+            test_matmul_fused_case(DTYPE_Q, 35, 256, 4, 64, n, 3);
+            test_matmul_fused_case(DTYPE_Q, 29, 384, 8, 32, n, 1);
+        }
+        be->ops->destroy(be);
+        st = cuda_backend_open(0, &be, &err);
+        if (st != CAIRN_OK) {
+            fprintf(stderr, "reopen: %s\n", err.msg);
+            exit(1);
+        }
+    }
+    test_matmul_fused_invariant_case(DTYPE_F32, 37, 96, 0, 0);
+    test_matmul_fused_invariant_case(DTYPE_F16, 41, 136, 0, 0);
+    test_matmul_fused_invariant_case(DTYPE_BF16, 67, 264, 0, 0);
+    test_matmul_fused_invariant_case(DTYPE_BF16, 9, 4104, 0, 0);
+    test_matmul_fused_invariant_case(DTYPE_BF16, 2300, 4104, 0, 0);
+    test_matmul_fused_invariant_case(DTYPE_Q, 35, 256, 4, 64);
+    test_matmul_fused_invariant_case(DTYPE_Q, 29, 384, 8, 32);
+    test_matmul_fused_invariant_case(DTYPE_Q, 35, 4096, 4, 128);
+    test_matmul_fused_invariant_case(DTYPE_Q, 13, 14336, 8, 64);
 }
 
 /* qk_rope_store against rmsnorm(q), rmsnorm(k), rope(q), rope(k), kv_store on the same inputs:
@@ -2028,6 +2298,7 @@ int main(int argc, char **argv)
     test_gemv_fused();
     test_gemv_invariant();
     test_matmul_add();
+    test_matmul_fused();
     test_qk_rope_store();
     test_embed();
     test_rmsnorm();

@@ -1,9 +1,11 @@
-/* forward.c's fused branch (tensor/backend.h's optional matmul_add and qk_rope_store) on the CPU.
+/* forward.c's fused branch (tensor/backend.h's optional matmul_add, qk_rope_store and
+ * matmul_fused) on the CPU.
  *
  * The CPU backend leaves the fused ops NULL, so its forward pass never takes that branch; the GPU
  * does. Here a shim backend shares the CPU backend's state (impl) and its op table, plus fused ops
  * written as the plain op sequences tensor/backend.h defines them by: matmul into a scratch buffer
- * then add; rmsnorm of q and k, rope of both, kv_store. The same kernels then run in the same
+ * then add; rmsnorm of q and k, rope of both, kv_store; rmsnorm into h, matmul_multi of h, silu_mul
+ * (the input norms of attention and MLP, SwiGLU, the final norm before lm_head). The same kernels then run in the same
  * order as on the plain CPU path, so the shim's logits must equal the plain path's bit for bit
  * (equal max |dlogit| against the oracle, in all three check modes) and pass the oracle at the
  * CPU's 2e-3: any argument forward.c passes wrongly to a fused op (a layer, a pointer, a norm
@@ -18,7 +20,7 @@
 #include "testlib.h"
 
 static const struct backend_ops *plain;
-static long n_matmul_add, n_qk_rope_store;
+static long n_matmul_add, n_qk_rope_store, n_matmul_fused, n_fused_silu;
 
 static void shim_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
 {
@@ -42,6 +44,22 @@ static void shim_qk_rope_store(struct backend *be, const struct backend_qk_rope_
     plain->rope(be, r->q, T, nh, hd, r->rot_dim, r->pos, r->inv_freq);
     plain->rope(be, r->k, T, nkv, hd, r->rot_dim, r->pos, r->inv_freq);
     plain->kv_store(be, kv, r->layer, r->slots, T, r->k, r->v);
+}
+
+static void shim_matmul_fused(struct backend *be, const struct backend_matmul_fused *f)
+{
+    const float *x = f->x;
+    n_matmul_fused++;
+    if (f->norm) {
+        plain->rmsnorm(be, f->h, f->x, f->norm, f->n, (int)f->w[0]->shape[1], f->eps, f->w_offset);
+        x = f->h;
+    }
+    plain->matmul_multi(be, f->w, f->y, f->count, x, f->n);
+    if (f->silu_mul) {
+        CAIRN_ASSERT(f->count == 2);
+        n_fused_silu++;
+        plain->silu_mul(be, f->y[0], f->y[0], f->y[1], (int64_t)f->n * f->w[0]->shape[0]);
+    }
 }
 
 /* The oracle check of the model on backend be, all three modes; *max_abs: its max |dlogit|
@@ -71,24 +89,28 @@ int main(void)
 {
     struct backend *cpu = test_cpu_be();
     plain = cpu->ops;
-    CHECK(!plain->matmul_add && !plain->qk_rope_store); /* else this test proves nothing new */
+    CHECK(!plain->matmul_add && !plain->qk_rope_store && !plain->matmul_fused); /* else this test proves nothing new */
     struct backend_ops ops = *plain;
     ops.matmul_add = shim_matmul_add;
     ops.qk_rope_store = shim_qk_rope_store;
+    ops.matmul_fused = shim_matmul_fused;
     struct backend shim = *cpu; /* the same impl: the shim runs the CPU's kernels */
     shim.ops = &ops;
     static const char *const models[] = {"qwen3-tiny", "qwen2-tiny-mlx-q4-g64"};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(models); i++) {
         double want = -1, got = -1;
-        long adds0 = n_matmul_add, qkr0 = n_qk_rope_store;
+        long adds0 = n_matmul_add, qkr0 = n_qk_rope_store, mmf0 = n_matmul_fused, silu0 = n_fused_silu;
         check_on(models[i], cpu, &want);
-        CHECK(n_matmul_add == adds0 && n_qk_rope_store == qkr0);
+        CHECK(n_matmul_add == adds0 && n_qk_rope_store == qkr0 && n_matmul_fused == mmf0);
         check_on(models[i], &shim, &got);
-        CHECK_MSG(n_matmul_add > adds0 && n_qk_rope_store > qkr0, "%s: fused ops not called (%ld, %ld)",
-                  models[i], n_matmul_add - adds0, n_qk_rope_store - qkr0);
+        CHECK_MSG(n_matmul_add > adds0 && n_qk_rope_store > qkr0 && n_matmul_fused > mmf0 && n_fused_silu > silu0,
+                  "%s: fused ops not called (%ld, %ld, %ld, %ld)", models[i], n_matmul_add - adds0,
+                  n_qk_rope_store - qkr0, n_matmul_fused - mmf0, n_fused_silu - silu0);
         CHECK_MSG(got == want && want >= 0, "%s: fused path max|dlogit| %.9g, plain %.9g", models[i], got, want);
-        printf("%-24s plain and fused max|dlogit| %.6e %.6e (%ld matmul_add, %ld qk_rope_store)\n", models[i],
-               want, got, n_matmul_add - adds0, n_qk_rope_store - qkr0);
+        printf("%-24s plain and fused max|dlogit| %.6e %.6e (%ld matmul_add, %ld qk_rope_store, %ld matmul_fused, "
+               "%ld with silu_mul)\n",
+               models[i], want, got, n_matmul_add - adds0, n_qk_rope_store - qkr0, n_matmul_fused - mmf0,
+               n_fused_silu - silu0);
     }
     return test_summary("test_forward_fused");
 }
