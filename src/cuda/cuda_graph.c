@@ -16,7 +16,9 @@
  *   attention with its host tile list, moe_experts over more than CUDA_MOE_DEVICE_MAX_N tokens,
  *   the tensor-parallel all-reduce): that op and the rest of the step then run eagerly. MoE
  *   routing, the device experts path, the shared expert's gate, DeltaNet and strided copies are
- *   recorded like the dense ops. A flush looks the run up in a small cache (CUDA_GRAPH_CACHE runs,
+ *   recorded like the dense ops; matmul_fused is one record at GEMV size and its plain ops
+ *   (rmsnorm, the matmuls under the rule above, silu_mul) beyond it.
+ *   A flush looks the run up in a small cache (CUDA_GRAPH_CACHE runs,
  *   least recently used replaced): a run captured before is one cudaGraphLaunch; a run seen
  *   once before is replayed into a stream capture, instantiated and launched (the first sight
  *   runs eagerly, so every workspace has grown to its size before any capture: nothing syncs
@@ -555,12 +557,30 @@ static void cuda_gop_matmul_add(struct backend *be, const struct tensor *w, cons
     cuda_gop_matmul_any(be, &w, &y, 1, x, n, 2);
 }
 
-/* recorded at GEMV size, as the matmuls (larger steps run cuBLASLt through it: eagerly) */
+static void cuda_gop_silu_mul(struct backend *be, float *out, const float *gate, const float *up,
+                              int64_t n);
+
+/* One record at GEMV size (the fold is a GEMV kernel). A larger step is what cuda_op_matmul_fused
+ * runs then, the norm, the matmuls and SwiGLU as their own ops, so each is recorded by its own
+ * rule: cuBLASLt matmuls of up to gemm_max_rows rows too (a batched decode step, whose q/k/v,
+ * gate/up and lm_head come here, stays one graph), larger ones eagerly. */
 static void cuda_gop_matmul_fused(struct backend *be, const struct backend_matmul_fused *f)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     struct cuda_grec *r = NULL;
-    if (f->n <= c->gemv_max_rows && f->count <= CUDA_GEMV_MAX_W) r = cuda_graph_rec(be, CUDA_G_MATMUL_FUSED);
+    if (f->n > c->gemv_max_rows && f->n > 0 && f->count > 0) {
+        const float *x = f->x;
+        if (f->norm) {
+            cuda_gop_rmsnorm(be, f->h, x, f->norm, f->n, (int)f->w[0]->shape[1], f->eps,
+                             f->w_offset);
+            x = f->h;
+        }
+        cuda_gop_matmul_any(be, f->w, f->y, f->count, x, f->n, 1);
+        if (f->silu_mul)
+            cuda_gop_silu_mul(be, f->y[0], f->y[0], f->y[1], (int64_t)f->n * f->w[0]->shape[0]);
+        return;
+    }
+    if (f->count <= CUDA_GEMV_MAX_W) r = cuda_graph_rec(be, CUDA_G_MATMUL_FUSED);
     else cuda_graph_go_eager(be);
     if (!r) {
         cuda_op_matmul_fused(be, f);
