@@ -11,9 +11,17 @@
  * CPU's 2e-3: any argument forward.c passes wrongly to a fused op (a layer, a pointer, a norm
  * weight, the residual it adds into) changes them. Counters prove the fused ops were called.
  * Models: qwen3-tiny (q/k norms, no qkv bias) and qwen2-tiny-mlx-q4-g64 (qkv bias, no q/k norms,
- * q4 weights): both ways of each branch. */
+ * q4 weights): both ways of each branch.
+ * With a sample op too (the host reference of its semantics, sampler_row_reference), an engine
+ * over the shim samples its rows from the fused lm_head's logits (the final norm folded in) and
+ * must give the plain CPU engine's greedy tokens and logprobs, as must the host-sampled rows
+ * (top-k: downloaded logits). */
+#include <math.h>
+#include <pthread.h>
 #include <string.h>
 
+#include "engine/engine.h"
+#include "engine/sampler.h"
 #include "model/check.h"
 #include "model/model.h"
 #include "test_backend.h"
@@ -60,6 +68,101 @@ static void shim_matmul_fused(struct backend *be, const struct backend_matmul_fu
         n_fused_silu++;
         plain->silu_mul(be, f->y[0], f->y[0], f->y[1], (int64_t)f->n * f->w[0]->shape[0]);
     }
+}
+
+static long n_sample_rows;
+
+/* The CPU's logits are host memory: the op's semantics on the host, row by row. */
+static int shim_sample(struct backend *be, float *logits, int vocab,
+                       const struct backend_sample_row *rows, int n, struct backend_sample_out *out,
+                       struct cairn_err *err)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        int rc = sampler_row_reference(logits + (size_t)rows[i].row * (size_t)vocab, vocab,
+                                       &rows[i], &out[i]);
+        if (rc != CAIRN_OK) return cairn_err_set(err, rc, "shim sample: row %d", i);
+        n_sample_rows++;
+    }
+    return CAIRN_OK;
+}
+
+struct gen_ctx {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, n;
+    int32_t toks[16];
+    float lp[16];
+};
+
+static void gen_event(void *user, const struct engine_event *ev)
+{
+    struct gen_ctx *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (ev->kind == ENGINE_EVENT_TOKEN && c->n < 16) {
+        c->lp[c->n] = ev->logprob;
+        c->toks[c->n++] = ev->token;
+    }
+    if (ev->kind == ENGINE_EVENT_DONE) {
+        c->done = 1;
+        pthread_cond_signal(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* 16 greedy tokens (with logprobs) of a fixed prompt through an engine over model `name` on be;
+ * top_k > 0: a row the engine samples on the host. Returns the count. */
+static int gen_on(const char *name, struct backend *be, int top_k, struct gen_ctx *c)
+{
+    char dir[1024], rel[512];
+    snprintf(rel, sizeof(rel), "tests/data/oracle/models/%s", name);
+    test_src_path(rel, dir, sizeof(dir));
+    struct cairn_err err = {0};
+    struct model *m = NULL;
+    struct engine *e = NULL;
+    memset(c, 0, sizeof(*c));
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    int rc = model_load(dir, be, &m, &err);
+    CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
+    struct engine_opts o;
+    engine_opts_default(&o);
+    o.kv_dtype = DTYPE_F32;
+    o.kv_bytes = 8u << 20;
+    o.block_size = 16;
+    o.max_running = 2;
+    o.max_batch_tokens = 64;
+    if (rc == CAIRN_OK) {
+        rc = engine_create(m, &o, &e, &err);
+        CHECK_MSG(rc == CAIRN_OK, "%s: %s", name, err.msg);
+    }
+    if (rc == CAIRN_OK) {
+        int32_t prompt[40];
+        for (int i = 0; i < 40; i++)
+            prompt[i] = (int32_t)((i * 37 + 11) % 500);
+        struct engine_request r = {.prompt = prompt,
+                                   .n_prompt = 40,
+                                   .max_tokens = 16,
+                                   .ignore_eos = 1,
+                                   .on_event = gen_event,
+                                   .user = c};
+        engine_sampling_default(&r.sampling);
+        r.sampling.temperature = 0;
+        r.sampling.logprobs = 1;
+        r.sampling.top_k = top_k;
+        uint64_t id;
+        rc = engine_submit(e, &r, &id, &err);
+        CHECK_MSG(rc == CAIRN_OK, "%s: submit: %s", name, err.msg);
+        pthread_mutex_lock(&c->mu);
+        while (rc == CAIRN_OK && !c->done)
+            pthread_cond_wait(&c->cv, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+    }
+    engine_destroy(e);
+    model_free(m);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    return c->n;
 }
 
 /* The oracle check of the model on backend be, all three modes; *max_abs: its max |dlogit|
@@ -111,6 +214,29 @@ int main(void)
                "%ld with silu_mul)\n",
                models[i], want, got, n_matmul_add - adds0, n_qk_rope_store - qkr0, n_matmul_fused - mmf0,
                n_fused_silu - silu0);
+    }
+    ops.sample = shim_sample;
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(models); i++) {
+        for (int top_k = 0; top_k <= 1; top_k++) { /* 0: sampled by the op; 1: on the host */
+            struct gen_ctx want, got;
+            long rows0 = n_sample_rows, mmf0 = n_matmul_fused;
+            gen_on(models[i], cpu, top_k, &want);
+            CHECK(n_sample_rows == rows0);
+            gen_on(models[i], &shim, top_k, &got);
+            CHECK_EQ_INT(want.n, 16);
+            CHECK_EQ_INT(got.n, want.n);
+            CHECK_MSG(n_matmul_fused > mmf0, "%s: matmul_fused not called", models[i]);
+            CHECK_MSG(top_k ? n_sample_rows == rows0 : n_sample_rows - rows0 >= 15,
+                      "%s top_k %d: %ld rows through the sample op", models[i], top_k,
+                      n_sample_rows - rows0);
+            for (int t = 0; t < want.n && t < got.n; t++) {
+                CHECK_MSG(got.toks[t] == want.toks[t], "%s top_k %d: token %d: %d, plain %d",
+                          models[i], top_k, t, got.toks[t], want.toks[t]);
+                CHECK_MSG(fabsf(got.lp[t] - want.lp[t]) <= 1e-5f,
+                          "%s top_k %d: logprob %d: %g, plain %g", models[i], top_k, t,
+                          (double)got.lp[t], (double)want.lp[t]);
+            }
+        }
     }
     return test_summary("test_forward_fused");
 }

@@ -171,6 +171,10 @@ static void test_model(const char *name, int world)
         engine_get_stats(e, &st);
         CHECK_MSG(st.n_cached_tokens >= 64, "%s: %llu cached", name,
                   (unsigned long long)st.n_cached_tokens);
+        /* a group has no device sampling (engine_create_group): every row on the host */
+        CHECK_EQ_INT(st.n_rows_device, 0);
+        CHECK_MSG(st.n_rows_host >= 24, "%s: %llu rows sampled on the host", name,
+                  (unsigned long long)st.n_rows_host);
         engine_destroy(e);
     }
     struct engine *e1 = NULL;
