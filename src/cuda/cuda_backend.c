@@ -706,10 +706,11 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     if (s && *s) c->gemv_max_rows = CAIRN_MAX(0, CAIRN_MIN(CUDA_GEMV_MAX_N, atoi(s)));
     s = getenv("CAIRN_CUDA_FUSE");
     c->fuse = !(s && strcmp(s, "0") == 0);
-    /* The norm fold by default only for MLX q4/q8 weights (H200, tg128 in one call: 8B q4 331 ->
-     * 368 tok/s, q8 250 -> 270 with both folds; BF16: the 1B's norm alone 892 -> 891, the 8B with
-     * both 186 -> 181, its long rows' 1-row items reading the norm weight beside every chunk of W).
-     * CAIRN_CUDA_FUSE_NORM=1 folds it for every weight type, 0 for none. */
+    /* The norm fold by default for MLX q4/q8 weights and dense rows shorter than
+     * CUDA_GEMV_LONG_ROW (H200, tg128, one call: 8B q4 322 -> 367 tok/s with both folds, q8 244 ->
+     * 269, the 1B's BF16 898 -> 918 with the norm fold on top of SwiGLU's); not for the 8B's BF16
+     * rows (8 KiB: 1-row items, which read the norm weight beside every chunk of W: 187 -> 181).
+     * CAIRN_CUDA_FUSE_NORM=1 folds it for every weight and row, 0 for none. */
     s = getenv("CAIRN_CUDA_FUSE_NORM");
     c->fuse_norm = !c->fuse || (s && strcmp(s, "0") == 0) ? 0 : s && strcmp(s, "1") == 0 ? 2 : 1;
     s = getenv("CAIRN_CUDA_FUSE_SILU");

@@ -49,7 +49,6 @@
 #define CUDA_GEMV_U 4              /* chunks of each row a lane loads before using them (x R) */
 #define CUDA_GEMV_FILL_BLOCKS 4    /* dense n = 1: 4-row items per SM below which a warp */
 #define CUDA_GEMV_FEW_MIN_COLS 4096 /* takes one row, for rows of at least this many values */
-#define CUDA_GEMV_LONG_ROW 8192     /* dense n = 1: rows of this many bytes take 1-row items */
 #define CUDA_GEMV_BLOCKS_PER_SM 4  /* persistent grid: at most this many blocks per SM (fewer
                                     * when the registers do not allow them) */
 #define CUDA_CONV_THREADS 256

@@ -71,8 +71,8 @@ struct cuda_impl {
     int fuse;                   /* the fused ops fuse (CAIRN_CUDA_FUSE=0: they run the plain
                                  * sequence, for comparison) */
     int fuse_norm;              /* matmul_fused folds the RMSNorm into the GEMV: 0 never
-                                 * (CAIRN_CUDA_FUSE_NORM=0 or CAIRN_CUDA_FUSE=0), 1 for MLX q4/q8
-                                 * weights (the default), 2 for every type (CAIRN_CUDA_FUSE_NORM=1) */
+                                 * (CAIRN_CUDA_FUSE_NORM=0 or CAIRN_CUDA_FUSE=0), 1 but for dense
+                                 * long rows (the default: cuda_matmul.c), 2 always (=1) */
     int fuse_silu;              /* ... and SwiGLU into gate/up's epilogue (CAIRN_CUDA_FUSE_SILU=0) */
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */

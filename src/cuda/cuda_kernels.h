@@ -65,6 +65,7 @@ static inline CUDA_HD size_t cuda_q_row_bytes(int64_t cols, int bits, int group_
  * (the residual add of o_proj and down_proj in the GEMV's epilogue). */
 #define CUDA_GEMV_MAX_N 8
 #define CUDA_GEMV_MAX_W 4
+#define CUDA_GEMV_LONG_ROW 8192 /* dense n = 1: rows of this many bytes take 1-row items */
 int cuda_k_gemv(cudaStream_t s, const struct cuda_wdesc *w, const float *x, float *y, int n,
                 int n_sms, int accumulate);
 /* y[i][n, rows_i] = x . w[i]^T (or += with accumulate) for count <= CUDA_GEMV_MAX_W weights of

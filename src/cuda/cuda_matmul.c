@@ -341,8 +341,10 @@ void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused 
     const int64_t in = f->w[0]->shape[1];
     const float *x = f->x;
     int small = f->n <= c->gemv_max_rows;
-    int qw = cuda_wdesc_of(f->w[0]).type == CUDA_W_Q; /* MLX q4/q8 */
-    int fnorm = f->norm && small && (c->fuse_norm == 2 || (c->fuse_norm == 1 && qw));
+    /* by default not for dense rows long enough for 1-row items (cuda_backend.c says why) */
+    const struct cuda_wdesc d0 = cuda_wdesc_of(f->w[0]);
+    int long_dense = d0.type != CUDA_W_Q && d0.row_bytes >= CUDA_GEMV_LONG_ROW;
+    int fnorm = f->norm && small && (c->fuse_norm == 2 || (c->fuse_norm == 1 && !long_dense));
     int fsilu = f->silu_mul && c->fuse_silu && small;
     if (f->norm && !fnorm) { /* the norm as its own kernel; the GEMV may still take SwiGLU */
         cuda_op_rmsnorm(be, f->h, x, f->norm, f->n, (int)in, f->eps, f->w_offset);
