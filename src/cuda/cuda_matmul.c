@@ -329,7 +329,8 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
 }
 
 /* matmul_fused (tensor/backend.h): GEMV-sized steps fold the RMSNorm into the GEMV's reading of
- * x and SwiGLU into gate/up's epilogue (cuda_k_gemv_fused), each unless switched off
+ * x (by default not for dense rows of CUDA_GEMV_LONG_ROW bytes or more; CAIRN_CUDA_FUSE_NORM=1:
+ * always) and SwiGLU into gate/up's epilogue (cuda_k_gemv_fused), each unless switched off
  * (CAIRN_CUDA_FUSE_NORM=0, CAIRN_CUDA_FUSE_SILU=0, CAIRN_CUDA_FUSE=0: the plain sequence, for
  * comparison); what the kernel cannot take (GEMM-sized steps, the scalar GEMV's layouts, mixed
  * layouts) runs as the plain ops. */
