@@ -14,8 +14,8 @@
 #   FUZZ_MAX_LEN=65536 (as run.sh)  FUZZ_TIMEOUT=10 (s per input: a slower input is a bug)
 #   FUZZ_RSS_MB=2048
 # Out: FUZZ_OUT/NAME.log (libFuzzer's output), FUZZ_OUT/new/NAME/ (the corpus plus what the
-# run found: `NAME -merge=1 tests/fuzz/corpus/NAME FUZZ_OUT/new/NAME` keeps the inputs that add
-# coverage), FUZZ_OUT/artifacts/ (crash-*, timeout-*, oom-*, leak-*; slow-unit-*: inputs over 10 s, counted in the
+# run found: `tests/fuzz/corpus.sh merge NAME build-test/NAME FUZZ_OUT/new/NAME` keeps the inputs
+# that add coverage, in the packed corpus), FUZZ_OUT/artifacts/ (crash-*, timeout-*, oom-*, leak-*; slow-unit-*: inputs over 10 s, counted in the
 # table's result column, not failures), FUZZ_OUT/table.txt.
 # Exit status 1 if any target crashed or failed, else 0 (a target short of FUZZ_RUNS in
 # FUZZ_SECONDS is not a failure: the table says "time").
@@ -31,7 +31,7 @@ fz_pack()
     cp "$root"/build-test/fuzz_* "$dir/bin/"
     # debug info off (symbol names stay, for ASan's reports): halves the folder
     [ "${FUZZ_PACK_DEBUG:-0}" = 1 ] || strip --strip-debug "$dir"/bin/fuzz_* 2>/dev/null || true
-    cp -r "$root"/tests/fuzz/corpus/. "$dir/corpus/"
+    cp "$root"/tests/fuzz/corpus/*.tar.gz "$dir/corpus/"
     cp "$0" "$dir/campaign.sh"
     local m
     for m in qwen3 llama2; do
@@ -78,7 +78,7 @@ fz_run()
         local work=$out/new/$n log=$out/$n.log t0 t1 rc execs secs_used crashes slow new0 new1 result mode=()
         [ -x "$bin/$n" ] || { echo "no binary $bin/$n" >&2; status=1; continue; }
         mkdir -p "$work"
-        cp -r "$corpus/$n/." "$work/" 2>/dev/null
+        [ -f "$corpus/$n.tar.gz" ] && tar xzf "$corpus/$n.tar.gz" -C "$work"
         new0=$(ls "$work" | wc -l)
         [ "$jobs" -gt 1 ] && mode=(-fork="$jobs")
         t0=$(date +%s)
