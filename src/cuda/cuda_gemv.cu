@@ -68,6 +68,7 @@ struct cuda_gemv_set {
     int64_t item_end[CUDA_GEMV_MAX_W]; /* cumulative items (R-row groups) up to weight i */
     int count;
     int accumulate; /* y += x . W^T (each y element is read and written by one lane) */
+    int prefetch;   /* the pipelined q kernel: L2 prefetch of each warp's next item */
     const float *norm; /* CUDA_GEMV_F_NORM: the RMSNorm weight [cols] x is normed with */
     float eps, w_offset; /* CUDA_GEMV_F_NORM: its epsilon and weight offset */
 };
@@ -310,70 +311,93 @@ static __device__ __forceinline__ int cuda_dp4a_us(uint32_t a, uint32_t b, int c
     return d;
 }
 
+/* One 8-value slot s of the staging (see cuda_gemvq_stage): v the values (times the norm weight
+ * for NORM), sq their sum of squares; on: s < total. Every thread of the block calls it with the
+ * same trip count (the shuffles). */
+template <int BITS, bool NORM>
+static __device__ __forceinline__ void cuda_gemvq_stage_slot(float *v, float sq, bool on, int64_t s, int n,
+                                                             int64_t n_chunks, int64_t slots_row, uint4 *sh)
+{
+    constexpr int E = cuda_gemvq_shape<BITS>::E, P = cuda_gemvq_shape<BITS>::P, TPC = E / 8;
+    float2 *meta = (float2 *)(sh + (size_t)n * P * n_chunks);
+    float m = 0;
+#pragma unroll
+    for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(v[e]));
+    float sum = __fadd_rn(__fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3])),
+                          __fadd_rn(__fadd_rn(v[4], v[5]), __fadd_rn(v[6], v[7])));
+#pragma unroll
+    for (int o = 1; o < TPC; o <<= 1) { /* a + b == b + a: every lane of the block gets one sum */
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+        if (NORM) sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, o));
+    }
+    if (!on) return;
+    float inv = m > 0 ? __fdiv_rn(127.0f, m) : 0.0f;
+    uint32_t hw[2] = {0, 0}, lw[2] = {0, 0};
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        float p = __fmul_rn(v[e], inv);
+        int h = __float2int_rn(p);
+        int l = __float2int_rn(__fmul_rn(__fsub_rn(p, (float)h), 256.0f)); /* p - h is exact */
+        l = max(-127, min(127, l));
+        /* q4: this thread's 8 values are word k of the chunk: even codes -> digit word 0
+         * (bytes e / 2), odd -> word 1; q8: bytes in order. */
+        int wd = BITS == 4 ? (e & 1) : e >> 2, by = BITS == 4 ? e >> 1 : e & 3;
+        hw[wd] |= (uint32_t)(h & 0xff) << (8 * by);
+        lw[wd] |= (uint32_t)(l & 0xff) << (8 * by);
+    }
+    int64_t t = s / slots_row, c = (s % slots_row) / TPC;
+    int k = (int)(s % TPC); /* 8-byte slot k of the chunk's E digit bytes */
+    uint8_t *hp = (uint8_t *)(sh + ((size_t)t * P + k / 2) * n_chunks + c) + 8 * (k % 2);
+    uint8_t *lp = (uint8_t *)(sh + ((size_t)t * P + P / 2 + k / 2) * n_chunks + c) + 8 * (k % 2);
+    *(uint2 *)hp = make_uint2(hw[0], hw[1]);
+    *(uint2 *)lp = make_uint2(lw[0], lw[1]);
+    if (k == 0) meta[t * n_chunks + c] = make_float2(__fdiv_rn(m, 127.0f) * (1.0f / 256.0f), sum);
+    if (NORM && k == 0) ((float *)(meta + (size_t)n * n_chunks))[t * n_chunks + c] = sq;
+}
+
 /* x[n][cols] (f32) -> the block's digits (see above). Called by every thread of the block.
- * Each thread takes 8 consecutive values (E / 8 threads per x block, reduced by shuffles). */
-template <int BITS, int THREADS, bool NORM>
+ * Each thread takes 8 consecutive values (E / 8 threads per x block, reduced by shuffles), SB
+ * slots THREADS apart per round: their loads (from L2) all go out before the first is
+ * converted, so a 14,336-wide row is one L2 round trip instead of four (SB = 4). */
+template <int BITS, int THREADS, bool NORM, int SB>
 static __device__ __forceinline__ void cuda_gemvq_stage(const float *__restrict__ x, int n, int64_t cols,
                                                         const float *__restrict__ g, float g_off, uint4 *sh)
 {
-    constexpr int E = cuda_gemvq_shape<BITS>::E, P = cuda_gemvq_shape<BITS>::P, TPC = E / 8;
+    constexpr int E = cuda_gemvq_shape<BITS>::E;
     const int64_t n_chunks = cols / E, slots_row = cols / 8, total = (int64_t)n * slots_row;
-    float2 *meta = (float2 *)(sh + (size_t)n * P * n_chunks);
-    for (int64_t base = 0; base < total; base += THREADS) { /* uniform trip count: shuffles below */
-        int64_t s = base + threadIdx.x;
-        bool on = s < total;
-        float v[8], sq = 0;
-        if (on) {
-            float4 a = __ldg((const float4 *)x + 2 * s), b = __ldg((const float4 *)x + 2 * s + 1);
-            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    for (int64_t base = 0; base < total; base += (int64_t)THREADS * SB) { /* uniform trip count */
+        float4 a[SB], b[SB], ga[SB], gb[SB];
+#pragma unroll
+        for (int q = 0; q < SB; q++) {
+            int64_t s = base + (int64_t)q * THREADS + threadIdx.x;
+            if (s < total) {
+                a[q] = __ldg((const float4 *)x + 2 * s);
+                b[q] = __ldg((const float4 *)x + 2 * s + 1);
+                if (NORM) {
+                    const float4 *gp = (const float4 *)(g + (s % slots_row) * 8);
+                    ga[q] = __ldg(gp);
+                    gb[q] = __ldg(gp + 1);
+                }
+            } else {
+                a[q] = b[q] = ga[q] = gb[q] = make_float4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < SB; q++) {
+            int64_t s = base + (int64_t)q * THREADS + threadIdx.x;
+            if (base + (int64_t)q * THREADS >= total) break; /* uniform: no thread of the block has slots left */
+            float v[8] = {a[q].x, a[q].y, a[q].z, a[q].w, b[q].x, b[q].y, b[q].z, b[q].w}, sq = 0;
             if (NORM) { /* the squares of x, then x times the norm weight is what is staged */
-                const float4 *gp = (const float4 *)(g + (s % slots_row) * 8);
-                float4 ga = __ldg(gp), gb = __ldg(gp + 1);
-                const float gv[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+                const float gv[8] = {ga[q].x, ga[q].y, ga[q].z, ga[q].w, gb[q].x, gb[q].y, gb[q].z, gb[q].w};
 #pragma unroll
                 for (int e = 0; e < 8; e++) {
                     sq = fmaf(v[e], v[e], sq);
                     v[e] *= gv[e] + g_off;
                 }
             }
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = 0;
+            cuda_gemvq_stage_slot<BITS, NORM>(v, sq, s < total, s, n, n_chunks, slots_row, sh);
         }
-        float m = 0;
-#pragma unroll
-        for (int e = 0; e < 8; e++) m = fmaxf(m, fabsf(v[e]));
-        float sum = __fadd_rn(__fadd_rn(__fadd_rn(v[0], v[1]), __fadd_rn(v[2], v[3])),
-                              __fadd_rn(__fadd_rn(v[4], v[5]), __fadd_rn(v[6], v[7])));
-#pragma unroll
-        for (int o = 1; o < TPC; o <<= 1) { /* a + b == b + a: every lane of the block gets one sum */
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
-            if (NORM) sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, o));
-        }
-        if (!on) continue;
-        float inv = m > 0 ? __fdiv_rn(127.0f, m) : 0.0f;
-        uint32_t hw[2] = {0, 0}, lw[2] = {0, 0};
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            float p = __fmul_rn(v[e], inv);
-            int h = __float2int_rn(p);
-            int l = __float2int_rn(__fmul_rn(__fsub_rn(p, (float)h), 256.0f)); /* p - h is exact */
-            l = max(-127, min(127, l));
-            /* q4: this thread's 8 values are word k of the chunk: even codes -> digit word 0
-             * (bytes e / 2), odd -> word 1; q8: bytes in order. */
-            int wd = BITS == 4 ? (e & 1) : e >> 2, by = BITS == 4 ? e >> 1 : e & 3;
-            hw[wd] |= (uint32_t)(h & 0xff) << (8 * by);
-            lw[wd] |= (uint32_t)(l & 0xff) << (8 * by);
-        }
-        int64_t t = s / slots_row, c = (s % slots_row) / TPC;
-        int k = (int)(s % TPC); /* 8-byte slot k of the chunk's E digit bytes */
-        uint8_t *hp = (uint8_t *)(sh + ((size_t)t * P + k / 2) * n_chunks + c) + 8 * (k % 2);
-        uint8_t *lp = (uint8_t *)(sh + ((size_t)t * P + P / 2 + k / 2) * n_chunks + c) + 8 * (k % 2);
-        *(uint2 *)hp = make_uint2(hw[0], hw[1]);
-        *(uint2 *)lp = make_uint2(lw[0], lw[1]);
-        if (k == 0) meta[t * n_chunks + c] = make_float2(__fdiv_rn(m, 127.0f) * (1.0f / 256.0f), sum);
-        if (NORM && k == 0) ((float *)(meta + (size_t)n * n_chunks))[t * n_chunks + c] = sq;
     }
 }
 
@@ -394,23 +418,15 @@ static __device__ __forceinline__ void cuda_gemvq_inv_rms(const uint4 *sh, int P
     }
 }
 
-/* acc[j][t] += chunk ci of rows j . x[t] (the staged digits) for the R rows and t < n. */
+/* acc[j][t] += chunk ci of rows j . x[t] (the staged digits) for the R rows and t < n, with
+ * scale[j] and bias[j] the chunk's group's. */
 template <int BITS, int NT, int R>
-static __device__ __forceinline__ void cuda_gemvq_chunk(const uint4 *c, const uint8_t *const *row, int64_t ci,
-                                                        const struct cuda_wdesc &w, const uint4 *sh,
-                                                        int64_t n_chunks, int n, float (*acc)[NT])
+static __device__ __forceinline__ void cuda_gemvq_dot(const uint4 *c, const float *scale, const float *bias,
+                                                      int64_t ci, const uint4 *sh, int64_t n_chunks, int n,
+                                                      float (*acc)[NT])
 {
-    constexpr int E = cuda_gemvq_shape<BITS>::E, P = cuda_gemvq_shape<BITS>::P;
+    constexpr int P = cuda_gemvq_shape<BITS>::P;
     const float2 *meta = (const float2 *)(sh + (size_t)n * P * n_chunks);
-    const int64_t g = ci * E / w.group_size;
-    float scale[R], bias[R];
-#pragma unroll
-    for (int j = 0; j < R; j++) {
-        const uint16_t *sc = (const uint16_t *)(row[j] + cuda_q_scales_off(w.cols, BITS));
-        const uint16_t *bi = (const uint16_t *)(row[j] + cuda_q_biases_off(w.cols, BITS, w.group_size));
-        scale[j] = cuda_bf16_f32(__ldg(sc + g));
-        bias[j] = cuda_bf16_f32(__ldg(bi + g));
-    }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (t >= n) break;
@@ -443,6 +459,25 @@ static __device__ __forceinline__ void cuda_gemvq_chunk(const uint4 *c, const ui
             acc[j][t] = __fmaf_rn(bias[j], mt.y, acc[j][t]);
         }
     }
+}
+
+/* cuda_gemvq_dot with the chunk's scales and biases read here (the unpipelined kernel). */
+template <int BITS, int NT, int R>
+static __device__ __forceinline__ void cuda_gemvq_chunk(const uint4 *c, const uint8_t *const *row, int64_t ci,
+                                                        const struct cuda_wdesc &w, const uint4 *sh,
+                                                        int64_t n_chunks, int n, float (*acc)[NT])
+{
+    constexpr int E = cuda_gemvq_shape<BITS>::E;
+    const int64_t g = ci * E / w.group_size;
+    float scale[R], bias[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        const uint16_t *sc = (const uint16_t *)(row[j] + cuda_q_scales_off(w.cols, BITS));
+        const uint16_t *bi = (const uint16_t *)(row[j] + cuda_q_biases_off(w.cols, BITS, w.group_size));
+        scale[j] = cuda_bf16_f32(__ldg(sc + g));
+        bias[j] = cuda_bf16_f32(__ldg(bi + g));
+    }
+    cuda_gemvq_dot<BITS, NT, R>(c, scale, bias, ci, sh, n_chunks, n, acc);
 }
 
 template <int BITS, int NT, int R, int THREADS, int F>
@@ -479,7 +514,7 @@ cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
         }
     }
     cuda_pdl_wait(); /* x and y belong to earlier kernels */
-    cuda_gemvq_stage<BITS, THREADS, NORM>(x, n, set.w[0].cols, set.norm, set.w_offset, cuda_gemvq_sh);
+    cuda_gemvq_stage<BITS, THREADS, NORM, 1>(x, n, set.w[0].cols, set.norm, set.w_offset, cuda_gemvq_sh);
     __syncthreads();
     float inv[NT];
 #pragma unroll
@@ -521,6 +556,196 @@ cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
         }
         pre = false;
         cuda_gemv_store<NT, R, F>(set, wi, r0, acc, inv, n, lane);
+    }
+}
+
+/* ---- the pipelined q4/q8 kernel (batch 1) ----
+ * The same products in the same order as cuda_gemvq_kernel (the same bits), walked as a stream of
+ * rounds: a round is U = 2 chunks per lane of an item's R = 2 rows, with their scales and
+ * biases; a warp's rounds run over its item's chunks and then on to its next item, and round
+ * k + 1 is in flight while round k is used (two register buffers). Each warp also asks L2 for
+ * its next item's rows (cp.async.bulk.prefetch: no registers) when it moves to an item, so a
+ * long row's later rounds and the next item come from L2. Why: the 512-thread blocks take ~125
+ * registers at R = 4, so an SM holds 16 warps; the 4-row items of a 4,096-row weight (1,024
+ * items) then filled 64 of the H200's 132 SMs, and every warp of the unpipelined kernel waited
+ * for a whole round of loads, then computed with none in flight. 2-row items spread a 4,096-row
+ * weight over 128 SMs, and a warp's loads never stop; the staging's loads of x go out at once
+ * (SB) while the first two rounds of weights are in flight. 1-row items (more items for the
+ * same rows, x's digits read once per row instead of once per two) were slower (H200, first
+ * device call of the gemvq helper, 3 Dec: q4 4096 x 4096 5.2 us against 4.4, 128256 x 4096 93.7
+ * against 83.2, 8B q4 tg128 416 tok/s against 428) but on two q8 shapes, by 0.3-0.4 us. */
+#define CUDA_GEMVQ_PIPE_LOADS 4 /* 16-byte weight loads per lane and round (R rows x U chunks; x 2 buffers) */
+#define CUDA_GEMVQ_STAGE_SB 4    /* staging slots per thread whose loads go out together (2 with NORM) */
+
+template <int R, int U> struct cuda_gemvq_buf {
+    uint4 c[U][R];
+    uint32_t sb[U][R]; /* the chunk's group's bf16 scale (low half) and bias (high half) */
+    int64_t c0;        /* the round's first chunk (lane 0's, u = 0) */
+    int64_t r0;        /* the item's first row */
+    int wi;            /* the item's weight */
+    bool on, last;     /* a round was issued; it is its item's last */
+};
+
+/* The warp's cursor over its rounds: item it (rows r0.. of weight wi at row[]) and chunk c0. */
+template <int R> struct cuda_gemvq_cursor {
+    const uint8_t *row[R];
+    int64_t it, r0, c0;
+    int wi;
+};
+
+template <int R, int F>
+static __device__ __forceinline__ void cuda_gemvq_locate(const struct cuda_gemv_set &set,
+                                                         struct cuda_gemvq_cursor<R> &k)
+{
+    constexpr int H = (F & CUDA_GEMV_F_SILU) ? R / 2 : R;
+    k.wi = 0;
+    if (!(F & CUDA_GEMV_F_SILU))
+        while (k.it >= set.item_end[k.wi]) k.wi++;
+    k.r0 = (k.it - (k.wi ? set.item_end[k.wi - 1] : 0)) * H;
+    cuda_gemv_rows_of<R, F>(set, k.wi, k.r0, k.row);
+}
+
+/* Asks L2 for item it's rows ahead of their loads (a hint: no registers, no ordering; weights
+ * are read-only, so it may run before the PDL wait). An item's rows are one contiguous span
+ * (codes, scales and biases of consecutive rows), SILU's two (gate rows, up rows): lane 0, 1. */
+template <int R, int F>
+static __device__ __forceinline__ void cuda_gemvq_prefetch(const struct cuda_gemv_set &set, int64_t it,
+                                                           int64_t n_items, int lane)
+{
+    constexpr bool SILU = F & CUDA_GEMV_F_SILU;
+    constexpr int H = SILU ? R / 2 : R;
+    if (!set.prefetch || it >= n_items || lane >= (SILU ? 2 : 1)) return;
+    int wi = SILU ? lane : 0;
+    if (!SILU)
+        while (it >= set.item_end[wi]) wi++;
+    const int64_t r0 = (it - (SILU || !wi ? 0 : set.item_end[wi - 1])) * H;
+    const struct cuda_wdesc &w = set.w[wi];
+    const int64_t nr = w.rows - r0 < H ? w.rows - r0 : H;
+    const uint8_t *p = (const uint8_t *)w.data + (size_t)r0 * w.row_bytes;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((uint32_t)((size_t)nr * w.row_bytes)));
+#else
+    (void)p;
+    (void)nr;
+#endif
+}
+
+/* Issues the cursor's round into b (b.on = false past the warp's last item) and advances; the
+ * cursor's move to a new item asks L2 for the item after it. */
+template <int BITS, int R, int U, int F>
+static __device__ __forceinline__ void cuda_gemvq_issue(const struct cuda_gemv_set &set, int64_t n_items,
+                                                        int64_t n_chunks, int64_t stride, int lane,
+                                                        struct cuda_gemvq_cursor<R> &k, struct cuda_gemvq_buf<R, U> &b)
+{
+    constexpr int E = cuda_gemvq_shape<BITS>::E;
+    b.on = k.it < n_items;
+    if (!b.on) return;
+    const struct cuda_wdesc &w = set.w[0]; /* the layout (cols, group size) of every weight */
+    const size_t so = cuda_q_scales_off(w.cols, BITS), bo = cuda_q_biases_off(w.cols, BITS, w.group_size);
+    const int gshift = __ffs(w.group_size / E) - 1; /* chunks per group: 1 to 8, a power of two */
+    b.c0 = k.c0;
+    b.r0 = k.r0;
+    b.wi = k.wi;
+    b.last = k.c0 + (int64_t)CUDA_WARP * U >= n_chunks;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t ci = k.c0 + lane + (int64_t)u * CUDA_WARP;
+        int64_t g = ci >> gshift;
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            if (ci < n_chunks) {
+                b.c[u][j] = cuda_gemv_ld((const uint4 *)k.row[j] + ci);
+                uint32_t sc = __ldg((const uint16_t *)(k.row[j] + so) + g);
+                uint32_t bi = __ldg((const uint16_t *)(k.row[j] + bo) + g);
+                b.sb[u][j] = sc | bi << 16;
+            } else {
+                b.c[u][j] = make_uint4(0, 0, 0, 0);
+                b.sb[u][j] = 0;
+            }
+        }
+    }
+    k.c0 += (int64_t)CUDA_WARP * U;
+    if (k.c0 >= n_chunks) {
+        k.c0 = 0;
+        k.it += stride;
+        if (k.it < n_items) {
+            cuda_gemvq_locate<R, F>(set, k);
+            cuda_gemvq_prefetch<R, F>(set, k.it + stride, n_items, lane);
+        }
+    }
+}
+
+/* Uses round b: its products into acc, and at its item's last round the item's results out. */
+template <int BITS, int NT, int R, int U, int F>
+static __device__ __forceinline__ void cuda_gemvq_use(const struct cuda_gemv_set &set, const struct cuda_gemvq_buf<R, U> &b,
+                                                      const uint4 *sh, int64_t n_chunks, int n, int lane,
+                                                      const float *inv, float (*acc)[NT])
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t ci = b.c0 + lane + (int64_t)u * CUDA_WARP;
+        float scale[R], bias[R];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            scale[j] = __uint_as_float(b.sb[u][j] << 16);
+            bias[j] = __uint_as_float(b.sb[u][j] & 0xffff0000u);
+        }
+        if (ci < n_chunks) cuda_gemvq_dot<BITS, NT, R>(b.c[u], scale, bias, ci, sh, n_chunks, n, acc);
+    }
+    if (b.last) {
+        cuda_gemv_store<NT, R, F>(set, b.wi, b.r0, acc, inv, n, lane);
+#pragma unroll
+        for (int j = 0; j < R; j++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[j][t] = 0;
+    }
+}
+
+template <int BITS, int NT, int R, int THREADS, int F>
+static __global__ void __launch_bounds__(THREADS)
+cuda_gemvq_pipe_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
+{
+    extern __shared__ uint4 cuda_gemvq_sh[];
+    constexpr int U = CUDA_GEMVQ_PIPE_LOADS / R, WARPS = THREADS / CUDA_WARP;
+    constexpr bool NORM = F & CUDA_GEMV_F_NORM, SILU = F & CUDA_GEMV_F_SILU;
+    constexpr int SB = NORM ? CUDA_GEMVQ_STAGE_SB / 2 : CUDA_GEMVQ_STAGE_SB; /* registers: 4 float4 per slot */
+    static_assert(!SILU || R % 2 == 0, "a SILU item pairs gate and up rows");
+    static_assert(U >= 1 && R * U == CUDA_GEMVQ_PIPE_LOADS, "R divides the loads of a round");
+    const int lane = threadIdx.x % CUDA_WARP;
+    const int64_t n_items = set.item_end[set.count - 1];
+    const int64_t n_chunks = set.w[0].cols / cuda_gemvq_shape<BITS>::E;
+    const int64_t stride = (int64_t)gridDim.x * WARPS;
+    cuda_pdl_trigger();
+    struct cuda_gemvq_cursor<R> k;
+    k.it = (int64_t)blockIdx.x * WARPS + threadIdx.x / CUDA_WARP;
+    k.c0 = 0;
+    if (k.it < n_items) cuda_gemvq_locate<R, F>(set, k);
+    cuda_gemvq_prefetch<R, F>(set, k.it, n_items, lane); /* the first item past its first two rounds */
+    cuda_gemvq_prefetch<R, F>(set, k.it + stride, n_items, lane);
+    struct cuda_gemvq_buf<R, U> a, b;
+    /* two rounds go out before the wait and the staging (weights only: read-only) */
+    cuda_gemvq_issue<BITS, R, U, F>(set, n_items, n_chunks, stride, lane, k, a);
+    cuda_gemvq_issue<BITS, R, U, F>(set, n_items, n_chunks, stride, lane, k, b);
+    cuda_pdl_wait(); /* x and y belong to earlier kernels */
+    cuda_gemvq_stage<BITS, THREADS, NORM, SB>(x, n, set.w[0].cols, set.norm, set.w_offset, cuda_gemvq_sh);
+    __syncthreads();
+    float inv[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) inv[t] = 1.0f;
+    if (NORM)
+        cuda_gemvq_inv_rms<NT>(cuda_gemvq_sh, cuda_gemvq_shape<BITS>::P, n_chunks, n, set.w[0].cols, set.eps, lane,
+                               inv);
+    float acc[R][NT];
+#pragma unroll
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[j][t] = 0;
+    while (a.on) {
+        cuda_gemvq_use<BITS, NT, R, U, F>(set, a, cuda_gemvq_sh, n_chunks, n, lane, inv, acc);
+        cuda_gemvq_issue<BITS, R, U, F>(set, n_items, n_chunks, stride, lane, k, a);
+        if (!b.on) break;
+        cuda_gemvq_use<BITS, NT, R, U, F>(set, b, cuda_gemvq_sh, n_chunks, n, lane, inv, acc);
+        cuda_gemvq_issue<BITS, R, U, F>(set, n_items, n_chunks, stride, lane, k, b);
     }
 }
 
@@ -604,19 +829,26 @@ static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float 
     (void)cuda_launch_pdl(cuda_gemv_kernel<K, NT, R, U, F>, (unsigned)blocks, CUDA_GEMV_THREADS, s, *set, x, n);
 }
 
-/* Rows per work item of the q4/q8 kernel at n = 1: 4, or CAIRN_CUDA_GEMV_QROWS=2 to compare.
- * H200, 8B tg128 (device call of the gemv helper, 3 Dec): q4 331.9 tok/s at 4 rows against
- * 322.0 at 2, q8 249.9 against 244.9; 256-thread blocks: q4 324.1. */
-static int cuda_gemv_q_rows(void)
+/* The q4/q8 kernel at n = 1 (A/B switches, read once): CAIRN_CUDA_GEMVQ=old takes the
+ * unpipelined kernel with 4-row items (the kernel before the pipelined one);
+ * CAIRN_CUDA_GEMVQ_PREFETCH=0 turns the pipelined kernel's L2 prefetch off. */
+struct cuda_gemvq_opts {
+    int old, prefetch;
+};
+
+static struct cuda_gemvq_opts cuda_gemvq_env(void)
 {
-    static int rows = -1;
-    int r = __atomic_load_n(&rows, __ATOMIC_RELAXED);
-    if (r < 0) {
-        const char *e = getenv("CAIRN_CUDA_GEMV_QROWS");
-        r = e && atoi(e) == 2 ? 2 : 4;
-        __atomic_store_n(&rows, r, __ATOMIC_RELAXED);
+    static int ready = 0;
+    static struct cuda_gemvq_opts o;
+    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) { /* racing first calls compute the same values */
+        const char *e = getenv("CAIRN_CUDA_GEMVQ"), *p = getenv("CAIRN_CUDA_GEMVQ_PREFETCH");
+        struct cuda_gemvq_opts v;
+        v.old = e && strcmp(e, "old") == 0;
+        v.prefetch = !(p && p[0] == '0');
+        o = v;
+        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
     }
-    return r;
+    return o;
 }
 
 template <int K, int F>
@@ -658,10 +890,13 @@ static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const fl
     }
 }
 
-template <int BITS, int NT, int R, int THREADS, int F>
+template <int BITS, int NT, int R, int THREADS, int F, bool PIPE>
 static void cuda_gemvq_go(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
     constexpr int WARPS = THREADS / CUDA_WARP;
+    void (*kern)(struct cuda_gemv_set, const float *, int);
+    if constexpr (PIPE) kern = cuda_gemvq_pipe_kernel<BITS, NT, R, THREADS, F>;
+    else kern = cuda_gemvq_kernel<BITS, NT, R, THREADS, F>;
     int64_t items = cuda_gemv_items<R, F>(set);
     size_t smem = (size_t)n * cuda_gemvq_row_bytes(BITS, set->w[0].cols, F & CUDA_GEMV_F_NORM);
     /* Blocks per SM by registers (asked once per kernel, which may then take up to
@@ -670,10 +905,8 @@ static void cuda_gemvq_go(cudaStream_t s, struct cuda_gemv_set *set, const float
     int ps = __atomic_load_n(&per_sm, __ATOMIC_RELAXED);
     if (!ps) {
         int dev = 0, v = 0;
-        if (cudaFuncSetAttribute(cuda_gemvq_kernel<BITS, NT, R, THREADS, F>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, CUDA_GEMVQ_SMEM_MAX) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ps, cuda_gemvq_kernel<BITS, NT, R, THREADS, F>, THREADS,
-                                                          0) != cudaSuccess ||
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, CUDA_GEMVQ_SMEM_MAX) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ps, kern, THREADS, 0) != cudaSuccess ||
             cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
             (void)cudaGetLastError();
@@ -696,19 +929,20 @@ static void cuda_gemvq_go(cudaStream_t s, struct cuda_gemv_set *set, const float
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, cuda_gemvq_kernel<BITS, NT, R, THREADS, F>, *set, x, n);
+    (void)cudaLaunchKernelEx(&cfg, kern, *set, x, n);
 }
 
 template <int BITS, int F>
 static void cuda_gemvq_rows(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
     constexpr int T = CUDA_GEMVQ_THREADS;
-    if (n <= 1 && F == 0 && cuda_gemv_q_rows() == 2) { /* the plain kernel only: fewer kernels */
-        if constexpr (F == 0) cuda_gemvq_go<BITS, 1, 2, T, F>(s, set, x, n, n_sms);
-    } else if (n <= 1) cuda_gemvq_go<BITS, 1, 4, T, F>(s, set, x, n, n_sms);
-    else if (n <= 2) cuda_gemvq_go<BITS, 2, 2, T, F>(s, set, x, n, n_sms);
-    else if (n <= 4) cuda_gemvq_go<BITS, 4, 2, T, F>(s, set, x, n, n_sms);
-    else cuda_gemvq_go<BITS, 8, 2, T, F>(s, set, x, n, n_sms);
+    const struct cuda_gemvq_opts o = cuda_gemvq_env();
+    set->prefetch = o.prefetch;
+    if (n <= 1 && o.old) cuda_gemvq_go<BITS, 1, 4, T, F, false>(s, set, x, n, n_sms);
+    else if (n <= 1) cuda_gemvq_go<BITS, 1, 2, T, F, true>(s, set, x, n, n_sms);
+    else if (n <= 2) cuda_gemvq_go<BITS, 2, 2, T, F, false>(s, set, x, n, n_sms);
+    else if (n <= 4) cuda_gemvq_go<BITS, 4, 2, T, F, false>(s, set, x, n, n_sms);
+    else cuda_gemvq_go<BITS, 8, 2, T, F, false>(s, set, x, n, n_sms);
 }
 
 /* The q4/q8 integer kernel over n rows of x, as many per launch as CUDA_GEMVQ_SMEM_MAX holds

@@ -295,6 +295,12 @@ static void test_matmul(void)
             test_matmul_case(DTYPE_Q, 35, 256, 4, gss[g], n);
             test_matmul_case(DTYPE_Q, 29, 384, 8, gss[g], n);
         }
+        /* n = 1: the pipelined q kernel's 2-row items (4,096 rows on 132 SMs) with two rounds
+         * per row, and 1-row items, several per warp */
+        if (n == 1) {
+            test_matmul_case(DTYPE_Q, 4096, 2560, 4, 64, n);
+            test_matmul_case(DTYPE_Q, 4500, 512, 8, 64, n);
+        }
         test_matmul_case(DTYPE_Q, 17, 128, 2, 64, n);
         test_matmul_case(DTYPE_Q, 17, 128, 3, 32, n);
         test_matmul_case(DTYPE_Q, 17, 128, 5, 32, n);
@@ -433,6 +439,10 @@ static void test_gemv_invariant(void)
         test_gemv_invariant_case(DTYPE_Q, 29, 384, 8, gss[g]);
     }
     test_gemv_invariant_case(DTYPE_Q, 13, 14336, 8, 64); /* 2 x rows per launch */
+    /* the pipelined q kernel at n = 1 (cuda_gemv.cu; rows per item as picked for 132 SMs): */
+    test_gemv_invariant_case(DTYPE_Q, 4096, 2560, 4, 64); /* 2-row items, two rounds per row */
+    test_gemv_invariant_case(DTYPE_Q, 8400, 256, 4, 32);  /* 2-row items, two per warp */
+    test_gemv_invariant_case(DTYPE_Q, 4500, 512, 8, 64);  /* 1-row items, up to three per warp */
     test_gemv_invariant_case(DTYPE_Q, 17, 128, 3, 32);   /* scalar kernel */
 }
 
@@ -1881,7 +1891,8 @@ static void bench_fused_case(enum dtype dt, int bits, int gs, const int64_t *row
     free(g);
 }
 
-static void bench_gemv(void)
+/* q_only (--bench-gemv q): the 8B's MLX q4/q8 shapes alone (A/B runs of the q kernel). */
+static void bench_gemv(int q_only)
 {
     struct cairn_err err;
     double copy_gbs = 0;
@@ -1892,7 +1903,7 @@ static void bench_gemv(void)
     static const int ns[] = {1, 8};
     for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++)
         for (size_t i = 0; i < CAIRN_ARRAY_LEN(shapes); i++) {
-            bench_gemv_case(DTYPE_BF16, 0, 0, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
+            if (!q_only) bench_gemv_case(DTYPE_BF16, 0, 0, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
             if (i >= 4) continue; /* the 1B shapes: BF16 only */
             bench_gemv_case(DTYPE_Q, 8, 64, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
             bench_gemv_case(DTYPE_Q, 4, 64, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
@@ -1901,11 +1912,12 @@ static void bench_gemv(void)
     static const int64_t qkv8[3] = {4096, 1024, 1024}, gu8[2] = {14336, 14336}, qkv1[3] = {2048, 512, 512},
                          gu1[2] = {8192, 8192};
     static const int kinds[][2] = {{0, 0}, {8, 64}, {4, 64}};
-    for (size_t k = 0; k < CAIRN_ARRAY_LEN(kinds); k++) {
+    for (size_t k = q_only ? 1 : 0; k < CAIRN_ARRAY_LEN(kinds); k++) {
         enum dtype dt = kinds[k][0] ? DTYPE_Q : DTYPE_BF16;
         bench_fused_case(dt, kinds[k][0], kinds[k][1], qkv8, 3, 4096, 0, copy_gbs);
         bench_fused_case(dt, kinds[k][0], kinds[k][1], gu8, 2, 4096, 1, copy_gbs);
     }
+    if (q_only) return;
     bench_fused_case(DTYPE_BF16, 0, 0, qkv1, 3, 2048, 0, copy_gbs);
     bench_fused_case(DTYPE_BF16, 0, 0, gu1, 2, 2048, 1, copy_gbs);
 }
@@ -2131,6 +2143,7 @@ static void test_matmul_fused(void)
             }
             test_matmul_fused_case(DTYPE_Q, 17, 128, 3, 32, n, mode); /* scalar GEMV */
             if (n == 8) test_matmul_fused_case(DTYPE_Q, 13, 14336, 8, 64, n, mode); /* 2 x rows per launch */
+            if (n == 1) test_matmul_fused_case(DTYPE_Q, 4500, 512, 4, 64, n, mode); /* items per warp: 2-3 */
         }
     /* each fold switched off on its own (the A/B switches of the benchmarks), and the norm fold
      * for BF16 weights too (off by default: cuda_backend.c): the same definition */
@@ -2168,6 +2181,8 @@ static void test_matmul_fused(void)
     test_matmul_fused_invariant_case(DTYPE_Q, 29, 384, 8, 32);
     test_matmul_fused_invariant_case(DTYPE_Q, 35, 4096, 4, 128);
     test_matmul_fused_invariant_case(DTYPE_Q, 13, 14336, 8, 64);
+    test_matmul_fused_invariant_case(DTYPE_Q, 4500, 512, 4, 64); /* several items per warp at n = 1 */
+    test_matmul_fused_invariant_case(DTYPE_Q, 2100, 2560, 8, 128);
 }
 
 /* qk_rope_store against rmsnorm(q), rmsnorm(k), rope(q), rope(k), kv_store on the same inputs:
@@ -2291,7 +2306,7 @@ int main(int argc, char **argv)
     if (st != CAIRN_OK) return test_summary("test_cuda_ops");
     CHECK(be->kind == BACKEND_CUDA && !be->host_visible && strcmp(be->name, "cuda:0") == 0);
     if (bench) {
-        bench_gemv();
+        bench_gemv(argc > 2 && strcmp(argv[2], "q") == 0);
         be->ops->destroy(be);
         return test_summary("test_cuda_ops --bench-gemv");
     }
