@@ -68,7 +68,7 @@ struct cuda_gemv_set {
     int64_t item_end[CUDA_GEMV_MAX_W]; /* cumulative items (R-row groups) up to weight i */
     int count;
     int accumulate; /* y += x . W^T (each y element is read and written by one lane) */
-    int prefetch;   /* the pipelined q kernel: L2 prefetch of each warp's next item */
+    int prefetch;   /* the pipelined q kernel: items ahead of its own that a warp asks L2 for (0: none) */
     const float *norm; /* CUDA_GEMV_F_NORM: the RMSNorm weight [cols] x is normed with */
     float eps, w_offset; /* CUDA_GEMV_F_NORM: its epsilon and weight offset */
 };
@@ -565,7 +565,7 @@ cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
  * biases; a warp's rounds run over its item's chunks and then on to its next item, and round
  * k + 1 is in flight while round k is used (two register buffers). Each warp also asks L2 for
  * its next item's rows (cp.async.bulk.prefetch: no registers) when it moves to an item, so a
- * long row's later rounds and the next item come from L2. Why: the 512-thread blocks take ~125
+ * long row's later rounds and the next item come from L2 (CAIRN_CUDA_GEMVQ_PREFETCH: items ahead). Why: the 512-thread blocks take ~125
  * registers at R = 4, so an SM holds 16 warps; the 4-row items of a 4,096-row weight (1,024
  * items) then filled 64 of the H200's 132 SMs, and every warp of the unpipelined kernel waited
  * for a whole round of loads, then computed with none in flight. 2-row items spread a 4,096-row
@@ -631,7 +631,7 @@ static __device__ __forceinline__ void cuda_gemvq_prefetch(const struct cuda_gem
 }
 
 /* Issues the cursor's round into b (b.on = false past the warp's last item) and advances; the
- * cursor's move to a new item asks L2 for the item after it. */
+ * cursor's move to a new item asks L2 for the item set.prefetch after it. */
 template <int BITS, int R, int U, int F>
 static __device__ __forceinline__ void cuda_gemvq_issue(const struct cuda_gemv_set &set, int64_t n_items,
                                                         int64_t n_chunks, int64_t stride, int lane,
@@ -670,7 +670,7 @@ static __device__ __forceinline__ void cuda_gemvq_issue(const struct cuda_gemv_s
         k.it += stride;
         if (k.it < n_items) {
             cuda_gemvq_locate<R, F>(set, k);
-            cuda_gemvq_prefetch<R, F>(set, k.it + stride, n_items, lane);
+            cuda_gemvq_prefetch<R, F>(set, k.it + set.prefetch * stride, n_items, lane);
         }
     }
 }
@@ -720,8 +720,8 @@ cuda_gemvq_pipe_kernel(struct cuda_gemv_set set, const float *__restrict__ x, in
     k.it = (int64_t)blockIdx.x * WARPS + threadIdx.x / CUDA_WARP;
     k.c0 = 0;
     if (k.it < n_items) cuda_gemvq_locate<R, F>(set, k);
-    cuda_gemvq_prefetch<R, F>(set, k.it, n_items, lane); /* the first item past its first two rounds */
-    cuda_gemvq_prefetch<R, F>(set, k.it + stride, n_items, lane);
+    for (int d = 0; d <= set.prefetch; d++) /* the first item past its first two rounds, and the next */
+        cuda_gemvq_prefetch<R, F>(set, k.it + d * stride, n_items, lane);
     struct cuda_gemvq_buf<R, U> a, b;
     /* two rounds go out before the wait and the staging (weights only: read-only) */
     cuda_gemvq_issue<BITS, R, U, F>(set, n_items, n_chunks, stride, lane, k, a);
@@ -831,7 +831,8 @@ static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float 
 
 /* The q4/q8 kernel at n = 1 (A/B switches, read once): CAIRN_CUDA_GEMVQ=old takes the
  * unpipelined kernel with 4-row items (the kernel before the pipelined one);
- * CAIRN_CUDA_GEMVQ_PREFETCH=0 turns the pipelined kernel's L2 prefetch off. */
+ * CAIRN_CUDA_GEMVQ_PREFETCH=0..4 sets how many items ahead the pipelined kernel's warps ask L2
+ * for (default 1, 0: no prefetch). */
 struct cuda_gemvq_opts {
     int old, prefetch;
 };
@@ -844,7 +845,7 @@ static struct cuda_gemvq_opts cuda_gemvq_env(void)
         const char *e = getenv("CAIRN_CUDA_GEMVQ"), *p = getenv("CAIRN_CUDA_GEMVQ_PREFETCH");
         struct cuda_gemvq_opts v;
         v.old = e && strcmp(e, "old") == 0;
-        v.prefetch = !(p && p[0] == '0');
+        v.prefetch = p && p[0] >= '0' && p[0] <= '4' && !p[1] ? p[0] - '0' : 1;
         o = v;
         __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
     }
