@@ -12,22 +12,30 @@
  *   CUDA_GEMV_LONG_ROW bytes (the 8B's 4096 and 14336 columns) R = 1, U = 16, one round of
  *   loads per row; few long rows (the 1B's down_proj) R = 1, U = 8. n = 2: R = 4; n > 2:
  *   R = 2. The x values of a chunk are read once (from L1: every warp reads x) for all R rows.
- *   MLX q4/q8, cuda_gemvq_kernel: the same walk (R = 4 at n = 1, else 2; 512-thread blocks),
- *   but x is first staged by each block in shared memory as int8 digits and the codes meet it
- *   in dp4a integer dot products (the section comment below). Why: the earlier kernel
- *   dequantized every code to f32 (one fma and two integer ops per code, x in f32 from L1)
- *   and was latency/issue-bound at 18-40 % of the copy bandwidth for q4 and 40-74 % for q8
- *   (ncu: 0.35 instructions issued per scheduler cycle, waiting on L1); this one takes ~30
- *   instructions per 16-byte q4 chunk and row instead of ~100 (H200, n = 1: 4096 x 4096 q4
- *   7.0 us against 12.3, 4096 x 14336 q4 18.8 against 38.2, q8 8.3 against 10.2; 8B tg128
- *   q4 332 tok/s against 208, q8 250 against 198).
+ *   MLX q4/q8: x is first staged by each block in shared memory as int8 digits and the codes
+ *   meet it in dp4a integer dot products (the section comment below); 512-thread blocks. At
+ *   n = 1, cuda_gemvq_pipe_kernel: 2-row items, each warp's stream of loads pipelined over its
+ *   items (round k + 1 in flight while round k is used); n = 2..8, cuda_gemvq_kernel: the dense
+ *   kernel's walk with R = 2. Why integer: the earlier kernel dequantized every code to f32 (one
+ *   fma and two integer ops per code, x in f32 from L1) and was latency/issue-bound at 18-40 %
+ *   of the copy bandwidth for q4 and 40-74 % for q8 (ncu: 0.35 instructions issued per
+ *   scheduler cycle, waiting on L1); the integer kernel takes ~30 instructions per 16-byte q4
+ *   chunk and row instead of ~100. Why pipelined: the unpipelined integer kernel with 4-row
+ *   items at n = 1 left half the SMs idle on 4,096-row weights and stalled each warp on a whole
+ *   round of loads (its section comment). H200, n = 1, us (% of the copy bandwidth), pipelined
+ *   against unpipelined (CAIRN_CUDA_GEMVQ=old), the same binary (the gemvq helper's device
+ *   calls, 3 Dec): q4 4096 x 4096 4.7 (47 %) against 6.7 (34 %), 14336 x 4096 12.2 (64 %) /
+ *   13.7, 4096 x 14336 12.8 (61 %) / 18.4, 128256 x 4096 83.9 (84 %) / 85.7; q8 6.1 (69 %) /
+ *   9.1, 18.7 (79 %) / 20.4, 20.0 (74 %) / 26.3, 137 (97 %) / 131 (101 %); 8B tg128 q4 428
+ *   tok/s against 372, q8 308 against 271.
  *   accumulate: y += the product, read and written by the lane that owns the element (the
  *   residual adds of o_proj and down_proj, matmul_add).
  *   Launched with programmatic dependent launch (cuda_common.cuh): the grid may start while
  *   the kernel before it (an RMSNorm, SiLU, attention) still runs, and each warp issues its
- *   first R * U weight loads before it waits for that kernel's x.
+ *   first R * U weight loads (the pipelined q kernel: two rounds) before it waits for x.
  *   Bytes per call: the weights once (rows * row_bytes) + x (from L2, once per block for q4/q8)
- *   + y; bound by HBM bandwidth.
+ *   + y; bound by HBM bandwidth. Items are R rows of one weight at every n; a lane's chunks of a
+ *   row and their order do not depend on R, U or the walk.
  *   Accumulation in f32, one accumulator per (row, activation row) and lane, chunks of a lane in
  *   ascending order, summed across the warp with shuffles at the end of the item: a row's
  *   result is the same bits for every n, R, U and launch split (test_cuda_ops checks it).
@@ -68,7 +76,6 @@ struct cuda_gemv_set {
     int64_t item_end[CUDA_GEMV_MAX_W]; /* cumulative items (R-row groups) up to weight i */
     int count;
     int accumulate; /* y += x . W^T (each y element is read and written by one lane) */
-    int prefetch;   /* the pipelined q kernel: items ahead of its own that a warp asks L2 for (0: none) */
     const float *norm; /* CUDA_GEMV_F_NORM: the RMSNorm weight [cols] x is normed with */
     float eps, w_offset; /* CUDA_GEMV_F_NORM: its epsilon and weight offset */
 };
@@ -560,20 +567,21 @@ cuda_gemvq_kernel(struct cuda_gemv_set set, const float *__restrict__ x, int n)
 }
 
 /* ---- the pipelined q4/q8 kernel (batch 1) ----
- * The same products in the same order as cuda_gemvq_kernel (the same bits), walked as a stream of
- * rounds: a round is U = 2 chunks per lane of an item's R = 2 rows, with their scales and
+ * The same products in the same order as cuda_gemvq_kernel (the same bits), walked as a stream
+ * of rounds: a round is U = 2 chunks per lane of an item's R = 2 rows, with their scales and
  * biases; a warp's rounds run over its item's chunks and then on to its next item, and round
- * k + 1 is in flight while round k is used (two register buffers). Each warp also asks L2 for
- * its next item's rows (cp.async.bulk.prefetch: no registers) when it moves to an item, so a
- * long row's later rounds and the next item come from L2 (CAIRN_CUDA_GEMVQ_PREFETCH: items ahead). Why: the 512-thread blocks take ~125
- * registers at R = 4, so an SM holds 16 warps; the 4-row items of a 4,096-row weight (1,024
- * items) then filled 64 of the H200's 132 SMs, and every warp of the unpipelined kernel waited
- * for a whole round of loads, then computed with none in flight. 2-row items spread a 4,096-row
- * weight over 128 SMs, and a warp's loads never stop; the staging's loads of x go out at once
- * (SB) while the first two rounds of weights are in flight. 1-row items (more items for the
- * same rows, x's digits read once per row instead of once per two) were slower (H200, first
- * device call of the gemvq helper, 3 Dec: q4 4096 x 4096 5.2 us against 4.4, 128256 x 4096 93.7
- * against 83.2, 8B q4 tg128 416 tok/s against 428) but on two q8 shapes, by 0.3-0.4 us. */
+ * k + 1 is in flight while round k is used (two register buffers, 8 loads per lane in flight).
+ * Why: the 512-thread blocks take ~125 registers, so an SM holds 16 warps; the unpipelined
+ * kernel's 4-row items of a 4,096-row weight (1,024 items) filled 64 of the H200's 132 SMs, and
+ * each of its warps waited for a whole round of loads, then computed with none in flight.
+ * 2-row items spread a 4,096-row weight over 128 SMs, and a warp's loads never stop; the
+ * staging's loads of x go out at once (SB) while the first two rounds of weights are in flight.
+ * Tried and dropped (H200, the gemvq helper's device calls, 3 Dec): 1-row items (x's digits read
+ * once per row instead of once per two): q4 4096 x 4096 5.2 us against 4.4, 128256 x 4096 93.7
+ * against 83.2, 8B q4 tg128 416 tok/s against 428; an L2 prefetch of each warp's next item
+ * (cp.async.bulk.prefetch.L2 of its rows when a warp moved to an item): microbenchmark mixed
+ * (q4 14336 x 4096 11.4 us against 12.2, q8 128256 x 4096 149 against 137), 8B q8 tg128 269
+ * against 308, q4 390 against 428. */
 #define CUDA_GEMVQ_PIPE_LOADS 4 /* 16-byte weight loads per lane and round (R rows x U chunks; x 2 buffers) */
 #define CUDA_GEMVQ_STAGE_SB 4    /* staging slots per thread whose loads go out together (2 with NORM) */
 
@@ -605,33 +613,7 @@ static __device__ __forceinline__ void cuda_gemvq_locate(const struct cuda_gemv_
     cuda_gemv_rows_of<R, F>(set, k.wi, k.r0, k.row);
 }
 
-/* Asks L2 for item it's rows ahead of their loads (a hint: no registers, no ordering; weights
- * are read-only, so it may run before the PDL wait). An item's rows are one contiguous span
- * (codes, scales and biases of consecutive rows), SILU's two (gate rows, up rows): lane 0, 1. */
-template <int R, int F>
-static __device__ __forceinline__ void cuda_gemvq_prefetch(const struct cuda_gemv_set &set, int64_t it,
-                                                           int64_t n_items, int lane)
-{
-    constexpr bool SILU = F & CUDA_GEMV_F_SILU;
-    constexpr int H = SILU ? R / 2 : R;
-    if (!set.prefetch || it >= n_items || lane >= (SILU ? 2 : 1)) return;
-    int wi = SILU ? lane : 0;
-    if (!SILU)
-        while (it >= set.item_end[wi]) wi++;
-    const int64_t r0 = (it - (SILU || !wi ? 0 : set.item_end[wi - 1])) * H;
-    const struct cuda_wdesc &w = set.w[wi];
-    const int64_t nr = w.rows - r0 < H ? w.rows - r0 : H;
-    const uint8_t *p = (const uint8_t *)w.data + (size_t)r0 * w.row_bytes;
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((uint32_t)((size_t)nr * w.row_bytes)));
-#else
-    (void)p;
-    (void)nr;
-#endif
-}
-
-/* Issues the cursor's round into b (b.on = false past the warp's last item) and advances; the
- * cursor's move to a new item asks L2 for the item set.prefetch after it. */
+/* Issues the cursor's round into b (b.on = false past the warp's last item) and advances. */
 template <int BITS, int R, int U, int F>
 static __device__ __forceinline__ void cuda_gemvq_issue(const struct cuda_gemv_set &set, int64_t n_items,
                                                         int64_t n_chunks, int64_t stride, int lane,
@@ -668,10 +650,7 @@ static __device__ __forceinline__ void cuda_gemvq_issue(const struct cuda_gemv_s
     if (k.c0 >= n_chunks) {
         k.c0 = 0;
         k.it += stride;
-        if (k.it < n_items) {
-            cuda_gemvq_locate<R, F>(set, k);
-            cuda_gemvq_prefetch<R, F>(set, k.it + set.prefetch * stride, n_items, lane);
-        }
+        if (k.it < n_items) cuda_gemvq_locate<R, F>(set, k);
     }
 }
 
@@ -720,8 +699,6 @@ cuda_gemvq_pipe_kernel(struct cuda_gemv_set set, const float *__restrict__ x, in
     k.it = (int64_t)blockIdx.x * WARPS + threadIdx.x / CUDA_WARP;
     k.c0 = 0;
     if (k.it < n_items) cuda_gemvq_locate<R, F>(set, k);
-    for (int d = 0; d <= set.prefetch; d++) /* the first item past its first two rounds, and the next */
-        cuda_gemvq_prefetch<R, F>(set, k.it + d * stride, n_items, lane);
     struct cuda_gemvq_buf<R, U> a, b;
     /* two rounds go out before the wait and the staging (weights only: read-only) */
     cuda_gemvq_issue<BITS, R, U, F>(set, n_items, n_chunks, stride, lane, k, a);
@@ -829,27 +806,18 @@ static void cuda_gemv_go(cudaStream_t s, struct cuda_gemv_set *set, const float 
     (void)cuda_launch_pdl(cuda_gemv_kernel<K, NT, R, U, F>, (unsigned)blocks, CUDA_GEMV_THREADS, s, *set, x, n);
 }
 
-/* The q4/q8 kernel at n = 1 (A/B switches, read once): CAIRN_CUDA_GEMVQ=old takes the
- * unpipelined kernel with 4-row items (the kernel before the pipelined one);
- * CAIRN_CUDA_GEMVQ_PREFETCH=0..4 sets how many items ahead the pipelined kernel's warps ask L2
- * for (default 1, 0: no prefetch). */
-struct cuda_gemvq_opts {
-    int old, prefetch;
-};
-
-static struct cuda_gemvq_opts cuda_gemvq_env(void)
+/* CAIRN_CUDA_GEMVQ=old: the q4/q8 GEMV at n = 1 takes the unpipelined kernel with 4-row items
+ * (the kernel before the pipelined one), for comparison. Read once. */
+static bool cuda_gemvq_old(void)
 {
-    static int ready = 0;
-    static struct cuda_gemvq_opts o;
-    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) { /* racing first calls compute the same values */
-        const char *e = getenv("CAIRN_CUDA_GEMVQ"), *p = getenv("CAIRN_CUDA_GEMVQ_PREFETCH");
-        struct cuda_gemvq_opts v;
-        v.old = e && strcmp(e, "old") == 0;
-        v.prefetch = p && p[0] >= '0' && p[0] <= '4' && !p[1] ? p[0] - '0' : 1;
-        o = v;
-        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    static int old = -1;
+    int v = __atomic_load_n(&old, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("CAIRN_CUDA_GEMVQ");
+        v = e && strcmp(e, "old") == 0;
+        __atomic_store_n(&old, v, __ATOMIC_RELAXED);
     }
-    return o;
+    return v;
 }
 
 template <int K, int F>
@@ -937,9 +905,7 @@ template <int BITS, int F>
 static void cuda_gemvq_rows(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
     constexpr int T = CUDA_GEMVQ_THREADS;
-    const struct cuda_gemvq_opts o = cuda_gemvq_env();
-    set->prefetch = o.prefetch;
-    if (n <= 1 && o.old) cuda_gemvq_go<BITS, 1, 4, T, F, false>(s, set, x, n, n_sms);
+    if (n <= 1 && cuda_gemvq_old()) cuda_gemvq_go<BITS, 1, 4, T, F, false>(s, set, x, n, n_sms);
     else if (n <= 1) cuda_gemvq_go<BITS, 1, 2, T, F, true>(s, set, x, n, n_sms);
     else if (n <= 2) cuda_gemvq_go<BITS, 2, 2, T, F, false>(s, set, x, n, n_sms);
     else if (n <= 4) cuda_gemvq_go<BITS, 4, 2, T, F, false>(s, set, x, n, n_sms);

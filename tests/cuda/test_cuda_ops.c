@@ -295,8 +295,8 @@ static void test_matmul(void)
             test_matmul_case(DTYPE_Q, 35, 256, 4, gss[g], n);
             test_matmul_case(DTYPE_Q, 29, 384, 8, gss[g], n);
         }
-        /* n = 1: the pipelined q kernel's 2-row items (4,096 rows on 132 SMs) with two rounds
-         * per row, and 1-row items, several per warp */
+        /* n = 1: the pipelined q kernel over two rounds per row (4,096 rows: one item per warp
+         * on 132 SMs), and over several items per warp */
         if (n == 1) {
             test_matmul_case(DTYPE_Q, 4096, 2560, 4, 64, n);
             test_matmul_case(DTYPE_Q, 4500, 512, 8, 64, n);
@@ -439,10 +439,10 @@ static void test_gemv_invariant(void)
         test_gemv_invariant_case(DTYPE_Q, 29, 384, 8, gss[g]);
     }
     test_gemv_invariant_case(DTYPE_Q, 13, 14336, 8, 64); /* 2 x rows per launch */
-    /* the pipelined q kernel at n = 1 (cuda_gemv.cu; rows per item as picked for 132 SMs): */
-    test_gemv_invariant_case(DTYPE_Q, 4096, 2560, 4, 64); /* 2-row items, two rounds per row */
-    test_gemv_invariant_case(DTYPE_Q, 8400, 256, 4, 32);  /* 2-row items, two per warp */
-    test_gemv_invariant_case(DTYPE_Q, 4500, 512, 8, 64);  /* 1-row items, up to three per warp */
+    /* the pipelined q kernel at n = 1 (2-row items; per warp as on 132 SMs): */
+    test_gemv_invariant_case(DTYPE_Q, 4096, 2560, 4, 64); /* two rounds per row, a ragged last one */
+    test_gemv_invariant_case(DTYPE_Q, 8400, 256, 4, 32);  /* two items per warp */
+    test_gemv_invariant_case(DTYPE_Q, 4500, 512, 8, 64);  /* one or two items per warp */
     test_gemv_invariant_case(DTYPE_Q, 17, 128, 3, 32);   /* scalar kernel */
 }
 
