@@ -128,9 +128,9 @@ decode)
     left 8b-bf16 && b llama8b-bf16 bench/configs/llama-3.1-8b.json bf16 512 128 3
     left 8b-q4 && b llama8b-q4 bench/configs/llama-3.1-8b.json q4 512 128 3
     left 8b-q8 && b llama8b-q8 bench/configs/llama-3.1-8b.json q8 512 128 3
-    for qr in 2 4; do
-        left gemv && echo "q GEMVs n=1, $qr rows per item:" && CAIRN_CUDA_GEMV_QROWS=$qr timeout 20 \
-            "$BIN_DIR/test_cuda_ops" --bench-gemv 2>&1 | grep -E "^gemv Q .*n=1:"
+    for qk in pipelined old; do
+        left gemv && echo "q GEMVs n=1, the $qk kernel:" && CAIRN_CUDA_GEMVQ=$qk timeout 20 \
+            "$BIN_DIR/test_cuda_ops" --bench-gemv q 2>&1 | grep -E "^gemv Q .*n=1:"
     done
     mkdir -p "$OUT/run"
     CAIRN_BUILD=$BIN_DIR CAIRN_BIN=$BIN OUT=$OUT/run timeout 110 bash tests/cuda/run.sh --no-op-test \
