@@ -40,8 +40,8 @@
 #define CUDA_MMA_THREADS 256 /* 8 warps: the column split of every item */
 #define CUDA_MMA_WARPS (CUDA_MMA_THREADS / CUDA_WARP)
 #define CUDA_MMA_CHUNK 32 /* columns per lane-quad load round: 16 bytes per lane and row */
-#define CUDA_MMA_LOADS 8  /* 16-byte weight loads in flight per lane (U * MT * 2) */
-#define CUDA_MMA_BLOCKS_PER_SM 3 /* register bound: 3 blocks (24 warps) per SM */
+#define CUDA_MMA_LOADS 8 /* 16-byte weight loads per lane and stage (U * MT * 2); two stages */
+#define CUDA_MMA_BLOCKS_PER_SM 2 /* register bound: 2 blocks (16 warps) per SM */
 
 struct cuda_mma_set {
     const uint8_t *w[CUDA_GEMV_MAX_W];
@@ -57,7 +57,7 @@ struct cuda_mma_set {
 static __device__ __forceinline__ uint4 cuda_mma_ld(const uint4 *p)
 {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
@@ -76,20 +76,90 @@ static __device__ __forceinline__ void cuda_mma_16816(float *c, uint32_t a0, uin
                                                       uint32_t b0, uint32_t b1)
 {
     if (F16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                      "{%8, %9}, {%0, %1, %2, %3};"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
     else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                      "{%8, %9}, {%0, %1, %2, %3};"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* Stage load: chunks c .. c + U - 1 (those below c1) of rows g and g + 8 of each tile. */
+template <int U, int MT>
+static __device__ __forceinline__ void cuda_mma_load(uint4 (&w)[U][MT][2], const uint4 *const (&wp)[MT][2],
+                                                     int64_t c, int64_t c1)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (c + u < c1)
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) w[u][m][h] = cuda_mma_ld(wp[m][h] + (c + u) * 4);
+}
+
+/* Stage products: acc += W chunk . x chunk for chunks c .. c + U - 1 below c1, in order. */
+template <bool F16, int NT, int U, int MT>
+static __device__ __forceinline__ void cuda_mma_stage(float (&acc)[MT][NT][4], const uint4 (&w)[U][MT][2],
+                                                      const float4 *const (&xp)[NT], int64_t c, int64_t c1)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (c + u >= c1) break;
+        uint32_t xb[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            float4 v0 = __ldg(xp[nt] + (c + u) * 8), v1 = __ldg(xp[nt] + (c + u) * 8 + 1);
+            xb[nt][0] = cuda_mma_pack<F16>(v0.x, v0.y);
+            xb[nt][1] = cuda_mma_pack<F16>(v0.z, v0.w);
+            xb[nt][2] = cuda_mma_pack<F16>(v1.x, v1.y);
+            xb[nt][3] = cuda_mma_pack<F16>(v1.z, v1.w);
+        }
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const uint4 lo = w[u][m][0], hi = w[u][m][1];
+                cuda_mma_16816<F16>(acc[m][nt], lo.x, hi.x, lo.y, hi.y, xb[nt][0], xb[nt][1]);
+                cuda_mma_16816<F16>(acc[m][nt], lo.z, hi.z, lo.w, hi.w, xb[nt][2], xb[nt][3]);
+            }
+    }
+}
+
+/* An item's place: its weight, that weight's rows, its first row, and this lane's 16 bytes of
+ * chunk 0 in rows g and g + 8 of each of its tiles (rows past the last read the last). */
+template <int MT> struct cuda_mma_item {
+    const uint4 *wp[MT][2];
+    int64_t rows, row0;
+    int wi;
+};
+
+template <int MT, bool SILU>
+static __device__ __forceinline__ void cuda_mma_item_of(const struct cuda_mma_set &set, int64_t item, int g, int t,
+                                                        struct cuda_mma_item<MT> *it)
+{
+    int wi = 0;
+    while (wi + 1 < set.count && item >= set.item_end[wi]) wi++;
+    it->wi = wi;
+    it->rows = set.rows[wi];
+    it->row0 = (item - (wi ? set.item_end[wi - 1] : 0)) * (SILU ? 16 : 16 * MT);
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const uint8_t *base = set.w[SILU ? m : wi];
+        size_t rb = set.row_bytes[SILU ? m : wi];
+        int64_t r = it->row0 + (SILU ? 0 : 16 * m) + g;
+        int64_t ra = r < it->rows ? r : it->rows - 1, rc = r + 8 < it->rows ? r + 8 : it->rows - 1;
+        it->wp[m][0] = (const uint4 *)(base + (size_t)ra * rb) + t;
+        it->wp[m][1] = (const uint4 *)(base + (size_t)rc * rb) + t;
+    }
+}
+
 /* F16: f16 weights (else bf16); NT: 8-column tiles of x (n <= 8 * NT); MT: 16-row tiles per
  * item; SILU: MT == 2, tile 0 of gate (w[0]) and tile 1 of up (w[1]) at the same rows. */
-template <bool F16, int NT, int MT, bool SILU>
+template <bool F16, int NT, int MT, bool SILU, bool PIPE>
 static __global__ void __launch_bounds__(CUDA_MMA_THREADS, CUDA_MMA_BLOCKS_PER_SM)
     cuda_mma_kernel(const struct cuda_mma_set set, const float *__restrict__ x, int n)
 {
@@ -98,24 +168,9 @@ static __global__ void __launch_bounds__(CUDA_MMA_THREADS, CUDA_MMA_BLOCKS_PER_S
     __shared__ float red[CUDA_MMA_WARPS][MT][16][NJ];
     const int lane = threadIdx.x % CUDA_WARP, warp = threadIdx.x / CUDA_WARP;
     const int g = lane / 4, t = lane % 4;
-    const int64_t item = blockIdx.x;
-    int wi = 0;
-    while (wi + 1 < set.count && item >= set.item_end[wi]) wi++;
-    const int64_t rows = set.rows[wi];
-    const int64_t row0 = (item - (wi ? set.item_end[wi - 1] : 0)) * (SILU ? 16 : 16 * MT);
+    const int64_t n_items = set.item_end[set.count - 1];
     const int64_t n_chunks = set.cols / CUDA_MMA_CHUNK;
     const int64_t c0 = n_chunks * warp / CUDA_MMA_WARPS, c1 = n_chunks * (warp + 1) / CUDA_MMA_WARPS;
-
-    const uint4 *wp[MT][2]; /* this lane's 16 bytes of chunk 0 in rows g and g + 8 of each tile */
-#pragma unroll
-    for (int m = 0; m < MT; m++) {
-        const uint8_t *base = set.w[SILU ? m : wi];
-        size_t rb = set.row_bytes[SILU ? m : wi];
-        int64_t r = row0 + (SILU ? 0 : 16 * m) + g;
-        int64_t ra = r < rows ? r : rows - 1, rc = r + 8 < rows ? r + 8 : rows - 1;
-        wp[m][0] = (const uint4 *)(base + (size_t)ra * rb) + t;
-        wp[m][1] = (const uint4 *)(base + (size_t)rc * rb) + t;
-    }
     const float4 *xp[NT]; /* x row nt * 8 + g (clamped to n - 1), this lane's 8 values of chunk 0 */
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -123,123 +178,118 @@ static __global__ void __launch_bounds__(CUDA_MMA_THREADS, CUDA_MMA_BLOCKS_PER_S
         xp[nt] = (const float4 *)(x + (int64_t)xr * set.cols) + 2 * t;
     }
 
-    float acc[MT][NT][4];
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) acc[m][nt][q] = 0.0f;
-
-    uint4 wv[U][MT][2];
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        if (c0 + u < c1)
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) wv[u][m][h] = cuda_mma_ld(wp[m][h] + (c0 + u) * 4);
+    /* two stages of U chunks in registers: PIPE loads stage b while stage a is multiplied
+     * (8 to 16 loads in flight per lane all along); else both are loaded, then both used. The
+     * grid is persistent: the next item's first two stages are loaded before this item's
+     * reduction, so the loads never stop between items. */
+    uint4 wa[U][MT][2], wb[U][MT][2];
+    struct cuda_mma_item<MT> it, nx;
+    int64_t item = blockIdx.x;
+    if (item < n_items) {
+        cuda_mma_item_of<MT, SILU>(set, item, g, t, &it);
+        cuda_mma_load<U, MT>(wa, it.wp, c0, c1);
+        cuda_mma_load<U, MT>(wb, it.wp, c0 + U, c1);
+    }
     cuda_pdl_wait(); /* x (and y when accumulating) come from earlier kernels */
     cuda_pdl_trigger();
-    for (int64_t c = c0; c < c1; c += U) {
-        if (c != c0)
+    for (; item < n_items; item += gridDim.x) {
+        float acc[MT][NT][4];
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (c + u < c1)
+        for (int m = 0; m < MT; m++)
 #pragma unroll
-                    for (int m = 0; m < MT; m++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                        for (int h = 0; h < 2; h++) wv[u][m][h] = cuda_mma_ld(wp[m][h] + (c + u) * 4);
+                for (int q = 0; q < 4; q++) acc[m][nt][q] = 0.0f;
+        for (int64_t c = c0; c < c1; c += 2 * U) {
+            if (!PIPE && c != c0) {
+                cuda_mma_load<U, MT>(wa, it.wp, c, c1);
+                cuda_mma_load<U, MT>(wb, it.wp, c + U, c1);
+            }
+            cuda_mma_stage<F16, NT, U, MT>(acc, wa, xp, c, c1);
+            if (PIPE) cuda_mma_load<U, MT>(wa, it.wp, c + 2 * U, c1);
+            cuda_mma_stage<F16, NT, U, MT>(acc, wb, xp, c + U, c1);
+            if (PIPE) cuda_mma_load<U, MT>(wb, it.wp, c + 3 * U, c1);
+        }
+        const int64_t next = item + gridDim.x;
+        if (next < n_items) {
+            cuda_mma_item_of<MT, SILU>(set, next, g, t, &nx);
+            cuda_mma_load<U, MT>(wa, nx.wp, c0, c1);
+            cuda_mma_load<U, MT>(wb, nx.wp, c0 + U, c1);
+        }
+
+        /* C fragment: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8 */
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (c + u >= c1) break;
-            uint32_t xb[NT][4];
+        for (int m = 0; m < MT; m++)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                float4 v0 = __ldg(xp[nt] + (c + u) * 8), v1 = __ldg(xp[nt] + (c + u) * 8 + 1);
-                xb[nt][0] = cuda_mma_pack<F16>(v0.x, v0.y);
-                xb[nt][1] = cuda_mma_pack<F16>(v0.z, v0.w);
-                xb[nt][2] = cuda_mma_pack<F16>(v1.x, v1.y);
-                xb[nt][3] = cuda_mma_pack<F16>(v1.z, v1.w);
+                int j = nt * 8 + 2 * t;
+                red[warp][m][g][j] = acc[m][nt][0];
+                red[warp][m][g][j + 1] = acc[m][nt][1];
+                red[warp][m][g + 8][j] = acc[m][nt][2];
+                red[warp][m][g + 8][j + 1] = acc[m][nt][3];
             }
+        __syncthreads();
+        constexpr int OUTS = (SILU ? 1 : MT) * 16 * NJ;
+        for (int o = threadIdx.x; o < OUTS; o += CUDA_MMA_THREADS) {
+            const int j = o % NJ, r = (o / NJ) % 16, m = o / (NJ * 16);
+            if (j >= n) continue;
+            float sum = red[0][m][r][j];
 #pragma unroll
-            for (int m = 0; m < MT; m++)
+            for (int w = 1; w < CUDA_MMA_WARPS; w++) sum += red[w][m][r][j];
+            if (SILU) {
+                float u = red[0][1][r][j];
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint4 lo = wv[u][m][0], hi = wv[u][m][1];
-                    cuda_mma_16816<F16>(acc[m][nt], lo.x, hi.x, lo.y, hi.y, xb[nt][0], xb[nt][1]);
-                    cuda_mma_16816<F16>(acc[m][nt], lo.z, hi.z, lo.w, hi.w, xb[nt][2], xb[nt][3]);
-                }
+                for (int w = 1; w < CUDA_MMA_WARPS; w++) u += red[w][1][r][j];
+                const int64_t row = it.row0 + r;
+                if (row < it.rows) set.y[0][(int64_t)j * it.rows + row] = sum / (1.0f + expf(-sum)) * u;
+            } else {
+                const int64_t row = it.row0 + 16 * m + r;
+                float *yp = set.y[it.wi] + (int64_t)j * it.rows + row;
+                if (row < it.rows) *yp = set.accumulate ? *yp + sum : sum;
+            }
         }
-    }
-
-    /* C fragment: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8 */
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            int j = nt * 8 + 2 * t;
-            red[warp][m][g][j] = acc[m][nt][0];
-            red[warp][m][g][j + 1] = acc[m][nt][1];
-            red[warp][m][g + 8][j] = acc[m][nt][2];
-            red[warp][m][g + 8][j + 1] = acc[m][nt][3];
-        }
-    __syncthreads();
-    constexpr int OUTS = (SILU ? 1 : MT) * 16 * NJ;
-    for (int o = threadIdx.x; o < OUTS; o += CUDA_MMA_THREADS) {
-        const int j = o % NJ, r = (o / NJ) % 16, m = o / (NJ * 16);
-        if (j >= n) continue;
-        float s = red[0][m][r][j];
-#pragma unroll
-        for (int w = 1; w < CUDA_MMA_WARPS; w++) s += red[w][m][r][j];
-        if (SILU) {
-            float u = red[0][1][r][j];
-#pragma unroll
-            for (int w = 1; w < CUDA_MMA_WARPS; w++) u += red[w][1][r][j];
-            const int64_t row = row0 + r;
-            if (row < rows) set.y[0][(int64_t)j * rows + row] = s / (1.0f + expf(-s)) * u;
-        } else {
-            const int64_t row = row0 + 16 * m + r;
-            float *yp = set.y[wi] + (int64_t)j * rows + row;
-            if (row < rows) *yp = set.accumulate ? *yp + s : s;
-        }
+        __syncthreads(); /* red is rewritten by the next item */
+        it = nx;
     }
 }
 
+/* CAIRN_CUDA_MMA_PIPE=0: both stages loaded, then both used (16 loads a round), for
+ * comparison with the default software pipeline; the same bits either way. */
+static bool cuda_mma_pipe(void)
+{
+    static int on = -1;
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("CAIRN_CUDA_MMA_PIPE");
+        v = !(e && e[0] == '0');
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v != 0;
+}
+
 template <bool F16, int NT, int MT, bool SILU>
-static void cuda_mma_go(cudaStream_t s, const struct cuda_mma_set *set, const float *x, int n)
+static void cuda_mma_go(cudaStream_t s, const struct cuda_mma_set *set, const float *x, int n, int n_sms)
 {
     int64_t items = set->item_end[set->count - 1];
+    int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * CUDA_MMA_BLOCKS_PER_SM;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = cuda_pdl_enabled();
-    cfg.gridDim = dim3((unsigned)items);
+    cfg.gridDim = dim3((unsigned)(items < cap ? items : cap));
     cfg.blockDim = dim3(CUDA_MMA_THREADS);
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, cuda_mma_kernel<F16, NT, MT, SILU>, *set, x, n);
+    if (cuda_mma_pipe()) (void)cudaLaunchKernelEx(&cfg, cuda_mma_kernel<F16, NT, MT, SILU, true>, *set, x, n);
+    else (void)cudaLaunchKernelEx(&cfg, cuda_mma_kernel<F16, NT, MT, SILU, false>, *set, x, n);
 }
 
 template <bool F16, int MT, bool SILU>
-static void cuda_mma_go_n(cudaStream_t s, const struct cuda_mma_set *set, const float *x, int n)
+static void cuda_mma_go_n(cudaStream_t s, const struct cuda_mma_set *set, const float *x, int n, int n_sms)
 {
-    if (n <= 8) cuda_mma_go<F16, 1, MT, SILU>(s, set, x, n);
-    else cuda_mma_go<F16, 2, MT, SILU>(s, set, x, n);
-}
-
-/* Rows per plain item: CAIRN_CUDA_MMA_MT=2 pairs tiles (x read once per 32 rows), default 1. */
-static int cuda_mma_mt(void)
-{
-    static int mt = 0;
-    int v = __atomic_load_n(&mt, __ATOMIC_RELAXED);
-    if (!v) {
-        const char *e = getenv("CAIRN_CUDA_MMA_MT");
-        v = e && e[0] == '2' ? 2 : 1;
-        __atomic_store_n(&mt, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    if (n <= 8) cuda_mma_go<F16, 1, MT, SILU>(s, set, x, n, n_sms);
+    else cuda_mma_go<F16, 2, MT, SILU>(s, set, x, n, n_sms);
 }
 
 extern "C" int cuda_k_mma_takes(const struct cuda_wdesc *w, int count, const float *x, int n)
@@ -254,13 +304,13 @@ extern "C" int cuda_k_mma_takes(const struct cuda_wdesc *w, int count, const flo
 }
 
 extern "C" int cuda_k_mma(cudaStream_t s, const struct cuda_wdesc *w, float *const *y, int count, const float *x,
-                          int n, int accumulate, int silu)
+                          int n, int n_sms, int accumulate, int silu)
 {
     if (!cuda_k_mma_takes(w, count, x, n)) return CUDA_MMA_NO;
     if (silu && (count != 2 || w[0].rows != w[1].rows || accumulate)) return CUDA_MMA_NO;
     struct cuda_mma_set set;
     memset(&set, 0, sizeof(set));
-    const int mt = silu ? 2 : cuda_mma_mt();
+    const int mt = silu ? 2 : 1;
     int64_t items = 0;
     for (int i = 0; i < (silu ? 2 : count); i++) {
         if (w[i].rows <= 0) continue;
@@ -278,14 +328,11 @@ extern "C" int cuda_k_mma(cudaStream_t s, const struct cuda_wdesc *w, float *con
     set.accumulate = accumulate;
     const bool f16 = w[0].type == CUDA_W_F16;
     if (silu) {
-        if (f16) cuda_mma_go_n<true, 2, true>(s, &set, x, n);
-        else cuda_mma_go_n<false, 2, true>(s, &set, x, n);
-    } else if (mt == 2) {
-        if (f16) cuda_mma_go_n<true, 2, false>(s, &set, x, n);
-        else cuda_mma_go_n<false, 2, false>(s, &set, x, n);
+        if (f16) cuda_mma_go_n<true, 2, true>(s, &set, x, n, n_sms);
+        else cuda_mma_go_n<false, 2, true>(s, &set, x, n, n_sms);
     } else {
-        if (f16) cuda_mma_go_n<true, 1, false>(s, &set, x, n);
-        else cuda_mma_go_n<false, 1, false>(s, &set, x, n);
+        if (f16) cuda_mma_go_n<true, 1, false>(s, &set, x, n, n_sms);
+        else cuda_mma_go_n<false, 1, false>(s, &set, x, n, n_sms);
     }
     return (int)cudaGetLastError();
 }

@@ -95,13 +95,13 @@ int cuda_k_dequant_bf16(cudaStream_t s, const struct cuda_wdesc *w, uint16_t *ds
  * CUDA_GEMV_MAX_W dense BF16 or F16 weights of one layout, in one launch (x rounded to bf16 / f16,
  * f32 accumulation); silu (count == 2, gate and up of equal rows, no accumulate): y[0] =
  * silu(x . w[0]^T) * (x . w[1]^T), y[1] not written. A row's result is the same bits for any n
- * <= CUDA_MMA_MAX_N. Returns CUDA_MMA_NO when it cannot take the call (cuda_k_mma_takes false:
+ * <= CUDA_MMA_MAX_N. n_sms: the GPU's multiprocessors (the persistent grid). Returns CUDA_MMA_NO when it cannot take the call (cuda_k_mma_takes false:
  * other types, cols % 32, unaligned W or x, mixed layouts): nothing was launched. */
 #define CUDA_MMA_MAX_N 16
 #define CUDA_MMA_NO (-1)
 int cuda_k_mma_takes(const struct cuda_wdesc *w, int count, const float *x, int n);
 int cuda_k_mma(cudaStream_t s, const struct cuda_wdesc *w, float *const *y, int count, const float *x, int n,
-               int accumulate, int silu);
+               int n_sms, int accumulate, int silu);
 
 /* ---- cuda_elem.cu: element-wise, norms, rope, embeddings, KV stores, routing ---- */
 int cuda_k_embed(cudaStream_t s, const struct cuda_wdesc *w, const int32_t *ids, int n, float *out);

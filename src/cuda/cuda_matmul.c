@@ -268,7 +268,7 @@ static int cuda_mm_mma(struct cuda_impl *c, const struct cuda_wdesc *d, float *c
                        int n, int accumulate, int silu)
 {
     if (n < c->mma_min_rows || n > c->mma_max_rows) return 0;
-    int rc = cuda_k_mma(c->stream, d, y, count, x, n, accumulate, silu);
+    int rc = cuda_k_mma(c->stream, d, y, count, x, n, c->n_sms, accumulate, silu);
     if (rc == CUDA_MMA_NO) return 0;
     (void)cuda_check_launch(c, rc);
     return 1;
