@@ -1,6 +1,6 @@
 /* matmul, matmul_multi, matmul_add and matmul_fused of the CUDA backend: y[n, out] = x[n, in] .
  * W[out, in]^T (matmul_add: y += that; matmul_fused: with the RMSNorm before and SwiGLU after,
- * folded into the GEMV at the bottom of this file).
+ * folded into the GEMV or the tensor-core kernel at the bottom of this file).
  *
  * n in mma_min_rows..mma_max_rows (default 1..CUDA_MMA_MAX_N = 16: decode of up to 16 streams,
  * verify chunks) with dense BF16/F16 weights the small-batch kernel takes (cuda_gemm_small.cu,
@@ -8,10 +8,12 @@
  * cuBLASLt below, f32 accumulation; the same bits for a row at any n up to 16. One launch per
  * matmul_multi, the residual add of matmul_add and matmul_fused's SwiGLU in its epilogue
  * (matmul_fused's norm runs as its own kernel there). CAIRN_CUDA_MMA=0 turns it off, =2 keeps
- * the GEMV for n = 1. The rest, as before:
+ * the GEMV for n = 1. Why at n = 1 too: it reads the 8B's BF16 rows faster than the GEMV (H200
+ * tg128 200 tok/s against 186) and one kernel for 1..16 rows keeps a row's bits the same in
+ * every step up to 16 rows (exact_rows, cuda_backend.c). The rest, as before:
  * n <= gemv_max_rows (default CUDA_GEMV_MAX_N = 8, decode and small batches): the GEMV kernel
  * (cuda_gemv.cu) streams W once with x in f32 and every weight type dequantized exactly in
- * registers, so decode has f32-level accuracy (the CPU reference's); matmul_multi runs the
+ * registers, so those decodes have f32-level accuracy (the CPU reference's); matmul_multi runs the
  * weights of one layout in one launch, and matmul_add adds in the GEMV's epilogue.
  * Larger n (prefill, big batches): cuBLASLt with f32 accumulation and f32 output:
  *   BF16 W: x converted to bf16 (round to nearest even), BF16 x BF16 -> F32 GEMM;

@@ -1,12 +1,15 @@
 /* Every op of the CUDA backend's table on cuda:0 against a double-precision host reference,
  * over odd shapes and every weight dtype (F32, F16, BF16, MLX q2-q8 with groups 32/64/128),
  * both KV dtypes, decode and prefill rows, split-K and single-split attention, attention rows
- * bit for bit the same alone, in a batch and in a chunk (steps of <= 8 rows); plus the error
+ * bit for bit the same alone, in a batch and in a chunk (steps of <= 16 rows); plus the error
  * paths (out of memory, the device budget, a latched error failing one step only). The optional
  * fused ops: matmul_add against the host reference, qk_rope_store against the unfused ops it
  * stands for (rmsnorm, rope, kv_store), both KV dtypes, partial rotary, with and without norms;
  * matmul_fused (RMSNorm and SwiGLU folded into the GEMV) against the host reference of its
- * definition, beside the plain op sequence, and bitwise alone == in a batch of <= 8 rows.
+ * definition, beside the plain op sequence, and bitwise alone == in a batch of <= 8 rows. The
+ * tensor-core matmul for 1..16 rows of dense BF16/F16 weights (cuda_gemm_small.cu): every n,
+ * odd row counts, 32 to 14,336 columns, matmul_add, matmul_multi, matmul_fused, and its rows
+ * bitwise the same alone and in batches of 1..16 (test_mma, test_mma_invariant).
  *
  * The reference is written here from tensor/backend.h's contract (weights widened with
  * tensor_row_to_f32, gdn_forward of model/gdn.c for DeltaNet), independent of the kernels.
@@ -15,10 +18,12 @@
  *     terms, vs the double reference);
  *   MLX q4/q8 GEMV (x as two int8 digits, cuda_gemv.cu): that plus the digits' own bound,
  *     sum |w| m / 32,512 (m: the largest |x| of each 32- or 16-value block; ref_matmul);
- *   bf16 GEMM (n > 8 rows): 8e-3: x rounded to bf16 (2^-9 relative) and, for MLX weights,
+ *   bf16 GEMM (n > 8 rows) and the tensor-core matmul (BF16/F16 weights with cols % 32 == 0,
+ *     n <= 16: mma_takes): 8e-3: x rounded to bf16 (2^-9 relative) and, for MLX weights,
  *     the dequantized value rounded to bf16 (another 2^-9), f32 accumulation;
  *   f16 GEMM: 2e-3 (x rounded to f16, 2^-11).
- * GEMV rows are also checked bitwise: alone and in batches of 1..8 rows, the same bits.
+ * GEMV rows are also checked bitwise: alone and in batches of 1..8 rows, the same bits (the
+ * tensor-core matmul's in batches of 1..16).
  * Skips (exit 77) on a machine with no usable GPU. A later version runs the shared cases of
  * tests/support/backend_cases.c against the CPU backend as well. */
 #include <math.h>
