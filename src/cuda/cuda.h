@@ -16,6 +16,8 @@
  *                              tensor-core kernel (1, the default; batch-invariant up to 16
  *                              rows); 2: from 2 rows (the GEMV keeps 1); 0: never (the GEMV up
  *                              to 8 rows, cuBLASLt above)
+ *   CAIRN_CUDA_MMA_PIPE=0      that kernel without its software pipeline (both register stages
+ *                              loaded, then both used; the same bits), for comparison
  *   CAIRN_CUDA_ATTN=auto|split|tiled  attention kernel: auto (default) takes the tiled prefill
  *                              kernel for steps of >= 8 rows per sequence, split-K otherwise;
  *                              split or tiled force one (tiled still needs head_dim <= 128)
