@@ -460,6 +460,11 @@ static int cuda_weight_prepare(struct backend *be, struct tensor *w, int hint_re
 
 cleanup:
     free(stage);
+    /* a matmul weight the tensor-core kernel does not take keeps the GEMV (8 rows) and
+     * cuBLASLt (more): the backend's exact rows drop to the GEMV's (a 3-D expert stack too) */
+    if (st == CAIRN_OK && c->mma_max_rows && c->mma_min_rows == 1 && be->exact_rows > CUDA_GEMV_MAX_N &&
+        (w->n_dims > 2 || (w->n_dims == 2 && ((wt != CUDA_W_BF16 && wt != CUDA_W_F16) || cols % 32 != 0))))
+        be->exact_rows = CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_GEMV_MAX_N));
     if (st != CAIRN_OK) {
         cuda_dev_free(c, d, bytes, CAIRN_MEM_WEIGHTS);
         cairn_err_prefix(err, "uploading a %lld x %lld %s weight", (long long)rows, (long long)cols,
@@ -704,6 +709,11 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     c->gemv_max_rows = CUDA_GEMV_MAX_N;
     const char *s = getenv("CAIRN_CUDA_GEMV_MAX_ROWS");
     if (s && *s) c->gemv_max_rows = CAIRN_MAX(0, CAIRN_MIN(CUDA_GEMV_MAX_N, atoi(s)));
+    /* the tensor-core kernel for 1..16 rows (CAIRN_CUDA_MMA=0: off, the GEMV up to 8 and
+     * cuBLASLt above, as before it; =2: the GEMV keeps n = 1) */
+    s = getenv("CAIRN_CUDA_MMA");
+    c->mma_min_rows = s && strcmp(s, "2") == 0 ? 2 : 1;
+    c->mma_max_rows = s && strcmp(s, "0") == 0 ? 0 : CUDA_MMA_MAX_N;
     s = getenv("CAIRN_CUDA_FUSE");
     c->fuse = !(s && strcmp(s, "0") == 0);
     /* The norm fold by default for MLX q4/q8 weights and dense rows shorter than
@@ -726,11 +736,14 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
-    /* the matmuls (GEMV) and attention (per-row split plan) are batch-invariant up to this many
-     * rows, unless the tiled kernels are forced (they take small steps too) */
-    be->exact_rows = c->attn_mode == CUDA_ATTN_TILED
-                         ? 1
-                         : CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_ATTN_EXACT_ROWS));
+    /* the matmuls (the tensor-core kernel or the GEMV) and attention (per-row split plan) are
+     * batch-invariant up to this many rows, unless the tiled kernels are forced (they take small
+     * steps too). With the tensor-core kernel from n = 1: its 16 rows while every weight is one
+     * it takes (cuda_weight_prepare drops to the GEMV's 8 at the first it does not); from n = 2
+     * (CAIRN_CUDA_MMA=2) a row's bits differ between n = 1 (GEMV) and n >= 2: 1. */
+    int exact_gemv = CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_ATTN_EXACT_ROWS));
+    c->exact_rows_mma = !c->mma_max_rows ? exact_gemv : c->mma_min_rows > 1 ? 1 : c->mma_max_rows;
+    be->exact_rows = c->attn_mode == CUDA_ATTN_TILED ? 1 : c->exact_rows_mma;
     s = getenv("CAIRN_CUDA_MOE"); /* "host": every moe_experts call groups on the host */
     c->moe_host_only = s && strcmp(s, "host") == 0;
     s = getenv("CAIRN_CUDA_MEM_LIMIT");

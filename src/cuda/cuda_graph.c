@@ -560,7 +560,7 @@ static void cuda_gop_matmul_add(struct backend *be, const struct tensor *w, cons
 static void cuda_gop_silu_mul(struct backend *be, float *out, const float *gate, const float *up,
                               int64_t n);
 
-/* One record at GEMV size (the fold is a GEMV kernel). A larger step is what cuda_op_matmul_fused
+/* One record at GEMV size or the tensor-core kernel's (the fold is one kernel). A larger step is what cuda_op_matmul_fused
  * runs then, the norm, the matmuls and SwiGLU as their own ops, so each is recorded by its own
  * rule: cuBLASLt matmuls of up to gemm_max_rows rows too (a batched decode step, whose q/k/v,
  * gate/up and lm_head come here, stays one graph), larger ones eagerly. */
@@ -568,7 +568,7 @@ static void cuda_gop_matmul_fused(struct backend *be, const struct backend_matmu
 {
     struct cuda_impl *c = cuda_impl_of(be);
     struct cuda_grec *r = NULL;
-    if (f->n > c->gemv_max_rows && f->n > 0 && f->count > 0) {
+    if (f->n > cuda_mm_small_rows(c) && f->n > 0 && f->count > 0) {
         const float *x = f->x;
         if (f->norm) {
             cuda_gop_rmsnorm(be, f->h, x, f->norm, f->n, (int)f->w[0]->shape[1], f->eps,

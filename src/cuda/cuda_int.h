@@ -68,6 +68,11 @@ struct cuda_impl {
     size_t l2_bytes;
     char dev_name[256];
     int gemv_max_rows;          /* matmuls of up to this many rows use the GEMV kernel */
+    int mma_min_rows;           /* matmuls of mma_min_rows..mma_max_rows rows whose weights it takes
+                                 * use the tensor-core kernel (cuda_gemm_small.cu); max 0: never
+                                 * (CAIRN_CUDA_MMA=0); min 2: the GEMV keeps n = 1 (=2) */
+    int mma_max_rows;
+    int exact_rows_mma;         /* be->exact_rows while every weight prepared goes to that kernel */
     int fuse;                   /* the fused ops fuse (CAIRN_CUDA_FUSE=0: they run the plain
                                  * sequence, for comparison) */
     int fuse_norm;              /* matmul_fused folds the RMSNorm into the GEMV: 0 never
@@ -210,6 +215,8 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
                           int count, const float *x, int n);
 void cuda_op_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
 void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused *f);
+/* Rows up to which matmul_fused folds into one kernel (the GEMV's or the tensor-core one's). */
+int cuda_mm_small_rows(const struct cuda_impl *c);
 
 /* cuda_ops.c: the ops other than matmul, in the order of backend_ops. */
 void cuda_op_embed(struct backend *be, const struct tensor *w, const int32_t *ids, int n,

@@ -90,6 +90,19 @@ int cuda_k_f32_to_f16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n
 /* dst[rows, cols] (bf16) = dequantized CUDA_W_Q weight. */
 int cuda_k_dequant_bf16(cudaStream_t s, const struct cuda_wdesc *w, uint16_t *dst);
 
+/* ---- cuda_gemm_small.cu: the small-batch matmul on tensor cores ---- */
+/* y[i][n, rows_i] = x[n, cols] . w[i]^T (accumulate: +=) for n in 1..CUDA_MMA_MAX_N and count <=
+ * CUDA_GEMV_MAX_W dense BF16 or F16 weights of one layout, in one launch (x rounded to bf16 / f16,
+ * f32 accumulation); silu (count == 2, gate and up of equal rows, no accumulate): y[0] =
+ * silu(x . w[0]^T) * (x . w[1]^T), y[1] not written. A row's result is the same bits for any n
+ * <= CUDA_MMA_MAX_N. n_sms: the GPU's multiprocessors (the persistent grid). Returns CUDA_MMA_NO when it cannot take the call (cuda_k_mma_takes false:
+ * other types, cols % 32, unaligned W or x, mixed layouts): nothing was launched. */
+#define CUDA_MMA_MAX_N 16
+#define CUDA_MMA_NO (-1)
+int cuda_k_mma_takes(const struct cuda_wdesc *w, int count, const float *x, int n);
+int cuda_k_mma(cudaStream_t s, const struct cuda_wdesc *w, float *const *y, int count, const float *x, int n,
+               int n_sms, int accumulate, int silu);
+
 /* ---- cuda_elem.cu: element-wise, norms, rope, embeddings, KV stores, routing ---- */
 int cuda_k_embed(cudaStream_t s, const struct cuda_wdesc *w, const int32_t *ids, int n, float *out);
 int cuda_k_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int n_rows, int dim,
@@ -128,7 +141,7 @@ int cuda_k_moe_scatter(cudaStream_t s, float *out, const float *y, const float *
  * unless the mode is CUDA_ATTN_TILED (CAIRN_CUDA_ATTN=tiled: the f32 tiled kernel). */
 enum cuda_attn_mode { CUDA_ATTN_AUTO = 0, CUDA_ATTN_SPLIT, CUDA_ATTN_TILED };
 #define CUDA_ATTN_TILED_MIN_ROWS 8
-#define CUDA_ATTN_EXACT_ROWS CUDA_GEMV_MAX_N /* the GEMVs' batch-invariant row count too */
+#define CUDA_ATTN_EXACT_ROWS CUDA_MMA_MAX_N /* the small matmuls' batch-invariant row count too */
 /* Floats of device workspace cuda_k_attention needs for this step (max_ctx: its longest
  * sequence; n_sms: the GPU's multiprocessors; n_counters: as cuda_k_attention's); 0: none. */
 size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode,

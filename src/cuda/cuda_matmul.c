@@ -1,10 +1,19 @@
 /* matmul, matmul_multi, matmul_add and matmul_fused of the CUDA backend: y[n, out] = x[n, in] .
  * W[out, in]^T (matmul_add: y += that; matmul_fused: with the RMSNorm before and SwiGLU after,
- * folded into the GEMV at the bottom of this file).
+ * folded into the GEMV or the tensor-core kernel at the bottom of this file).
  *
+ * n in mma_min_rows..mma_max_rows (default 1..CUDA_MMA_MAX_N = 16: decode of up to 16 streams,
+ * verify chunks) with dense BF16/F16 weights the small-batch kernel takes (cuda_gemm_small.cu,
+ * cuda_k_mma_takes): W streamed once into tensor-core products, x rounded to bf16/f16 as for
+ * cuBLASLt below, f32 accumulation; the same bits for a row at any n up to 16. One launch per
+ * matmul_multi, the residual add of matmul_add and matmul_fused's SwiGLU in its epilogue
+ * (matmul_fused's norm runs as its own kernel there). CAIRN_CUDA_MMA=0 turns it off, =2 keeps
+ * the GEMV for n = 1. Why at n = 1 too: it reads the 8B's BF16 rows faster than the GEMV (H200
+ * tg128 200 tok/s against 186) and one kernel for 1..16 rows keeps a row's bits the same in
+ * every step up to 16 rows (exact_rows, cuda_backend.c). The rest, as before:
  * n <= gemv_max_rows (default CUDA_GEMV_MAX_N = 8, decode and small batches): the GEMV kernel
  * (cuda_gemv.cu) streams W once with x in f32 and every weight type dequantized exactly in
- * registers, so decode has f32-level accuracy (the CPU reference's); matmul_multi runs the
+ * registers, so those decodes have f32-level accuracy (the CPU reference's); matmul_multi runs the
  * weights of one layout in one launch, and matmul_add adds in the GEMV's epilogue.
  * Larger n (prefill, big batches): cuBLASLt with f32 accumulation and f32 output:
  *   BF16 W: x converted to bf16 (round to nearest even), BF16 x BF16 -> F32 GEMM;
@@ -254,12 +263,31 @@ static void cuda_mm_gemm(struct cuda_impl *c, const struct cuda_wdesc *d, const 
     if (rc == 1) cuda_mm_gemv_rows(c, d, x, y, n, 0);
 }
 
+/* The small-batch tensor-core kernel for count weights of one layout when n is in its range and
+ * it takes them: 1 when it ran (or its launch error is latched), 0 when the caller runs the
+ * other kernels. */
+static int cuda_mm_mma(struct cuda_impl *c, const struct cuda_wdesc *d, float *const *y, int count, const float *x,
+                       int n, int accumulate, int silu)
+{
+    if (n < c->mma_min_rows || n > c->mma_max_rows) return 0;
+    int rc = cuda_k_mma(c->stream, d, y, count, x, n, c->n_sms, accumulate, silu);
+    if (rc == CUDA_MMA_NO) return 0;
+    (void)cuda_check_launch(c, rc);
+    return 1;
+}
+
+int cuda_mm_small_rows(const struct cuda_impl *c)
+{
+    return CAIRN_MAX(c->gemv_max_rows, c->mma_max_rows);
+}
+
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     if (c->err_status != CAIRN_OK || n <= 0) return;
     struct cuda_wdesc d = cuda_wdesc_of(w);
     CAIRN_ASSERT(w->n_dims == 2);
+    if (cuda_mm_mma(c, &d, &y, 1, x, n, 0, 0)) return;
     if (n <= c->gemv_max_rows) {
         cuda_mm_gemv_rows(c, &d, x, y, n, 0);
         return;
@@ -277,10 +305,13 @@ void cuda_op_matmul_add(struct backend *be, const struct tensor *w, const float 
     struct cuda_impl *c = cuda_impl_of(be);
     if (c->err_status != CAIRN_OK || n <= 0) return;
     CAIRN_ASSERT(w->n_dims == 2);
-    if (n <= c->gemv_max_rows && c->fuse) {
+    if (c->fuse) {
         struct cuda_wdesc d = cuda_wdesc_of(w);
-        cuda_mm_gemv_rows(c, &d, x, y, n, 1);
-        return;
+        if (cuda_mm_mma(c, &d, &y, 1, x, n, 1, 0)) return;
+        if (n <= c->gemv_max_rows) {
+            cuda_mm_gemv_rows(c, &d, x, y, n, 1);
+            return;
+        }
     }
     size_t bytes = sizeof(float) * (size_t)n * (size_t)w->shape[0];
     float *t = cuda_ws_get(c, CUDA_WS_ACC, bytes);
@@ -296,6 +327,14 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
 {
     struct cuda_impl *c = cuda_impl_of(be);
     if (c->err_status != CAIRN_OK || n <= 0 || count <= 0) return;
+    if (n >= c->mma_min_rows && n <= c->mma_max_rows && count <= CUDA_GEMV_MAX_W) {
+        struct cuda_wdesc d[CUDA_GEMV_MAX_W];
+        for (int i = 0; i < count; i++) {
+            CAIRN_ASSERT(w[i]->n_dims == 2);
+            d[i] = cuda_wdesc_of(w[i]);
+        }
+        if (cuda_mm_mma(c, d, y, count, x, n, 0, 0)) return;
+    }
     if (n <= c->gemv_max_rows && count <= CUDA_GEMV_MAX_W) {
         /* GEMV-sized: runs of fusable weights share one launch. */
         struct cuda_wdesc d[CUDA_GEMV_MAX_W];
@@ -341,6 +380,24 @@ void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused 
     CAIRN_ASSERT(f->count <= CUDA_GEMV_MAX_W && (!f->silu_mul || f->count == 2));
     const int64_t in = f->w[0]->shape[1];
     const float *x = f->x;
+    if (f->n >= c->mma_min_rows && f->n <= c->mma_max_rows) {
+        /* the tensor-core kernel when it takes the weights: the norm as its own kernel, SwiGLU
+         * in its epilogue (unless switched off) */
+        struct cuda_wdesc d[CUDA_GEMV_MAX_W];
+        for (int i = 0; i < f->count; i++) {
+            CAIRN_ASSERT(f->w[i]->n_dims == 2);
+            d[i] = cuda_wdesc_of(f->w[i]);
+        }
+        const float *xm = f->norm ? f->h : x;
+        int silu = f->silu_mul && c->fuse_silu;
+        if (cuda_k_mma_takes(d, f->count, xm, f->n) && (!silu || d[0].rows == d[1].rows)) {
+            if (f->norm) cuda_op_rmsnorm(be, f->h, x, f->norm, f->n, (int)in, f->eps, f->w_offset);
+            if (c->err_status == CAIRN_OK) (void)cuda_mm_mma(c, d, f->y, f->count, xm, f->n, 0, silu);
+            if (f->silu_mul && !silu && c->err_status == CAIRN_OK)
+                cuda_op_silu_mul(be, f->y[0], f->y[0], f->y[1], (int64_t)f->n * f->w[0]->shape[0]);
+            return;
+        }
+    }
     int small = f->n <= c->gemv_max_rows;
     /* by default not for dense rows long enough for 1-row items (cuda_backend.c says why) */
     const struct cuda_wdesc d0 = cuda_wdesc_of(f->w[0]);

@@ -1,12 +1,15 @@
 /* Every op of the CUDA backend's table on cuda:0 against a double-precision host reference,
  * over odd shapes and every weight dtype (F32, F16, BF16, MLX q2-q8 with groups 32/64/128),
  * both KV dtypes, decode and prefill rows, split-K and single-split attention, attention rows
- * bit for bit the same alone, in a batch and in a chunk (steps of <= 8 rows); plus the error
+ * bit for bit the same alone, in a batch and in a chunk (steps of <= 16 rows); plus the error
  * paths (out of memory, the device budget, a latched error failing one step only). The optional
  * fused ops: matmul_add against the host reference, qk_rope_store against the unfused ops it
  * stands for (rmsnorm, rope, kv_store), both KV dtypes, partial rotary, with and without norms;
  * matmul_fused (RMSNorm and SwiGLU folded into the GEMV) against the host reference of its
- * definition, beside the plain op sequence, and bitwise alone == in a batch of <= 8 rows.
+ * definition, beside the plain op sequence, and bitwise alone == in a batch of <= 8 rows. The
+ * tensor-core matmul for 1..16 rows of dense BF16/F16 weights (cuda_gemm_small.cu): every n,
+ * odd row counts, 32 to 14,336 columns, matmul_add, matmul_multi, matmul_fused, and its rows
+ * bitwise the same alone and in batches of 1..16 (test_mma, test_mma_invariant).
  *
  * The reference is written here from tensor/backend.h's contract (weights widened with
  * tensor_row_to_f32, gdn_forward of model/gdn.c for DeltaNet), independent of the kernels.
@@ -15,10 +18,12 @@
  *     terms, vs the double reference);
  *   MLX q4/q8 GEMV (x as two int8 digits, cuda_gemv.cu): that plus the digits' own bound,
  *     sum |w| m / 32,512 (m: the largest |x| of each 32- or 16-value block; ref_matmul);
- *   bf16 GEMM (n > 8 rows): 8e-3: x rounded to bf16 (2^-9 relative) and, for MLX weights,
+ *   bf16 GEMM (n > 8 rows) and the tensor-core matmul (BF16/F16 weights with cols % 32 == 0,
+ *     n <= 16: mma_takes): 8e-3: x rounded to bf16 (2^-9 relative) and, for MLX weights,
  *     the dequantized value rounded to bf16 (another 2^-9), f32 accumulation;
  *   f16 GEMM: 2e-3 (x rounded to f16, 2^-11).
- * GEMV rows are also checked bitwise: alone and in batches of 1..8 rows, the same bits.
+ * GEMV rows are also checked bitwise: alone and in batches of 1..8 rows, the same bits (the
+ * tensor-core matmul's in batches of 1..16).
  * Skips (exit 77) on a machine with no usable GPU. A later version runs the shared cases of
  * tests/support/backend_cases.c against the CPU backend as well. */
 #include <math.h>
@@ -218,9 +223,19 @@ static void ref_matmul(const struct tensor *w, const float *x, int n, double *wa
     free(row);
 }
 
-static double mm_tol(enum dtype dt, int n)
+/* Whether a matmul of n rows over this weight takes the tensor-core kernel (cuda_gemm_small.cu:
+ * dense BF16/F16, cols % 32 == 0, n in 1..16; CAIRN_CUDA_MMA=0 off, =2 from 2 rows), whose x is
+ * rounded to bf16/f16 as the GEMM's. */
+static int mma_takes(enum dtype dt, int64_t cols, int n)
 {
-    if (n <= CUDA_GEMV_MAX_N_TEST || dt == DTYPE_F32) return 1e-5;
+    const char *e = getenv("CAIRN_CUDA_MMA");
+    int lo = e && strcmp(e, "2") == 0 ? 2 : 1, on = !(e && strcmp(e, "0") == 0);
+    return on && (dt == DTYPE_BF16 || dt == DTYPE_F16) && cols % 32 == 0 && n >= lo && n <= CUDA_MMA_MAX_N;
+}
+
+static double mm_tol(enum dtype dt, int64_t cols, int n)
+{
+    if (!mma_takes(dt, cols, n) && (n <= CUDA_GEMV_MAX_N_TEST || dt == DTYPE_F32)) return 1e-5;
     return dt == DTYPE_F16 ? 2e-3 : 8e-3;
 }
 
@@ -243,7 +258,7 @@ static void test_matmul_case(enum dtype dt, int64_t rows, int64_t cols, int bits
     char what[96];
     snprintf(what, sizeof(what), "matmul %s q%d g%d %lldx%lld n=%d", dtype_name(dt), bits, gs,
              (long long)rows, (long long)cols, n);
-    check_close(what, got, want, scale, (size_t)(n * rows), mm_tol(dt, n));
+    check_close(what, got, want, scale, (size_t)(n * rows), mm_tol(dt, cols, n));
 
     /* Rows [3, rows - 2) through weight_slice_rows: the same outputs. */
     if (rows > 8) {
@@ -261,7 +276,7 @@ static void test_matmul_case(enum dtype dt, int64_t rows, int64_t cols, int bits
                 ss[t * nr + r] = scale[t * rows + r0 + r];
             }
         snprintf(what, sizeof(what), "matmul slice %s q%d n=%d", dtype_name(dt), bits, n);
-        check_close(what, got, ws, ss, (size_t)(n * nr), mm_tol(dt, n));
+        check_close(what, got, ws, ss, (size_t)(n * nr), mm_tol(dt, cols, n));
         free(ws);
         free(ss);
     }
@@ -333,7 +348,7 @@ static void check_matmul_multi(const char *what, struct test_weight *w, int coun
         dev_to(got, dy[i], m * sizeof(float));
         char name[128];
         snprintf(name, sizeof(name), "%s #%d %lldx%lld n=%d", what, i, (long long)rows, (long long)cols, n);
-        check_close(name, got, want, scale, m, 1e-5);
+        check_close(name, got, want, scale, m, mm_tol(wt[i]->dtype, cols, n));
         free(want);
         free(scale);
         free(got);
@@ -444,6 +459,121 @@ static void test_gemv_invariant(void)
     test_gemv_invariant_case(DTYPE_Q, 8400, 256, 4, 32);  /* two items per warp */
     test_gemv_invariant_case(DTYPE_Q, 4500, 512, 8, 64);  /* one or two items per warp */
     test_gemv_invariant_case(DTYPE_Q, 17, 128, 3, 32);   /* scalar kernel */
+}
+
+/* ---- the tensor-core kernel for 1..16 rows (cuda_gemm_small.cu) ---- */
+
+static void test_matmul_add_case(enum dtype dt, int64_t rows, int64_t cols, int bits, int gs, int n);
+static void test_matmul_fused_case(enum dtype dt, int64_t rows, int64_t cols, int bits, int gs, int n, int mode);
+
+/* Against the host reference at the GEMM's bf16/f16 tolerance: rows that are not a multiple of
+ * the 16-row tile, cols from one 32-column chunk (fewer chunks than warps) to the 8B's 14,336,
+ * every n in 1..16 (one and two 8-row tiles of x); matmul_add's epilogue; matmul_multi of q/k/v
+ * shapes in one launch; cols not a multiple of 32 fall back (the GEMV / cuBLASLt tolerance). */
+static void test_mma(void)
+{
+    static const int64_t shapes[][2] = {{67, 256}, {16, 32}, {5, 96}, {40, 4096}, {300, 1056}, {21, 14336}};
+    for (int n = 1; n <= CUDA_MMA_MAX_N; n++) {
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(shapes); i++) {
+            if (shapes[i][1] > 4096 && n % 5 != 1) continue; /* the long rows at n = 1, 6, 11, 16 */
+            test_matmul_case(DTYPE_BF16, shapes[i][0], shapes[i][1], 0, 0, n);
+            test_matmul_add_case(DTYPE_BF16, shapes[i][0], shapes[i][1], 0, 0, n);
+        }
+        test_matmul_case(DTYPE_F16, 45, 160, 0, 0, n);
+        test_matmul_add_case(DTYPE_F16, 45, 160, 0, 0, n);
+        test_matmul_case(DTYPE_BF16, 33, 272, 0, 0, n); /* 272 % 32 = 16: falls back */
+        const int64_t qkv[3] = {70, 13, 13}, gu[2] = {45, 45};
+        test_gemv_fused_case(DTYPE_BF16, 0, 0, 3, qkv, 512, n);
+        test_gemv_fused_case(DTYPE_F16, 0, 0, 2, gu, 1024, n);
+        if (n % 4 == 1)
+            for (int mode = 1; mode <= 7; mode += mode == 3 ? 4 : 1) { /* norm, silu, both, offset */
+                test_matmul_fused_case(DTYPE_BF16, 67, 256, 0, 0, n, mode);
+                test_matmul_fused_case(DTYPE_F16, 37, 4096, 0, 0, n, mode);
+            }
+    }
+}
+
+/* A row's bits do not depend on the batch in the tensor-core kernel: x row t alone (n = 1) and
+ * as row t of every n in 1..16, through matmul, matmul_multi beside another weight (another
+ * grid) and matmul_add; matmul_fused with SwiGLU (gate/up paired per item) likewise. */
+static void test_mma_invariant_case(enum dtype dt, int64_t rows, int64_t cols)
+{
+    enum { NMAX = CUDA_MMA_MAX_N };
+    struct test_weight w, w2;
+    weight_make(&w, dt, rows, cols, 0, 0);
+    weight_make(&w2, dt, 37, cols, 0, 0);
+    float *x = rnd_vec((size_t)(NMAX * cols), 1.0f);
+    float *dx = dev_from(x, sizeof(float) * (size_t)(NMAX * cols));
+    size_t ybytes = sizeof(float) * (size_t)(NMAX * rows);
+    float *dy = dev_alloc(ybytes), *dy2 = dev_alloc(sizeof(float) * (size_t)(NMAX * 37)), *dh = dev_alloc(ybytes);
+    float *solo = malloc(ybytes), *got = malloc(ybytes), *zeros = calloc(1, ybytes);
+    for (int t = 0; t < NMAX; t++) {
+        step_begin();
+        be->ops->matmul(be, &w.t, dx + (int64_t)t * cols, dy + (int64_t)t * rows, 1);
+        step_end();
+    }
+    dev_to(solo, dy, ybytes);
+    char what[128];
+    for (int n = 1; n <= NMAX; n++)
+        for (int how = 0; how <= 2; how++) {
+            const struct tensor *wt[2] = {&w.t, &w2.t};
+            float *ys[2] = {dy, dy2};
+            step_begin();
+            if (how == 1) be->ops->matmul_multi(be, wt, ys, 2, dx, n);
+            else if (how == 2) { /* y = 0 + x . W^T */
+                struct cairn_err err;
+                CHECK(be->ops->buf_upload(be, dy, zeros, ybytes, &err) == CAIRN_OK);
+                be->ops->matmul_add(be, &w.t, dx, dy, n);
+            } else be->ops->matmul(be, &w.t, dx, dy, n);
+            step_end();
+            dev_to(got, dy, sizeof(float) * (size_t)(n * rows));
+            snprintf(what, sizeof(what), "mma batch-invariant %s %lldx%lld n=%d %s", dtype_name(dt), (long long)rows,
+                     (long long)cols, n, how == 1 ? "multi" : how == 2 ? "add" : "");
+            CHECK_MSG(memcmp(got, solo, sizeof(float) * (size_t)(n * rows)) == 0, "%s: not bitwise the solo rows",
+                      what);
+        }
+    /* SwiGLU folded: w as gate, a second weight of its rows as up */
+    struct test_weight wu;
+    weight_make(&wu, dt, rows, cols, 0, 0);
+    const struct tensor *gu[2] = {&w.t, &wu.t};
+    for (int n = 0; n <= NMAX; n++) { /* n = 0: each row alone, into solo */
+        for (int t = 0; t < (n ? 1 : NMAX); t++) {
+            float *ys[2] = {dy + (int64_t)t * rows, dh + (int64_t)t * rows};
+            struct backend_matmul_fused f = {.w = gu, .y = ys, .count = 2, .x = dx + (int64_t)t * cols, .n = n ? n : 1,
+                                             .silu_mul = 1};
+            step_begin();
+            be->ops->matmul_fused(be, &f);
+            step_end();
+        }
+        if (!n) {
+            dev_to(solo, dy, ybytes);
+            continue;
+        }
+        dev_to(got, dy, sizeof(float) * (size_t)(n * rows));
+        CHECK_MSG(memcmp(got, solo, sizeof(float) * (size_t)(n * rows)) == 0,
+                  "mma batch-invariant silu %s %lldx%lld n=%d: not bitwise the solo rows", dtype_name(dt),
+                  (long long)rows, (long long)cols, n);
+    }
+    dev_free(dx, sizeof(float) * (size_t)(NMAX * cols));
+    dev_free(dy, ybytes);
+    dev_free(dh, ybytes);
+    dev_free(dy2, sizeof(float) * (size_t)(NMAX * 37));
+    free(x);
+    free(solo);
+    free(got);
+    free(zeros);
+    weight_free(&w);
+    weight_free(&w2);
+    weight_free(&wu);
+}
+
+static void test_mma_invariant(void)
+{
+    if (!mma_takes(DTYPE_BF16, 32, 1)) return; /* CAIRN_CUDA_MMA=0 or 2: no 1..16-row invariance */
+    test_mma_invariant_case(DTYPE_BF16, 67, 256);
+    test_mma_invariant_case(DTYPE_BF16, 1000, 4096);
+    test_mma_invariant_case(DTYPE_BF16, 19, 14336);
+    test_mma_invariant_case(DTYPE_F16, 45, 1056);
 }
 
 /* ---- embed ---- */
@@ -677,7 +807,7 @@ static void test_elementwise(void)
 /* ---- kv_store + attention ---- */
 
 /* Whether a step takes the tensor-core prefill kernel (cuda_attn_prefill.cu): BF16 KV, head_dim
- * 64 or 128, a GQA group of <= 64, a prefill step (>= 8 rows per sequence, > 8 rows), CAIRN_CUDA_ATTN
+ * 64 or 128, a GQA group of <= 64, a prefill step (>= 8 rows per sequence, > 16 rows), CAIRN_CUDA_ATTN
  * unset or auto. That kernel rounds q and the softmax weights to bf16: its reference rounds q
  * the same way, and its bound is 2^-9 of max |v| (v in [-1, 1)) for the weights plus f32
  * rounding, checked at 4e-3 of 1 + |want|. */
@@ -686,7 +816,7 @@ static int attn_flash_expected(enum dtype kdt, int hd, int group, int n_tok, int
     const char *mode = getenv("CAIRN_CUDA_ATTN");
     if (mode && strcmp(mode, "auto") != 0) return 0;
     return kdt == DTYPE_BF16 && (hd == 64 || hd == 128) && group <= 64 && n_tok >= 8 * n_seqs &&
-           n_tok > CUDA_GEMV_MAX_N_TEST; /* smaller steps stay on split-K (batch invariance) */
+           n_tok > CUDA_ATTN_EXACT_ROWS; /* smaller steps stay on split-K (batch invariance) */
 }
 #define ATTN_FLASH_TOL 4e-3
 
@@ -1072,8 +1202,8 @@ static void test_attn_invariance_case(enum dtype kdt, int hd, int n_heads, int n
     be->ops->kv_store(be, &P.kv, P.layer, dslots, n_kvtok, dk, dv);
     step_end();
 
-    /* rows of sequence 0 at positions 692..699: each alone first */
-    enum { CH = CUDA_GEMV_MAX_N_TEST };
+    /* rows of sequence 0 at positions 684..699: each alone first */
+    enum { CH = CUDA_ATTN_EXACT_ROWS };
     const int p_last = ctx[0] - 1;
     float *alone = malloc(sizeof(float) * CH * row_f), *got = malloc(sizeof(float) * CH * NS * row_f);
     for (int j = 0; j < CH; j++) {
@@ -1094,7 +1224,7 @@ static void test_attn_invariance_case(enum dtype kdt, int hd, int n_heads, int n
         CHECK_MSG(memcmp(got, alone + (size_t)(CH - 1) * row_f, sizeof(float) * row_f) == 0,
                   "%s: a decode row beside 7 others differs from the row alone", what);
     }
-    /* (b) every row of a chunk of CH rows (a verify chunk of k + 1 = 8) */
+    /* (b) every row of a chunk of CH rows (a verify chunk of k + 1 = 16) */
     {
         int s0 = 0, f = p_last - (CH - 1), n = CH, bad = -1;
         attn_inv_call(&P, n_heads, 1, &s0, &f, &n, got);
@@ -1111,6 +1241,21 @@ static void test_attn_invariance_case(enum dtype kdt, int hd, int n_heads, int n
             if (memcmp(got + (size_t)(1 + j) * row_f, alone + (size_t)(CH - 4 + j) * row_f, sizeof(float) * row_f))
                 bad = j;
         CHECK_MSG(bad < 0, "%s: row %d of a 4-row chunk among decodes differs from the row alone", what, bad);
+    }
+    /* (d) a step of CH rows: a chunk of CH - 7 (the last rows) beside decodes of the 7 others */
+    {
+        int seq[NS], f[NS], n[NS], bad = -1;
+        seq[0] = 0, f[0] = p_last - (CH - 8), n[0] = CH - 7;
+        for (int s = 1; s < NS; s++) {
+            seq[s] = s;
+            f[s] = ctx[s] - 1;
+            n[s] = 1;
+        }
+        attn_inv_call(&P, n_heads, NS, seq, f, n, got);
+        for (int j = CH - 8; j >= 0; j--)
+            if (memcmp(got + (size_t)j * row_f, alone + (size_t)(7 + j) * row_f, sizeof(float) * row_f)) bad = j;
+        CHECK_MSG(bad < 0, "%s: row %d of a %d-row chunk in a %d-row step differs from the row alone", what, bad,
+                  CH - 7, CH);
     }
     /* the values themselves are checked by test_attn_case; here the rows must not be zero or NaN */
     int finite = 1;
@@ -1207,7 +1352,7 @@ static void test_graphs(void)
         graph_ref(&wg.t, &wu.t, &wd.t, x, nw, dim, inter, want, scale);
         char what[64];
         snprintf(what, sizeof(what), "graph step %d", it);
-        check_close(what, got, want, scale, (size_t)dim, 1e-5);
+        check_close(what, got, want, scale, (size_t)dim, mm_tol(DTYPE_BF16, inter, 1));
         free(x);
     }
     cuda_graphs_counts(be, &l1, &c1, &e1);
@@ -1839,7 +1984,7 @@ static void bench_gemv_case(enum dtype dt, int bits, int gs, int64_t rows, int64
 /* A decode sub-layer's matmul round with its RMSNorm (and SwiGLU: gate/up of `rows` each) as
  * matmul_fused, and as the plain ops it replaces (rmsnorm, matmul_multi, silu_mul), n = 1. */
 static void bench_fused_case(enum dtype dt, int bits, int gs, const int64_t *rows, int count, int64_t cols,
-                             int silu, double copy_gbs)
+                             int silu, int n, double copy_gbs)
 {
     struct test_weight w[3];
     const struct tensor *wt[3];
@@ -1848,13 +1993,13 @@ static void bench_fused_case(enum dtype dt, int bits, int gs, const int64_t *row
     for (int i = 0; i < count; i++) {
         bench_weight(&w[i], dt, rows[i], cols, bits, gs);
         wt[i] = &w[i].t;
-        dy[i] = dev_alloc(sizeof(float) * (size_t)rows[i]);
+        dy[i] = dev_alloc(sizeof(float) * (size_t)(n * rows[i]));
         wbytes += dt == DTYPE_Q ? (size_t)rows[i] * (size_t)(cols * bits / 8 + cols / gs * 4)
                                 : (size_t)(rows[i] * cols) * dtype_size(dt);
     }
-    float *x = rnd_vec((size_t)cols, 1.0f), *g = rnd_vec((size_t)cols, 0.5f);
-    float *dx = dev_from(x, sizeof(float) * (size_t)cols), *dg = dev_from(g, sizeof(float) * (size_t)cols);
-    float *dh = dev_alloc(sizeof(float) * (size_t)cols);
+    float *x = rnd_vec((size_t)(n * cols), 1.0f), *g = rnd_vec((size_t)cols, 0.5f);
+    float *dx = dev_from(x, sizeof(float) * (size_t)(n * cols)), *dg = dev_from(g, sizeof(float) * (size_t)cols);
+    float *dh = dev_alloc(sizeof(float) * (size_t)(n * cols));
     double us[2];
     for (int plain = 0; plain <= 1; plain++) {
         double t0 = 0;
@@ -1864,11 +2009,11 @@ static void bench_fused_case(enum dtype dt, int bits, int gs, const int64_t *row
                 step_begin();
             }
             if (plain) {
-                be->ops->rmsnorm(be, dh, dx, dg, 1, (int)cols, 1e-5f, 0.0f);
-                be->ops->matmul_multi(be, wt, dy, count, dh, 1);
-                if (silu) be->ops->silu_mul(be, dy[0], dy[0], dy[1], rows[0]);
+                be->ops->rmsnorm(be, dh, dx, dg, n, (int)cols, 1e-5f, 0.0f);
+                be->ops->matmul_multi(be, wt, dy, count, dh, n);
+                if (silu) be->ops->silu_mul(be, dy[0], dy[0], dy[1], (int64_t)n * rows[0]);
             } else {
-                struct backend_matmul_fused f = {.w = wt, .y = dy, .count = count, .x = dx, .n = 1, .norm = dg,
+                struct backend_matmul_fused f = {.w = wt, .y = dy, .count = count, .x = dx, .n = n, .norm = dg,
                                                  .eps = 1e-5f, .h = dh, .silu_mul = silu};
                 be->ops->matmul_fused(be, &f);
             }
@@ -1877,16 +2022,16 @@ static void bench_fused_case(enum dtype dt, int bits, int gs, const int64_t *row
         us[plain] = (bench_now() - t0) / BENCH_REPS * 1e6;
     }
     double gbs = (double)wbytes / (us[0] * 1e-6) / 1e9;
-    printf("fused %-5s q%d g%-3d %6lld rows x %-6lld %s: %8.1f us (plain ops %8.1f) %5.1f %% of copy\n",
+    printf("fused %-5s q%d g%-3d %6lld rows x %-6lld %s n=%d: %8.1f us (plain ops %8.1f) %5.1f %% of copy\n",
            dtype_name(dt), bits, gs, (long long)(rows[0] + (count > 1 ? rows[1] : 0) + (count > 2 ? rows[2] : 0)),
-           (long long)cols, silu ? "norm+silu" : "norm     ", us[0], us[1], 100.0 * gbs / copy_gbs);
+           (long long)cols, silu ? "norm+silu" : "norm     ", n, us[0], us[1], 100.0 * gbs / copy_gbs);
     for (int i = 0; i < count; i++) {
-        dev_free(dy[i], sizeof(float) * (size_t)rows[i]);
+        dev_free(dy[i], sizeof(float) * (size_t)(n * rows[i]));
         weight_free(&w[i]);
     }
-    dev_free(dx, sizeof(float) * (size_t)cols);
+    dev_free(dx, sizeof(float) * (size_t)(n * cols));
     dev_free(dg, sizeof(float) * (size_t)cols);
-    dev_free(dh, sizeof(float) * (size_t)cols);
+    dev_free(dh, sizeof(float) * (size_t)(n * cols));
     free(x);
     free(g);
 }
@@ -1914,12 +2059,33 @@ static void bench_gemv(int q_only)
     static const int kinds[][2] = {{0, 0}, {8, 64}, {4, 64}};
     for (size_t k = q_only ? 1 : 0; k < CAIRN_ARRAY_LEN(kinds); k++) {
         enum dtype dt = kinds[k][0] ? DTYPE_Q : DTYPE_BF16;
-        bench_fused_case(dt, kinds[k][0], kinds[k][1], qkv8, 3, 4096, 0, copy_gbs);
-        bench_fused_case(dt, kinds[k][0], kinds[k][1], gu8, 2, 4096, 1, copy_gbs);
+        bench_fused_case(dt, kinds[k][0], kinds[k][1], qkv8, 3, 4096, 0, 1, copy_gbs);
+        bench_fused_case(dt, kinds[k][0], kinds[k][1], gu8, 2, 4096, 1, 1, copy_gbs);
     }
     if (q_only) return;
-    bench_fused_case(DTYPE_BF16, 0, 0, qkv1, 3, 2048, 0, copy_gbs);
-    bench_fused_case(DTYPE_BF16, 0, 0, gu1, 2, 2048, 1, copy_gbs);
+    bench_fused_case(DTYPE_BF16, 0, 0, qkv1, 3, 2048, 0, 1, copy_gbs);
+    bench_fused_case(DTYPE_BF16, 0, 0, gu1, 2, 2048, 1, 1, copy_gbs);
+}
+
+/* test_cuda_ops --bench-mma: the 8B BF16's decode matmuls at 1..16 rows (the tensor-core kernel
+ * by default; CAIRN_CUDA_MMA=0: the GEMV up to 8 rows and cuBLASLt above, for comparison), and
+ * its q/k/v and gate/up rounds as matmul_fused (the norm as its own kernel at these 8 KiB rows). */
+static void bench_mma(void)
+{
+    struct cairn_err err;
+    double copy_gbs = 0;
+    CHECK(cuda_probe_copy_bandwidth(0, (size_t)1 << 30, &copy_gbs, &err) == CAIRN_OK);
+    printf("device-to-device copy: %.0f GB/s; CAIRN_CUDA_MMA=%s\n", copy_gbs,
+           getenv("CAIRN_CUDA_MMA") ? getenv("CAIRN_CUDA_MMA") : "(default)");
+    static const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+    static const int ns[] = {1, 2, 4, 8, 12, 16};
+    static const int64_t qkv8[3] = {4096, 1024, 1024}, gu8[2] = {14336, 14336};
+    for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++) {
+        for (size_t i = 0; i < CAIRN_ARRAY_LEN(shapes); i++)
+            bench_gemv_case(DTYPE_BF16, 0, 0, shapes[i][0], shapes[i][1], ns[k], copy_gbs);
+        bench_fused_case(DTYPE_BF16, 0, 0, qkv8, 3, 4096, 0, ns[k], copy_gbs);
+        bench_fused_case(DTYPE_BF16, 0, 0, gu8, 2, 4096, 1, ns[k], copy_gbs);
+    }
 }
 
 /* ---- the optional fused ops (tensor/backend.h) against their unfused definitions ---- */
@@ -1946,7 +2112,7 @@ static void test_matmul_add_case(enum dtype dt, int64_t rows, int64_t cols, int 
     char what[96];
     snprintf(what, sizeof(what), "matmul_add %s q%d g%d %lldx%lld n=%d", dtype_name(dt), bits, gs, (long long)rows,
              (long long)cols, n);
-    check_close(what, got, want, scale, m, mm_tol(dt, n));
+    check_close(what, got, want, scale, m, mm_tol(dt, cols, n));
     dev_free(dx, sizeof(float) * (size_t)(n * cols));
     dev_free(dy, m * sizeof(float));
     free(x);
@@ -2055,7 +2221,7 @@ static void test_matmul_fused_case(enum dtype dt, int64_t rows, int64_t cols, in
             snprintf(what, sizeof(what), "matmul_fused%s %s q%d g%d %lldx%lld n=%d norm=%d silu=%d off=%g #%d",
                      plain ? " (plain ops)" : "", dtype_name(dt), bits, gs, (long long)rws[i], (long long)cols, n,
                      mode & 1, silu, off, i);
-            check_close(what, got, want[i], scale[i], (size_t)(n * rws[i]), mm_tol(dt, n));
+            check_close(what, got, want[i], scale[i], (size_t)(n * rws[i]), mm_tol(dt, cols, n));
         }
     }
     for (int i = 0; i < count; i++) {
@@ -2296,6 +2462,7 @@ int main(int argc, char **argv)
 {
     struct cairn_err err;
     int bench = argc > 1 && strcmp(argv[1], "--bench-gemv") == 0;
+    int bench_m = argc > 1 && strcmp(argv[1], "--bench-mma") == 0;
     if (getenv("CAIRN_CUDA_GEMV_MAX_ROWS")) unsetenv("CAIRN_CUDA_GEMV_MAX_ROWS");
     int st = cuda_backend_open(0, &be, &err);
     if (st == CAIRN_ERR_UNSUPPORTED) {
@@ -2305,6 +2472,11 @@ int main(int argc, char **argv)
     CHECK_MSG(st == CAIRN_OK, "cuda_backend_open: %s", err.msg);
     if (st != CAIRN_OK) return test_summary("test_cuda_ops");
     CHECK(be->kind == BACKEND_CUDA && !be->host_visible && strcmp(be->name, "cuda:0") == 0);
+    if (bench_m) {
+        bench_mma();
+        be->ops->destroy(be);
+        return test_summary("test_cuda_ops --bench-mma");
+    }
     if (bench) {
         bench_gemv(argc > 2 && strcmp(argv[2], "q") == 0);
         be->ops->destroy(be);
@@ -2315,6 +2487,8 @@ int main(int argc, char **argv)
     test_gemv_fused();
     test_gemv_invariant();
     test_matmul_add();
+    test_mma();
+    test_mma_invariant();
     test_matmul_fused();
     test_qk_rope_store();
     test_embed();
