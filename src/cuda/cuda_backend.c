@@ -82,6 +82,7 @@ int cuda_stream_wait_at(struct cuda_impl *c, struct cairn_err *err, const char *
     int st = cuda_check_result(c, err, CUDA_RES_RT, (int)cudaEventRecord(c->wait_event, c->stream),
                                "cudaEventRecord", file, line);
     if (st != CAIRN_OK) return st;
+    cuda_prof_step_mark(c->prof_step, c->stream);
     double limit = backend_step_timeout(c->pub), t0 = cairn_now();
     for (;;) {
         cudaError_t r = cudaEventQuery(c->wait_event);
@@ -548,7 +549,10 @@ static int cuda_step_begin(struct backend *be, struct cairn_err *err)
     }
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st != CAIRN_OK) pthread_mutex_unlock(&c->step_lock);
-    else cuda_graphs_step_begin(c);
+    else {
+        cuda_graphs_step_begin(c);
+        cuda_prof_step_begin(c->prof_step);
+    }
     return st;
 }
 
@@ -556,7 +560,9 @@ static int cuda_step_end(struct backend *be, struct cairn_err *err)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     cuda_graphs_step_end(be);
+    cuda_prof_step_freeze(c->prof_step, c->stream);
     int st = cuda_sync(be, err);
+    cuda_prof_step_end(c->prof_step);
     pthread_mutex_unlock(&c->step_lock);
     return st;
 }
@@ -578,6 +584,7 @@ static void cuda_destroy(struct backend *be)
         if (c->lt) (void)cuda_lt.destroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         cuda_graphs_free(c);
+        cuda_prof_step_close(c->prof_step);
         pthread_mutex_destroy(&c->step_lock);
         free(c->moe_ids_host);
         free(c->moe_list_host);
@@ -726,6 +733,23 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
+    /* the decode attention kernel: the tuned one planned for CUDA_ATTN_DEC_TUNE blocks per SM
+     * by default; "legacy" the kernel before it, N another plan (cuda_kernels.h) */
+    c->attn_dec_tune = CUDA_ATTN_DEC_TUNE;
+    s = getenv("CAIRN_CUDA_ATTN_DEC");
+    if (s && *s) {
+        char *end = NULL;
+        long v = strtol(s, &end, 10);
+        if (strcmp(s, "legacy") == 0)
+            c->attn_dec_tune = -1;
+        else if (end != s && !*end && v >= 0 && v <= 64)
+            c->attn_dec_tune = (int)v;
+        else {
+            st = cairn_err_set(err, CAIRN_ERR_INVALID,
+                               "CAIRN_CUDA_ATTN_DEC must be legacy or 0..64, not \"%s\"", s);
+            goto cleanup;
+        }
+    }
     /* the matmuls (GEMV) and attention (per-row split plan) are batch-invariant up to this many
      * rows, unless the tiled kernels are forced (they take small steps too) */
     be->exact_rows = c->attn_mode == CUDA_ATTN_TILED
@@ -733,6 +757,9 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
                          : CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_ATTN_EXACT_ROWS));
     s = getenv("CAIRN_CUDA_MOE"); /* "host": every moe_experts call groups on the host */
     c->moe_host_only = s && strcmp(s, "host") == 0;
+    s = getenv(
+        "CAIRN_CUDA_MOE_LOADS"); /* 0: the experts' rows one at a time, as before; 1 (default), 2 */
+    c->moe_loads = s && (strcmp(s, "0") == 0 || strcmp(s, "2") == 0) ? atoi(s) : 1;
     s = getenv("CAIRN_CUDA_MEM_LIMIT");
     if (s && *s && !cairn_parse_size(s, &c->mem_limit)) {
         st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_MEM_LIMIT: cannot parse \"%s\"", s);
@@ -740,6 +767,7 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     }
     st = cuda_check(NULL, err, cudaSetDevice(device));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    if (st == CAIRN_OK) c->prof_step = cuda_prof_step_open(); /* NULL unless step profiling is on */
     if (st == CAIRN_OK && !c->sync_each_op) {
         st = cuda_graphs_init(c);
         if (st != CAIRN_OK) cairn_err_set(err, st, "cuda: out of host memory");

@@ -76,6 +76,8 @@ struct cuda_impl {
     int fuse_silu;              /* ... and SwiGLU into gate/up's epilogue (CAIRN_CUDA_FUSE_SILU=0) */
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
+    int attn_dec_tune;          /* the decode attention kernel's tune (cuda_k_attention),
+                                 * CAIRN_CUDA_ATTN_DEC=legacy|N */
     int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
     size_t attn_tiles_cap;      /* ints it holds */
     int *attn_counters;         /* device: CUDA_ATTN_COUNTERS ints, zero between attention calls */
@@ -90,6 +92,7 @@ struct cuda_impl {
     struct cuda_graphs *graphs; /* decode graphs (cuda_graph.c); NULL: CAIRN_CUDA_GRAPHS=0 */
     struct cuda_moe_tables *moe_tables; /* expert pointer tables per MoE layer (cuda_moe.c) */
     int moe_host_only;          /* CAIRN_CUDA_MOE=host: every moe_experts groups on the host */
+    int moe_loads; /* the device experts' load level (cuda_k_moe_grouped), CAIRN_CUDA_MOE_LOADS */
     uint64_t g_gen;             /* atomic: bumped when device memory a graph may name is freed */
     int g_capturing;            /* a graph capture is in progress on the stream */
     struct backend *pub;        /* the struct backend holding this (its step_timeout_s) */
@@ -99,6 +102,7 @@ struct cuda_impl {
     void *sample_host;          /* sample: host staging (rows, edits, results), grown on demand */
     size_t sample_host_bytes;
     struct backend_ops ops_nosample; /* CAIRN_CUDA_SAMPLE=0: the table in use less its sample op */
+    void *prof_step;                 /* cuda_prof_step_open's state; NULL: step profiling off */
     void *nccl_comm;            /* ncclComm_t of the rank's tensor-parallel group, or NULL
                                    (cuda_nccl.c, set by cuda_tp_init) */
 };

@@ -130,14 +130,20 @@ enum cuda_attn_mode { CUDA_ATTN_AUTO = 0, CUDA_ATTN_SPLIT, CUDA_ATTN_TILED };
 #define CUDA_ATTN_TILED_MIN_ROWS 8
 #define CUDA_ATTN_EXACT_ROWS CUDA_GEMV_MAX_N /* the GEMVs' batch-invariant row count too */
 /* Floats of device workspace cuda_k_attention needs for this step (max_ctx: its longest
- * sequence; n_sms: the GPU's multiprocessors; n_counters: as cuda_k_attention's); 0: none. */
-size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode,
+ * sequence; n_sms: the GPU's multiprocessors; tune: as cuda_k_attention's; n_counters: as
+ * cuda_k_attention's); 0: none. */
+size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode, int tune,
                            size_t n_counters);
 /* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list).
  * counters: n_counters device ints, zero, left zero (the decode kernel's split counts, one per
  * (row, KV head); steps with more take the generic split-K kernels). */
+#define CUDA_ATTN_DEC_TUNE 0 /* the default tune below */
+/* tune (CAIRN_CUDA_ATTN_DEC): -1 the untuned decode kernel and its plan (2 blocks per SM);
+ * 0 the tuned kernel (registers capped for 4 blocks per SM, a decode row's sequence found
+ * without a search) with that plan; N > 0 the tuned kernel planned for N blocks per SM on steps
+ * of more than CUDA_ATTN_EXACT_ROWS rows (smaller steps keep their per-row plan either way). */
 int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int n_sms, int mode,
-                     float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
+                     int tune, float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
 /* Whether cuda_k_attention takes the tiled prefill kernel for this step (else split-K). */
 int cuda_attn_tiled(const struct backend_attn *a, int mode);
 /* Device ints the backend keeps zeroed for cuda_k_attention's counters. */
@@ -171,6 +177,19 @@ enum cuda_prof_kind {
  * closes it (waits for s), adding its time and `flops` to `kind`. NULL regions are no-ops. */
 void *cuda_prof_begin(cudaStream_t s);
 void cuda_prof_end(void *region, cudaStream_t s, enum cuda_prof_kind kind, double flops);
+/* CAIRN_CUDA_STEP_PROFILE=1 / CAIRN_CUDA_PROF_STEPS=ROWS[,ROWS..]:SKIP:COUNT (cuda_prof.cu): a
+ * step's wall time split into the host's time before its first launch, the GPU's and the rest, by
+ * token rows; and a cudaProfilerStart/Stop range around chosen steps, for ncu. open returns NULL
+ * when both are off (then every call is a no-op); the backend calls begin at step_begin, launch
+ * at the step's first launch (rows: its token rows, graph: a graph launch), mark before each
+ * wait for the stream, freeze before step_end's own wait, and end after it. */
+void *cuda_prof_step_open(void);
+void cuda_prof_step_close(void *prof);
+void cuda_prof_step_begin(void *prof);
+void cuda_prof_step_launch(void *prof, cudaStream_t s, int rows, int graph);
+void cuda_prof_step_mark(void *prof, cudaStream_t s);
+void cuda_prof_step_freeze(void *prof, cudaStream_t s);
+void cuda_prof_step_end(void *prof);
 
 /* ---- cuda_moe.cu: routed experts of a batch, sorted by expert on the device ---- */
 #define CUDA_MOE_DEVICE_MAX_N 128  /* tokens: more (a prefill) take the host-grouped GEMMs (cuda_ops.c) */
@@ -195,9 +214,12 @@ struct cuda_moe_ws {
     int32_t *n_act;   /* [1] */
 };
 /* out [n, down.rows] = sum_k w[s] * down_e(silu(gate_e x_t) * up_e x_t) over the slots
- * s = t * top_k + k, e = ids[s]; ids, w: moe_route's [n, top_k]. */
+ * s = t * top_k + k, e = ids[s]; ids, w: moe_route's [n, top_k]. level (CAIRN_CUDA_MOE_LOADS,
+ * default 1): 1 or 2, gate and up rows loaded together and down rows by 4 or 2 (more loads in
+ * flight; the same bits); 0: one row at a time, as before (cuda_moe.cu). */
 int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set, const struct cuda_moe_ws *ws,
-                       const int32_t *ids, const float *w, float *out, int n, int top_k, int n_sms);
+                       const int32_t *ids, const float *w, float *out, int n, int top_k, int n_sms,
+                       int level);
 
 /* ---- cuda_gdn.cu: gated DeltaNet over one sequence ---- */
 int cuda_k_gdn(cudaStream_t s, const struct backend_gdn *g);
