@@ -465,20 +465,20 @@ static void cuda_attn_row_plan(int max_ctx, int unit, int *n_splits, int *split_
     *split_len = 0;
 }
 
-/* Splits for the decode kernel: enough blocks for ~blocks_per_sm per SM (tune: 0 is the
- * untuned kernel's 2), at least one pass per split (steps of few rows: per row,
- * cuda_attn_row_plan). */
-static void cuda_attn_decode_plan(int n_tokens, int n_kv, int hd, int max_ctx, int n_sms, int tune,
+/* Splits for the decode kernel: enough blocks for ~2 per SM, at least one pass per split
+ * (steps of few rows: per row, cuda_attn_row_plan). Planning for 4 or 8 blocks per SM on
+ * 64/128-row steps of the 8B was slower (H200: 8 layers' graph step 2,108 / 2,125 us at 64 rows
+ * against 2,036 with the tuned kernel). */
+static void cuda_attn_decode_plan(int n_tokens, int n_kv, int hd, int max_ctx, int n_sms,
                                   int *n_splits, int *split_len)
 {
-    int blocks_per_sm = tune > 0 ? tune : 2;
     int pass = hd == 64 ? cuda_dec_geom<64>::pass : cuda_dec_geom<128>::pass;
     if (n_tokens <= CUDA_ATTN_EXACT_ROWS) {
         cuda_attn_row_plan(max_ctx, pass, n_splits, split_len);
         return;
     }
     int64_t items = (int64_t)n_tokens * n_kv;
-    int64_t want = ((int64_t)blocks_per_sm * n_sms + items - 1) / items;
+    int64_t want = (2 * (int64_t)n_sms + items - 1) / items;
     int max_passes = (max_ctx + pass - 1) / pass;
     int ns = (int)(want < 1 ? 1 : want > max_passes ? max_passes : want);
     if (ns < 1) ns = 1;
@@ -661,20 +661,20 @@ static int cuda_attn_k_vec(const struct backend_kv_view *kv)
 }
 
 extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms,
-                                      int mode, int tune, size_t n_counters)
+                                      int mode, size_t n_counters)
 {
     if (cuda_attn_use_tiled(a, mode)) return 2 * (size_t)(a->n_tokens + a->n_seqs); /* tile list */
     int ns, len;
     if (cuda_attn_use_decode(a, cuda_attn_k_vec(a->kv), n_counters))
-        cuda_attn_decode_plan(a->n_tokens, a->kv->n_kv_heads, a->kv->head_dim, max_ctx, n_sms, tune,
-                              &ns, &len);
+        cuda_attn_decode_plan(a->n_tokens, a->kv->n_kv_heads, a->kv->head_dim, max_ctx, n_sms, &ns,
+                              &len);
     else
         cuda_attn_plan(a->n_tokens, a->n_heads, max_ctx, n_sms, &ns, &len);
     return ns == 1 ? 0 : (size_t)a->n_tokens * a->n_heads * ns * (size_t)(a->kv->head_dim + 2);
 }
 
 extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, int max_ctx,
-                                int n_sms, int mode, int tune, float *ws, int32_t *tiles_host,
+                                int n_sms, int mode, int tuned, float *ws, int32_t *tiles_host,
                                 int *counters, size_t n_counters)
 {
     if (at->n_tokens <= 0) return (int)cudaGetLastError();
@@ -722,10 +722,10 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
     }
     if (cuda_attn_use_decode(at, a.k_vec, n_counters)) {
         int n_kv = at->kv->n_kv_heads;
-        cuda_attn_decode_plan(at->n_tokens, n_kv, at->kv->head_dim, max_ctx, n_sms, tune,
-                              &a.n_splits, &a.split_len);
+        cuda_attn_decode_plan(at->n_tokens, n_kv, at->kv->head_dim, max_ctx, n_sms, &a.n_splits,
+                              &a.split_len);
         if (a.n_splits > 65535 || n_kv > 65535) return (int)cudaErrorInvalidValue;
-        if (tune < 0) {
+        if (!tuned) {
             if (at->kv->head_dim == 64)
                 cuda_attn_decode_launch<64, false>(s, a, at->n_tokens, n_kv, counters);
             else

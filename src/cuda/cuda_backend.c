@@ -733,23 +733,8 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
-    /* the decode attention kernel: the tuned one planned for CUDA_ATTN_DEC_TUNE blocks per SM
-     * by default; "legacy" the kernel before it, N another plan (cuda_kernels.h) */
-    c->attn_dec_tune = CUDA_ATTN_DEC_TUNE;
-    s = getenv("CAIRN_CUDA_ATTN_DEC");
-    if (s && *s) {
-        char *end = NULL;
-        long v = strtol(s, &end, 10);
-        if (strcmp(s, "legacy") == 0)
-            c->attn_dec_tune = -1;
-        else if (end != s && !*end && v >= 0 && v <= 64)
-            c->attn_dec_tune = (int)v;
-        else {
-            st = cairn_err_set(err, CAIRN_ERR_INVALID,
-                               "CAIRN_CUDA_ATTN_DEC must be legacy or 0..64, not \"%s\"", s);
-            goto cleanup;
-        }
-    }
+    s = getenv("CAIRN_CUDA_ATTN_DEC"); /* "legacy": the decode attention kernel before tuning */
+    c->attn_dec_tuned = !(s && strcmp(s, "legacy") == 0);
     /* the matmuls (GEMV) and attention (per-row split plan) are batch-invariant up to this many
      * rows, unless the tiled kernels are forced (they take small steps too) */
     be->exact_rows = c->attn_mode == CUDA_ATTN_TILED
@@ -757,9 +742,6 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
                          : CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_ATTN_EXACT_ROWS));
     s = getenv("CAIRN_CUDA_MOE"); /* "host": every moe_experts call groups on the host */
     c->moe_host_only = s && strcmp(s, "host") == 0;
-    s = getenv(
-        "CAIRN_CUDA_MOE_LOADS"); /* 0: the experts' rows one at a time, as before; 1 (default), 2 */
-    c->moe_loads = s && (strcmp(s, "0") == 0 || strcmp(s, "2") == 0) ? atoi(s) : 1;
     s = getenv("CAIRN_CUDA_MEM_LIMIT");
     if (s && *s && !cairn_parse_size(s, &c->mem_limit)) {
         st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_MEM_LIMIT: cannot parse \"%s\"", s);

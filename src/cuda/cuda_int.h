@@ -76,8 +76,8 @@ struct cuda_impl {
     int fuse_silu;              /* ... and SwiGLU into gate/up's epilogue (CAIRN_CUDA_FUSE_SILU=0) */
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
-    int attn_dec_tune;          /* the decode attention kernel's tune (cuda_k_attention),
-                                 * CAIRN_CUDA_ATTN_DEC=legacy|N */
+    int attn_dec_tuned;         /* the tuned decode attention kernel (cuda_k_attention);
+                                 * CAIRN_CUDA_ATTN_DEC=legacy: 0 */
     int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
     size_t attn_tiles_cap;      /* ints it holds */
     int *attn_counters;         /* device: CUDA_ATTN_COUNTERS ints, zero between attention calls */
@@ -92,7 +92,6 @@ struct cuda_impl {
     struct cuda_graphs *graphs; /* decode graphs (cuda_graph.c); NULL: CAIRN_CUDA_GRAPHS=0 */
     struct cuda_moe_tables *moe_tables; /* expert pointer tables per MoE layer (cuda_moe.c) */
     int moe_host_only;          /* CAIRN_CUDA_MOE=host: every moe_experts groups on the host */
-    int moe_loads; /* the device experts' load level (cuda_k_moe_grouped), CAIRN_CUDA_MOE_LOADS */
     uint64_t g_gen;             /* atomic: bumped when device memory a graph may name is freed */
     int g_capturing;            /* a graph capture is in progress on the stream */
     struct backend *pub;        /* the struct backend holding this (its step_timeout_s) */

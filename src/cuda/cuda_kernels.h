@@ -130,20 +130,17 @@ enum cuda_attn_mode { CUDA_ATTN_AUTO = 0, CUDA_ATTN_SPLIT, CUDA_ATTN_TILED };
 #define CUDA_ATTN_TILED_MIN_ROWS 8
 #define CUDA_ATTN_EXACT_ROWS CUDA_GEMV_MAX_N /* the GEMVs' batch-invariant row count too */
 /* Floats of device workspace cuda_k_attention needs for this step (max_ctx: its longest
- * sequence; n_sms: the GPU's multiprocessors; tune: as cuda_k_attention's; n_counters: as
- * cuda_k_attention's); 0: none. */
-size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode, int tune,
+ * sequence; n_sms: the GPU's multiprocessors; n_counters: as cuda_k_attention's); 0: none. */
+size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode,
                            size_t n_counters);
 /* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list).
  * counters: n_counters device ints, zero, left zero (the decode kernel's split counts, one per
  * (row, KV head); steps with more take the generic split-K kernels). */
-#define CUDA_ATTN_DEC_TUNE 0 /* the default tune below */
-/* tune (CAIRN_CUDA_ATTN_DEC): -1 the untuned decode kernel and its plan (2 blocks per SM);
- * 0 the tuned kernel (registers capped for 4 blocks per SM, a decode row's sequence found
- * without a search) with that plan; N > 0 the tuned kernel planned for N blocks per SM on steps
- * of more than CUDA_ATTN_EXACT_ROWS rows (smaller steps keep their per-row plan either way). */
+/* tuned (0 with CAIRN_CUDA_ATTN_DEC=legacy): the decode kernel with its registers capped so that
+ * 4 blocks fit an SM, and a decode row's sequence found without a search; 0: the kernel before
+ * that, for comparison (the same plans, the same bits). */
 int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int n_sms, int mode,
-                     int tune, float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
+                     int tuned, float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
 /* Whether cuda_k_attention takes the tiled prefill kernel for this step (else split-K). */
 int cuda_attn_tiled(const struct backend_attn *a, int mode);
 /* Device ints the backend keeps zeroed for cuda_k_attention's counters. */
@@ -165,7 +162,7 @@ int cuda_k_act_bf16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
 /* As cuda_k_dequant_bf16, by 16-byte chunks for q4/q8 (the same values, bit for bit). */
 int cuda_k_dequant_q_bf16(cudaStream_t s, const struct cuda_wdesc *w, uint16_t *dst);
 
-/* ---- cuda_prof.c: CAIRN_CUDA_PROFILE=1, GPU time per op kind, printed at exit ---- */
+/* ---- cuda_prof.cu: CAIRN_CUDA_PROFILE=1, GPU time per op kind, printed at exit ---- */
 enum cuda_prof_kind {
     CUDA_PROF_GEMM = 0,
     CUDA_PROF_ACT,          /* activations f32 -> bf16/f16 for the GEMM */
@@ -214,12 +211,9 @@ struct cuda_moe_ws {
     int32_t *n_act;   /* [1] */
 };
 /* out [n, down.rows] = sum_k w[s] * down_e(silu(gate_e x_t) * up_e x_t) over the slots
- * s = t * top_k + k, e = ids[s]; ids, w: moe_route's [n, top_k]. level (CAIRN_CUDA_MOE_LOADS,
- * default 1): 1 or 2, gate and up rows loaded together and down rows by 4 or 2 (more loads in
- * flight; the same bits); 0: one row at a time, as before (cuda_moe.cu). */
+ * s = t * top_k + k, e = ids[s]; ids, w: moe_route's [n, top_k]. */
 int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set, const struct cuda_moe_ws *ws,
-                       const int32_t *ids, const float *w, float *out, int n, int top_k, int n_sms,
-                       int level);
+                       const int32_t *ids, const float *w, float *out, int n, int top_k, int n_sms);
 
 /* ---- cuda_gdn.cu: gated DeltaNet over one sequence ---- */
 int cuda_k_gdn(cudaStream_t s, const struct backend_gdn *g);

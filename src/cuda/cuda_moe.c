@@ -164,6 +164,6 @@ int cuda_moe_experts_device(struct backend *be, const struct backend_moe *m)
         .n_experts = m->n_experts,
     };
     (void)cuda_check_launch(c, cuda_k_moe_grouped(c->stream, &set, &ws, m->ids, m->w, m->out, m->n,
-                                                  m->top_k, c->n_sms, c->moe_loads));
+                                                  m->top_k, c->n_sms));
     return 1;
 }

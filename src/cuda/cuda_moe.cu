@@ -130,70 +130,7 @@ static __device__ __forceinline__ void cuda_moe_rows_dot(const struct cuda_wdesc
     for (int j = 0; j < CUDA_MOE_NT; j++) out[j] = cuda_warp_sum(acc[j]);
 }
 
-/* cuda_moe_rows_dot for R rows of one layout at once (w[i], rows[i]; out[i][j] = rows[i] . xs[j]):
- * the lane's chunks of all R rows, UR per row, are loaded before any is used, so a warp keeps
- * R * UR loads in flight instead of CUDA_MOE_U (gate and up of a 2048-wide expert: one round of
- * 16 loads instead of four rounds of 4, one after the other). A lane sums its chunks in the
- * order cuda_moe_rows_dot does (ascending, whatever UR), so the results are the same bits. */
-template <int K, int R, int UR>
-static __device__ __forceinline__ void
-cuda_moe_rows_dot_n(const struct cuda_wdesc *const *w, const uint8_t *const *rows,
-                    const float *const *xs, int ns, int lane, float (*out)[CUDA_MOE_NT])
-{
-    if (K == MOE_SCALAR) {
-#pragma unroll
-        for (int i = 0; i < R; i++)
-            cuda_moe_rows_dot<K>(*w[i], rows[i], xs, ns, lane, out[i]);
-        return;
-    }
-    constexpr int E = K == MOE_F32 ? 4 : K == MOE_Q4 ? 32 : K == MOE_Q8 ? 16 : 8;
-    const int64_t n_chunks = w[0]->cols / E; /* the R rows have one width */
-    float acc[R][CUDA_MOE_NT];
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int j = 0; j < CUDA_MOE_NT; j++)
-            acc[i][j] = 0;
-    for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)CUDA_WARP * UR) {
-        uint4 cv[R][UR];
-#pragma unroll
-        for (int i = 0; i < R; i++)
-#pragma unroll
-            for (int u = 0; u < UR; u++) {
-                int64_t ci = c0 + (int64_t)u * CUDA_WARP;
-                cv[i][u] = ci < n_chunks ? cuda_moe_ld((const uint4 *)rows[i] + ci)
-                                         : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-        for (int u = 0; u < UR; u++) {
-            int64_t ci = c0 + (int64_t)u * CUDA_WARP;
-            if (ci >= n_chunks) continue;
-#pragma unroll
-            for (int i = 0; i < R; i++)
-#pragma unroll
-                for (int j = 0; j < CUDA_MOE_NT; j++)
-                    if (j < ns)
-                        acc[i][j] += cuda_moe_chunk_dot<K>(cv[i][u], rows[i], ci * E, *w[i], xs[j]);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int j = 0; j < CUDA_MOE_NT; j++)
-            out[i][j] = cuda_warp_sum(acc[i][j]);
-}
-
-#define CUDA_MOE_DOWN_R_MAX 4 /* down: rows per warp item, at most */
-
-/* The loads of the tuned kernels (CAIRN_CUDA_MOE_LOADS=LEVEL): gate_up's chunks per row in
- * flight (UR, with gate and up together) and down's rows per warp item (R). Level 1: UR 8 (a
- * 2048-wide bf16 row in one round), R 4 (184 registers: one block of 8 warps per SM); level 2:
- * UR 4, R 2 (two blocks per SM); level 0: one row at a time, CUDA_MOE_U chunks in flight, as
- * before. All give the same bits. */
-#define CUDA_MOE_LEVEL_UR(lv) ((lv) == 1 ? 8 : (lv) == 2 ? 4 : 0)
-#define CUDA_MOE_LEVEL_R(lv) ((lv) == 1 ? 4 : (lv) == 2 ? 2 : 1)
-
-template <int K, int UR>
+template <int K>
 static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
     cuda_moe_gate_up_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws,
                             const float *__restrict__ x, int top_k)
@@ -210,58 +147,37 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
             int ns = min(CUDA_MOE_NT, ws.off[e + 1] - s0);
             const float *xs[CUDA_MOE_NT];
             for (int j = 0; j < CUDA_MOE_NT; j++) xs[j] = x + (int64_t)(ws.list[s0 + min(j, ns - 1)] / top_k) * hidden;
-            float gu[2][CUDA_MOE_NT];
-            if (UR > 0) {
-                const struct cuda_wdesc *wd[2] = {&set.gate, &set.up};
-                const uint8_t *rw[2] = {gr, ur};
-                cuda_moe_rows_dot_n<K, 2, (UR > 0 ? UR : 1)>(wd, rw, xs, ns, lane, gu);
-            } else {
-                cuda_moe_rows_dot<K>(set.gate, gr, xs, ns, lane, gu[0]);
-                cuda_moe_rows_dot<K>(set.up, ur, xs, ns, lane, gu[1]);
-            }
+            float g[CUDA_MOE_NT], u[CUDA_MOE_NT];
+            cuda_moe_rows_dot<K>(set.gate, gr, xs, ns, lane, g);
+            cuda_moe_rows_dot<K>(set.up, ur, xs, ns, lane, u);
             if (lane == 0)
                 for (int j = 0; j < ns; j++)
-                    ws.h[(int64_t)ws.list[s0 + j] * inter + r] = cuda_moe_silu(gu[0][j]) * gu[1][j];
+                    ws.h[(int64_t)ws.list[s0 + j] * inter + r] = cuda_moe_silu(g[j]) * u[j];
         }
     }
 }
 
-/* A warp item is R consecutive rows of the expert (a 768-wide row is 3 chunks a lane: one row
- * alone keeps few loads in flight). */
-template <int K, int R>
+template <int K>
 static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
     cuda_moe_down_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws)
 {
     int lane = threadIdx.x % CUDA_WARP;
-    const int64_t hidden = set.down.rows, inter = set.down.cols, groups = (hidden + R - 1) / R;
-    const int64_t n_items = (int64_t)*ws.n_act * groups;
+    const int64_t hidden = set.down.rows, inter = set.down.cols,
+                  n_items = (int64_t)*ws.n_act * hidden;
     for (int64_t it = (int64_t)blockIdx.x * CUDA_MOE_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
          it += (int64_t)gridDim.x * CUDA_MOE_WARPS) {
-        int e = ws.act[it / groups];
-        int64_t r0 = it % groups * R;
-        const uint8_t *dr[R];
-#pragma unroll
-        for (int i = 0; i < R; i++)
-            dr[i] = (const uint8_t *)set.down_data[e] +
-                    (size_t)min(r0 + i, hidden - 1) * set.down.row_bytes;
+        int e = ws.act[it / hidden];
+        int64_t r = it % hidden;
+        const uint8_t *dr = (const uint8_t *)set.down_data[e] + (size_t)r * set.down.row_bytes;
         for (int s0 = ws.off[e]; s0 < ws.off[e + 1]; s0 += CUDA_MOE_NT) {
             int ns = min(CUDA_MOE_NT, ws.off[e + 1] - s0);
             const float *hs[CUDA_MOE_NT];
             for (int j = 0; j < CUDA_MOE_NT; j++) hs[j] = ws.h + (int64_t)ws.list[s0 + min(j, ns - 1)] * inter;
-            float y[R][CUDA_MOE_NT];
-            if (R > 1) {
-                const struct cuda_wdesc *wd[R];
-#pragma unroll
-                for (int i = 0; i < R; i++)
-                    wd[i] = &set.down;
-                cuda_moe_rows_dot_n<K, R, CUDA_MOE_U>(wd, dr, hs, ns, lane, y);
-            } else {
-                cuda_moe_rows_dot<K>(set.down, dr[0], hs, ns, lane, y[0]);
-            }
+            float y[CUDA_MOE_NT];
+            cuda_moe_rows_dot<K>(set.down, dr, hs, ns, lane, y);
             if (lane == 0)
-                for (int i = 0; i < R && r0 + i < hidden; i++)
-                    for (int j = 0; j < ns; j++)
-                        ws.ys[(int64_t)ws.list[s0 + j] * hidden + r0 + i] = y[i][j];
+                for (int j = 0; j < ns; j++)
+                    ws.ys[(int64_t)ws.list[s0 + j] * hidden + r] = y[j];
         }
     }
 }
@@ -333,41 +249,26 @@ static int cuda_moe_kind_of(const struct cuda_wdesc *w, int x_aligned)
     return k;
 }
 
-template <int K, int LV>
-static void cuda_moe_go_lv(cudaStream_t s, const struct cuda_moe_set *set, int kd,
-                           const struct cuda_moe_ws *ws, int64_t max_act, int top_k, int n_sms)
+template <int K>
+static void cuda_moe_go(cudaStream_t s, const struct cuda_moe_set *set, int kd,
+                        const struct cuda_moe_ws *ws, int64_t max_act, int top_k, int n_sms)
 {
-    constexpr int UR = CUDA_MOE_LEVEL_UR(LV), R = CUDA_MOE_LEVEL_R(LV);
     /* worst-case items (every slot on its own expert): surplus warps find no item and exit */
     int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * CUDA_MOE_BLOCKS_PER_SM;
     int64_t b1 = (max_act * set->gate.rows + CUDA_MOE_WARPS - 1) / CUDA_MOE_WARPS;
-    int64_t b2 = (max_act * ((set->down.rows + R - 1) / R) + CUDA_MOE_WARPS - 1) / CUDA_MOE_WARPS;
+    int64_t b2 = (max_act * set->down.rows + CUDA_MOE_WARPS - 1) / CUDA_MOE_WARPS;
     b1 = b1 < 1 ? 1 : b1 > cap ? cap : b1;
     b2 = b2 < 1 ? 1 : b2 > cap ? cap : b2;
-    cuda_moe_gate_up_kernel<K, UR>
-        <<<(unsigned)b1, CUDA_MOE_THREADS, 0, s>>>(*set, *ws, ws->x, top_k);
+    cuda_moe_gate_up_kernel<K><<<(unsigned)b1, CUDA_MOE_THREADS, 0, s>>>(*set, *ws, ws->x, top_k);
     if (kd == K)
-        cuda_moe_down_kernel<K, R><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
+        cuda_moe_down_kernel<K><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
     else
-        cuda_moe_down_kernel<MOE_SCALAR, 1><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
-}
-
-template <int K>
-static void cuda_moe_go(cudaStream_t s, const struct cuda_moe_set *set, int kd,
-                        const struct cuda_moe_ws *ws, int64_t max_act, int top_k, int n_sms,
-                        int level)
-{
-    if (K == MOE_SCALAR || level == 0)
-        cuda_moe_go_lv<K, 0>(s, set, kd, ws, max_act, top_k, n_sms);
-    else if (level == 2)
-        cuda_moe_go_lv<K, 2>(s, set, kd, ws, max_act, top_k, n_sms);
-    else
-        cuda_moe_go_lv<K, 1>(s, set, kd, ws, max_act, top_k, n_sms);
+        cuda_moe_down_kernel<MOE_SCALAR><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
 }
 
 extern "C" int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set,
                                   const struct cuda_moe_ws *ws, const int32_t *ids, const float *w,
-                                  float *out, int n, int top_k, int n_sms, int level)
+                                  float *out, int n, int top_k, int n_sms)
 {
     if (n <= 0) return (int)cudaGetLastError();
     if (set->n_experts > CUDA_MOE_MAX_EXPERTS) return (int)cudaErrorInvalidValue;
@@ -381,22 +282,22 @@ extern "C" int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set
     int64_t max_act = n_slots < set->n_experts ? n_slots : set->n_experts;
     switch (kg) {
     case MOE_F32:
-        cuda_moe_go<MOE_F32>(s, set, kd, ws, max_act, top_k, n_sms, level);
+        cuda_moe_go<MOE_F32>(s, set, kd, ws, max_act, top_k, n_sms);
         break;
     case MOE_F16:
-        cuda_moe_go<MOE_F16>(s, set, kd, ws, max_act, top_k, n_sms, level);
+        cuda_moe_go<MOE_F16>(s, set, kd, ws, max_act, top_k, n_sms);
         break;
     case MOE_BF16:
-        cuda_moe_go<MOE_BF16>(s, set, kd, ws, max_act, top_k, n_sms, level);
+        cuda_moe_go<MOE_BF16>(s, set, kd, ws, max_act, top_k, n_sms);
         break;
     case MOE_Q4:
-        cuda_moe_go<MOE_Q4>(s, set, kd, ws, max_act, top_k, n_sms, level);
+        cuda_moe_go<MOE_Q4>(s, set, kd, ws, max_act, top_k, n_sms);
         break;
     case MOE_Q8:
-        cuda_moe_go<MOE_Q8>(s, set, kd, ws, max_act, top_k, n_sms, level);
+        cuda_moe_go<MOE_Q8>(s, set, kd, ws, max_act, top_k, n_sms);
         break;
     default:
-        cuda_moe_go<MOE_SCALAR>(s, set, kd, ws, max_act, top_k, n_sms, level);
+        cuda_moe_go<MOE_SCALAR>(s, set, kd, ws, max_act, top_k, n_sms);
         break;
     }
     int64_t total = (int64_t)n * set->down.rows;

@@ -138,8 +138,7 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
     int max_ctx = 0;
     for (int s = 0; s < a->n_seqs; s++) max_ctx = CAIRN_MAX(max_ctx, a->ctx_len_host[s]);
     if (!cuda_attn_tiled(a, c->attn_mode)) max_ctx = cuda_attn_ctx_bucket(a);
-    size_t floats = cuda_attn_ws_floats(a, max_ctx, c->n_sms, c->attn_mode, c->attn_dec_tune,
-                                        CUDA_ATTN_COUNTERS);
+    size_t floats = cuda_attn_ws_floats(a, max_ctx, c->n_sms, c->attn_mode, CUDA_ATTN_COUNTERS);
     float *ws = NULL;
     if (floats) {
         ws = cuda_ws_get(c, CUDA_WS_ATTN, floats * sizeof(float));
@@ -158,7 +157,7 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
         c->attn_tiles_cap = tiles;
     }
     (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, c->attn_mode,
-                                                c->attn_dec_tune, ws, c->attn_tiles_host,
+                                                c->attn_dec_tuned, ws, c->attn_tiles_host,
                                                 c->attn_counters, CUDA_ATTN_COUNTERS));
 }
 

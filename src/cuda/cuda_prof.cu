@@ -3,7 +3,8 @@
  * waited for at its end, so the ops are serialized with the host while profiling (the figures
  * are each kind's GPU time; the step's wall time grows by the lost overlap). Off (the default),
  * each call is one load of a flag. Regions inside a stream capture are not timed. A .cu file
- * (C linkage through cuda_kernels.h), so that kernel launchers and C callers both reach it. */
+ * (C linkage through cuda_kernels.h), so that kernel launchers and C callers both reach it.
+ * Below it, the whole-step profile (CAIRN_CUDA_STEP_PROFILE, CAIRN_CUDA_PROF_STEPS): see there. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
