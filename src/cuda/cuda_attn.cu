@@ -103,6 +103,18 @@ static __device__ int cuda_attn_seq_of(const int32_t *seq_off, int n_seqs, int r
     return lo;
 }
 
+/* The same, trying s = r first (a decode step: one row per sequence), checked with two loads
+ * that go out together, so that a decode block does not wait on log2(n_seqs) dependent loads
+ * before its first KV load. */
+static __device__ __forceinline__ int cuda_attn_seq_of_guess(const int32_t *seq_off, int n_seqs,
+                                                             int r)
+{
+    int g = min(r, n_seqs - 1);
+    int lo = seq_off[g], hi = seq_off[g + 1];
+    if (lo <= r && r < hi) return g;
+    return cuda_attn_seq_of(seq_off, n_seqs, r);
+}
+
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_kernel(struct cuda_attn_args a)
 {
     __shared__ float qs[CUDA_ATTN_MAX_HEAD_DIM];
@@ -242,6 +254,10 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_combine_ke
 #define CUDA_DEC_THREADS 128
 #define CUDA_DEC_WARPS (CUDA_DEC_THREADS / CUDA_WARP)
 #define CUDA_DEC_U 4 /* positions per lane per pass */
+/* The tuned kernel, groups of up to 4: registers capped (128) so that 4 blocks fit an SM (148
+ * registers left 3: a 64-row step of the 8B, 512 blocks, ran 1.3 waves of 396 slots); a group of
+ * 8 would spill. */
+#define CUDA_DEC_MIN_BLOCKS 4
 
 template <int HD> struct cuda_dec_geom {
     static constexpr int lpp = HD / 8;                           /* lanes per position */
@@ -249,9 +265,10 @@ template <int HD> struct cuda_dec_geom {
     static constexpr int pass = CUDA_DEC_WARPS * ppw * CUDA_DEC_U; /* positions per pass */
 };
 
-template <int HD, int G>
-static __global__ void __launch_bounds__(CUDA_DEC_THREADS)
-cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
+template <int HD, int G, bool TUNED>
+static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
+                                         (TUNED && G <= 4) ? CUDA_DEC_MIN_BLOCKS : 1)
+    cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
 {
     typedef cuda_dec_geom<HD> geo;
     __shared__ float red[2][CUDA_DEC_WARPS][G];
@@ -266,7 +283,8 @@ cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
     int n_valid = min((ctx + split_len - 1) / split_len, a.n_splits);
     if (sp >= n_valid) return; /* the combine counts only the splits that hold positions */
     int p_begin = sp * split_len, p_end = min(ctx, p_begin + split_len);
-    int s = cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
+    int s = TUNED ? cuda_attn_seq_of_guess(a.seq_off, a.n_seqs, r)
+                  : cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
     const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
     const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
     const uint8_t *vbase = (const uint8_t *)kv.v + (size_t)a.layer * kv.layer_block_bytes;
@@ -448,7 +466,9 @@ static void cuda_attn_row_plan(int max_ctx, int unit, int *n_splits, int *split_
 }
 
 /* Splits for the decode kernel: enough blocks for ~2 per SM, at least one pass per split
- * (steps of few rows: per row, cuda_attn_row_plan). */
+ * (steps of few rows: per row, cuda_attn_row_plan). Planning for 4 or 8 blocks per SM on
+ * 64/128-row steps of the 8B was slower (H200: 8 layers' graph step 2,108 / 2,125 us at 64 rows
+ * against 2,036 with the tuned kernel). */
 static void cuda_attn_decode_plan(int n_tokens, int n_kv, int hd, int max_ctx, int n_sms,
                                   int *n_splits, int *split_len)
 {
@@ -468,16 +488,24 @@ static void cuda_attn_decode_plan(int n_tokens, int n_kv, int hd, int max_ctx, i
     if (*n_splits < 1) *n_splits = 1;
 }
 
-template <int HD>
+template <int HD, bool TUNED>
 static void cuda_attn_decode_launch(cudaStream_t s, const struct cuda_attn_args &a, int n_tokens,
                                     int n_kv, int *counters)
 {
     dim3 grid((unsigned)n_tokens, (unsigned)n_kv, (unsigned)a.n_splits);
     switch (a.group) {
-    case 1: cuda_attn_decode_kernel<HD, 1><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
-    case 2: cuda_attn_decode_kernel<HD, 2><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
-    case 4: cuda_attn_decode_kernel<HD, 4><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
-    default: cuda_attn_decode_kernel<HD, 8><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
+    case 1:
+        cuda_attn_decode_kernel<HD, 1, TUNED><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters);
+        break;
+    case 2:
+        cuda_attn_decode_kernel<HD, 2, TUNED><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters);
+        break;
+    case 4:
+        cuda_attn_decode_kernel<HD, 4, TUNED><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters);
+        break;
+    default:
+        cuda_attn_decode_kernel<HD, 8, TUNED><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters);
+        break;
     }
 }
 
@@ -632,21 +660,22 @@ static int cuda_attn_k_vec(const struct backend_kv_view *kv)
            kv->layer_block_bytes % 16 == 0;
 }
 
-extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms, int mode,
-                                      size_t n_counters)
+extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms,
+                                      int mode, size_t n_counters)
 {
     if (cuda_attn_use_tiled(a, mode)) return 2 * (size_t)(a->n_tokens + a->n_seqs); /* tile list */
     int ns, len;
     if (cuda_attn_use_decode(a, cuda_attn_k_vec(a->kv), n_counters))
-        cuda_attn_decode_plan(a->n_tokens, a->kv->n_kv_heads, a->kv->head_dim, max_ctx, n_sms, &ns, &len);
+        cuda_attn_decode_plan(a->n_tokens, a->kv->n_kv_heads, a->kv->head_dim, max_ctx, n_sms, &ns,
+                              &len);
     else
         cuda_attn_plan(a->n_tokens, a->n_heads, max_ctx, n_sms, &ns, &len);
     return ns == 1 ? 0 : (size_t)a->n_tokens * a->n_heads * ns * (size_t)(a->kv->head_dim + 2);
 }
 
 extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, int max_ctx,
-                                int n_sms, int mode, float *ws, int32_t *tiles_host, int *counters,
-                                size_t n_counters)
+                                int n_sms, int mode, int tuned, float *ws, int32_t *tiles_host,
+                                int *counters, size_t n_counters)
 {
     if (at->n_tokens <= 0) return (int)cudaGetLastError();
     if (at->kv->head_dim > CUDA_ATTN_MAX_HEAD_DIM || at->n_heads > 65535)
@@ -693,10 +722,20 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
     }
     if (cuda_attn_use_decode(at, a.k_vec, n_counters)) {
         int n_kv = at->kv->n_kv_heads;
-        cuda_attn_decode_plan(at->n_tokens, n_kv, at->kv->head_dim, max_ctx, n_sms, &a.n_splits, &a.split_len);
+        cuda_attn_decode_plan(at->n_tokens, n_kv, at->kv->head_dim, max_ctx, n_sms, &a.n_splits,
+                              &a.split_len);
         if (a.n_splits > 65535 || n_kv > 65535) return (int)cudaErrorInvalidValue;
-        if (at->kv->head_dim == 64) cuda_attn_decode_launch<64>(s, a, at->n_tokens, n_kv, counters);
-        else cuda_attn_decode_launch<128>(s, a, at->n_tokens, n_kv, counters);
+        if (!tuned) {
+            if (at->kv->head_dim == 64)
+                cuda_attn_decode_launch<64, false>(s, a, at->n_tokens, n_kv, counters);
+            else
+                cuda_attn_decode_launch<128, false>(s, a, at->n_tokens, n_kv, counters);
+        } else {
+            if (at->kv->head_dim == 64)
+                cuda_attn_decode_launch<64, true>(s, a, at->n_tokens, n_kv, counters);
+            else
+                cuda_attn_decode_launch<128, true>(s, a, at->n_tokens, n_kv, counters);
+        }
         return (int)cudaGetLastError();
     }
     cuda_attn_plan(at->n_tokens, at->n_heads, max_ctx, n_sms, &a.n_splits, &a.split_len);

@@ -82,6 +82,7 @@ int cuda_stream_wait_at(struct cuda_impl *c, struct cairn_err *err, const char *
     int st = cuda_check_result(c, err, CUDA_RES_RT, (int)cudaEventRecord(c->wait_event, c->stream),
                                "cudaEventRecord", file, line);
     if (st != CAIRN_OK) return st;
+    cuda_prof_step_mark(c->prof_step, c->stream);
     double limit = backend_step_timeout(c->pub), t0 = cairn_now();
     for (;;) {
         cudaError_t r = cudaEventQuery(c->wait_event);
@@ -553,7 +554,10 @@ static int cuda_step_begin(struct backend *be, struct cairn_err *err)
     }
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st != CAIRN_OK) pthread_mutex_unlock(&c->step_lock);
-    else cuda_graphs_step_begin(c);
+    else {
+        cuda_graphs_step_begin(c);
+        cuda_prof_step_begin(c->prof_step);
+    }
     return st;
 }
 
@@ -561,7 +565,9 @@ static int cuda_step_end(struct backend *be, struct cairn_err *err)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     cuda_graphs_step_end(be);
+    cuda_prof_step_freeze(c->prof_step, c->stream);
     int st = cuda_sync(be, err);
+    cuda_prof_step_end(c->prof_step);
     pthread_mutex_unlock(&c->step_lock);
     return st;
 }
@@ -583,6 +589,7 @@ static void cuda_destroy(struct backend *be)
         if (c->lt) (void)cuda_lt.destroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         cuda_graphs_free(c);
+        cuda_prof_step_close(c->prof_step);
         pthread_mutex_destroy(&c->step_lock);
         free(c->moe_ids_host);
         free(c->moe_list_host);
@@ -736,6 +743,8 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
+    s = getenv("CAIRN_CUDA_ATTN_DEC"); /* "legacy": the decode attention kernel before tuning */
+    c->attn_dec_tuned = !(s && strcmp(s, "legacy") == 0);
     /* the matmuls (the tensor-core kernel or the GEMV) and attention (per-row split plan) are
      * batch-invariant up to this many rows, unless the tiled kernels are forced (they take small
      * steps too). With the tensor-core kernel from n = 1: its 16 rows while every weight is one
@@ -753,6 +762,7 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     }
     st = cuda_check(NULL, err, cudaSetDevice(device));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    if (st == CAIRN_OK) c->prof_step = cuda_prof_step_open(); /* NULL unless step profiling is on */
     if (st == CAIRN_OK && !c->sync_each_op) {
         st = cuda_graphs_init(c);
         if (st != CAIRN_OK) cairn_err_set(err, st, "cuda: out of host memory");

@@ -366,6 +366,17 @@ static cudaGraphExec_t cuda_graph_capture(struct backend *be, const struct cuda_
     return exec;
 }
 
+/* The token rows of a recorded run, for the step profile: its embedding's, else its first
+ * matmul's; -1 when it has neither. */
+static int cuda_graph_rows(const struct cuda_grec *recs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (recs[i].op == CUDA_G_EMBED) return recs[i].u.embed.n;
+    for (int i = 0; i < n; i++)
+        if (recs[i].op == CUDA_G_MATMUL) return recs[i].u.mm.n;
+    return -1;
+}
+
 /* Launches the recorded run (see DESIGN) and empties the record list. */
 static void cuda_graph_flush(struct backend *be)
 {
@@ -391,6 +402,8 @@ static void cuda_graph_flush(struct backend *be)
         if (x->n_rec == 0 || (victim->n_rec != 0 && x->last_use < victim->last_use)) victim = x;
     }
     g->tick++;
+    if (c->prof_step)
+        cuda_prof_step_launch(c->prof_step, c->stream, cuda_graph_rows(g->recs, n), e && e->exec);
     if (e && e->exec) {
         e->last_use = g->tick;
         g->n_launch++;

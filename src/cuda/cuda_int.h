@@ -81,6 +81,8 @@ struct cuda_impl {
     int fuse_silu;              /* ... and SwiGLU into gate/up's epilogue (CAIRN_CUDA_FUSE_SILU=0) */
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
+    int attn_dec_tuned;         /* the tuned decode attention kernel (cuda_k_attention);
+                                 * CAIRN_CUDA_ATTN_DEC=legacy: 0 */
     int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
     size_t attn_tiles_cap;      /* ints it holds */
     int *attn_counters;         /* device: CUDA_ATTN_COUNTERS ints, zero between attention calls */
@@ -104,6 +106,7 @@ struct cuda_impl {
     void *sample_host;          /* sample: host staging (rows, edits, results), grown on demand */
     size_t sample_host_bytes;
     struct backend_ops ops_nosample; /* CAIRN_CUDA_SAMPLE=0: the table in use less its sample op */
+    void *prof_step;                 /* cuda_prof_step_open's state; NULL: step profiling off */
     void *nccl_comm;            /* ncclComm_t of the rank's tensor-parallel group, or NULL
                                    (cuda_nccl.c, set by cuda_tp_init) */
 };

@@ -149,8 +149,11 @@ size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms,
 /* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list).
  * counters: n_counters device ints, zero, left zero (the decode kernel's split counts, one per
  * (row, KV head); steps with more take the generic split-K kernels). */
+/* tuned (0 with CAIRN_CUDA_ATTN_DEC=legacy): the decode kernel with its registers capped so that
+ * 4 blocks fit an SM, and a decode row's sequence found without a search; 0: the kernel before
+ * that, for comparison (the same plans, the same bits). */
 int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int n_sms, int mode,
-                     float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
+                     int tuned, float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
 /* Whether cuda_k_attention takes the tiled prefill kernel for this step (else split-K). */
 int cuda_attn_tiled(const struct backend_attn *a, int mode);
 /* Device ints the backend keeps zeroed for cuda_k_attention's counters. */
@@ -172,7 +175,7 @@ int cuda_k_act_bf16(cudaStream_t s, uint16_t *dst, const float *src, int64_t n);
 /* As cuda_k_dequant_bf16, by 16-byte chunks for q4/q8 (the same values, bit for bit). */
 int cuda_k_dequant_q_bf16(cudaStream_t s, const struct cuda_wdesc *w, uint16_t *dst);
 
-/* ---- cuda_prof.c: CAIRN_CUDA_PROFILE=1, GPU time per op kind, printed at exit ---- */
+/* ---- cuda_prof.cu: CAIRN_CUDA_PROFILE=1, GPU time per op kind, printed at exit ---- */
 enum cuda_prof_kind {
     CUDA_PROF_GEMM = 0,
     CUDA_PROF_ACT,          /* activations f32 -> bf16/f16 for the GEMM */
@@ -184,6 +187,19 @@ enum cuda_prof_kind {
  * closes it (waits for s), adding its time and `flops` to `kind`. NULL regions are no-ops. */
 void *cuda_prof_begin(cudaStream_t s);
 void cuda_prof_end(void *region, cudaStream_t s, enum cuda_prof_kind kind, double flops);
+/* CAIRN_CUDA_STEP_PROFILE=1 / CAIRN_CUDA_PROF_STEPS=ROWS[,ROWS..]:SKIP:COUNT (cuda_prof.cu): a
+ * step's wall time split into the host's time before its first launch, the GPU's and the rest, by
+ * token rows; and a cudaProfilerStart/Stop range around chosen steps, for ncu. open returns NULL
+ * when both are off (then every call is a no-op); the backend calls begin at step_begin, launch
+ * at the step's first launch (rows: its token rows, graph: a graph launch), mark before each
+ * wait for the stream, freeze before step_end's own wait, and end after it. */
+void *cuda_prof_step_open(void);
+void cuda_prof_step_close(void *prof);
+void cuda_prof_step_begin(void *prof);
+void cuda_prof_step_launch(void *prof, cudaStream_t s, int rows, int graph);
+void cuda_prof_step_mark(void *prof, cudaStream_t s);
+void cuda_prof_step_freeze(void *prof, cudaStream_t s);
+void cuda_prof_step_end(void *prof);
 
 /* ---- cuda_moe.cu: routed experts of a batch, sorted by expert on the device ---- */
 #define CUDA_MOE_DEVICE_MAX_N 128  /* tokens: more (a prefill) take the host-grouped GEMMs (cuda_ops.c) */

@@ -163,7 +163,7 @@ int cuda_moe_experts_device(struct backend *be, const struct backend_moe *m)
         .down_data = tab + 2 * (size_t)m->n_experts,
         .n_experts = m->n_experts,
     };
-    (void)cuda_check_launch(c, cuda_k_moe_grouped(c->stream, &set, &ws, m->ids, m->w, m->out, m->n, m->top_k,
-                                                  c->n_sms));
+    (void)cuda_check_launch(c, cuda_k_moe_grouped(c->stream, &set, &ws, m->ids, m->w, m->out, m->n,
+                                                  m->top_k, c->n_sms));
     return 1;
 }

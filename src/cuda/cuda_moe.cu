@@ -132,7 +132,8 @@ static __device__ __forceinline__ void cuda_moe_rows_dot(const struct cuda_wdesc
 
 template <int K>
 static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
-cuda_moe_gate_up_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws, const float *__restrict__ x, int top_k)
+    cuda_moe_gate_up_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws,
+                            const float *__restrict__ x, int top_k)
 {
     int lane = threadIdx.x % CUDA_WARP;
     const int64_t inter = set.gate.rows, hidden = set.gate.cols, n_items = (int64_t)*ws.n_act * inter;
@@ -150,17 +151,19 @@ cuda_moe_gate_up_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws, const fl
             cuda_moe_rows_dot<K>(set.gate, gr, xs, ns, lane, g);
             cuda_moe_rows_dot<K>(set.up, ur, xs, ns, lane, u);
             if (lane == 0)
-                for (int j = 0; j < ns; j++) ws.h[(int64_t)ws.list[s0 + j] * inter + r] = cuda_moe_silu(g[j]) * u[j];
+                for (int j = 0; j < ns; j++)
+                    ws.h[(int64_t)ws.list[s0 + j] * inter + r] = cuda_moe_silu(g[j]) * u[j];
         }
     }
 }
 
 template <int K>
 static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
-cuda_moe_down_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws)
+    cuda_moe_down_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws)
 {
     int lane = threadIdx.x % CUDA_WARP;
-    const int64_t hidden = set.down.rows, inter = set.down.cols, n_items = (int64_t)*ws.n_act * hidden;
+    const int64_t hidden = set.down.rows, inter = set.down.cols,
+                  n_items = (int64_t)*ws.n_act * hidden;
     for (int64_t it = (int64_t)blockIdx.x * CUDA_MOE_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
          it += (int64_t)gridDim.x * CUDA_MOE_WARPS) {
         int e = ws.act[it / hidden];
@@ -173,7 +176,8 @@ cuda_moe_down_kernel(struct cuda_moe_set set, struct cuda_moe_ws ws)
             float y[CUDA_MOE_NT];
             cuda_moe_rows_dot<K>(set.down, dr, hs, ns, lane, y);
             if (lane == 0)
-                for (int j = 0; j < ns; j++) ws.ys[(int64_t)ws.list[s0 + j] * hidden + r] = y[j];
+                for (int j = 0; j < ns; j++)
+                    ws.ys[(int64_t)ws.list[s0 + j] * hidden + r] = y[j];
         }
     }
 }
@@ -246,8 +250,8 @@ static int cuda_moe_kind_of(const struct cuda_wdesc *w, int x_aligned)
 }
 
 template <int K>
-static void cuda_moe_go(cudaStream_t s, const struct cuda_moe_set *set, int kd, const struct cuda_moe_ws *ws,
-                        int64_t max_act, int top_k, int n_sms)
+static void cuda_moe_go(cudaStream_t s, const struct cuda_moe_set *set, int kd,
+                        const struct cuda_moe_ws *ws, int64_t max_act, int top_k, int n_sms)
 {
     /* worst-case items (every slot on its own expert): surplus warps find no item and exit */
     int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * CUDA_MOE_BLOCKS_PER_SM;
@@ -256,12 +260,15 @@ static void cuda_moe_go(cudaStream_t s, const struct cuda_moe_set *set, int kd, 
     b1 = b1 < 1 ? 1 : b1 > cap ? cap : b1;
     b2 = b2 < 1 ? 1 : b2 > cap ? cap : b2;
     cuda_moe_gate_up_kernel<K><<<(unsigned)b1, CUDA_MOE_THREADS, 0, s>>>(*set, *ws, ws->x, top_k);
-    if (kd == K) cuda_moe_down_kernel<K><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
-    else cuda_moe_down_kernel<MOE_SCALAR><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
+    if (kd == K)
+        cuda_moe_down_kernel<K><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
+    else
+        cuda_moe_down_kernel<MOE_SCALAR><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
 }
 
-extern "C" int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set, const struct cuda_moe_ws *ws,
-                                  const int32_t *ids, const float *w, float *out, int n, int top_k, int n_sms)
+extern "C" int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set,
+                                  const struct cuda_moe_ws *ws, const int32_t *ids, const float *w,
+                                  float *out, int n, int top_k, int n_sms)
 {
     if (n <= 0) return (int)cudaGetLastError();
     if (set->n_experts > CUDA_MOE_MAX_EXPERTS) return (int)cudaErrorInvalidValue;
@@ -274,12 +281,24 @@ extern "C" int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set
     if (ku != kg) kg = MOE_SCALAR; /* gate and up are read by one kernel: one kind for both */
     int64_t max_act = n_slots < set->n_experts ? n_slots : set->n_experts;
     switch (kg) {
-    case MOE_F32: cuda_moe_go<MOE_F32>(s, set, kd, ws, max_act, top_k, n_sms); break;
-    case MOE_F16: cuda_moe_go<MOE_F16>(s, set, kd, ws, max_act, top_k, n_sms); break;
-    case MOE_BF16: cuda_moe_go<MOE_BF16>(s, set, kd, ws, max_act, top_k, n_sms); break;
-    case MOE_Q4: cuda_moe_go<MOE_Q4>(s, set, kd, ws, max_act, top_k, n_sms); break;
-    case MOE_Q8: cuda_moe_go<MOE_Q8>(s, set, kd, ws, max_act, top_k, n_sms); break;
-    default: cuda_moe_go<MOE_SCALAR>(s, set, kd, ws, max_act, top_k, n_sms); break;
+    case MOE_F32:
+        cuda_moe_go<MOE_F32>(s, set, kd, ws, max_act, top_k, n_sms);
+        break;
+    case MOE_F16:
+        cuda_moe_go<MOE_F16>(s, set, kd, ws, max_act, top_k, n_sms);
+        break;
+    case MOE_BF16:
+        cuda_moe_go<MOE_BF16>(s, set, kd, ws, max_act, top_k, n_sms);
+        break;
+    case MOE_Q4:
+        cuda_moe_go<MOE_Q4>(s, set, kd, ws, max_act, top_k, n_sms);
+        break;
+    case MOE_Q8:
+        cuda_moe_go<MOE_Q8>(s, set, kd, ws, max_act, top_k, n_sms);
+        break;
+    default:
+        cuda_moe_go<MOE_SCALAR>(s, set, kd, ws, max_act, top_k, n_sms);
+        break;
     }
     int64_t total = (int64_t)n * set->down.rows;
     cuda_moe_combine_kernel<<<cuda_blocks_for(total, 256), 256, 0, s>>>(ids, w, ws->ys, out, n, top_k,

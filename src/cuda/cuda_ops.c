@@ -156,9 +156,9 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
         c->attn_tiles_host = t;
         c->attn_tiles_cap = tiles;
     }
-    (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, c->attn_mode, ws,
-                                                c->attn_tiles_host, c->attn_counters,
-                                                CUDA_ATTN_COUNTERS));
+    (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, c->attn_mode,
+                                                c->attn_dec_tuned, ws, c->attn_tiles_host,
+                                                c->attn_counters, CUDA_ATTN_COUNTERS));
 }
 
 void cuda_op_moe_route(struct backend *be, const float *logits, int n, int n_experts, int top_k,

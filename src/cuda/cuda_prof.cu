@@ -3,7 +3,8 @@
  * waited for at its end, so the ops are serialized with the host while profiling (the figures
  * are each kind's GPU time; the step's wall time grows by the lost overlap). Off (the default),
  * each call is one load of a flag. Regions inside a stream capture are not timed. A .cu file
- * (C linkage through cuda_kernels.h), so that kernel launchers and C callers both reach it. */
+ * (C linkage through cuda_kernels.h), so that kernel launchers and C callers both reach it.
+ * Below it, the whole-step profile (CAIRN_CUDA_STEP_PROFILE, CAIRN_CUDA_PROF_STEPS): see there. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,4 +87,182 @@ extern "C" void cuda_prof_end(void *region, cudaStream_t s, enum cuda_prof_kind 
     (void)cudaEventDestroy(r->e0);
     (void)cudaEventDestroy(r->e1);
     free(r);
+}
+
+/* ---- CAIRN_CUDA_STEP_PROFILE=1: where a step's wall time goes ----
+ * Per step (step_begin .. step_end): the host time before its first launch (staging, upload,
+ * recording the ops: the GPU idles meanwhile), the GPU time from an event just before that
+ * launch to one recorded before the step's last wait (the graph, or the eager replay, plus the
+ * sampling kernel and its copies), and the rest of the wall time (waking up after the GPU,
+ * copies back). Summed by the step's token rows and by how its ops ran (graph launch or not),
+ * printed to stderr at exit. Each step pays two event records and one extra event query.
+ * CAIRN_CUDA_PROF_STEPS=ROWS[,ROWS...]:SKIP:COUNT brackets graph-launched steps of each ROWS
+ * token rows, from the SKIP-th such step (counted per row count) on, COUNT of them, with
+ * cudaProfilerStart/Stop: `ncu
+ * --profile-from-start off` then profiles exactly those steps' kernels. */
+#include <cuda_profiler_api.h>
+#include <time.h>
+
+#define CUDA_PROF_STEP_KEYS 64
+#define CUDA_PROF_STEP_ROWS 8 /* row counts CAIRN_CUDA_PROF_STEPS may name */
+
+struct cuda_prof_step_sum {
+    int rows, graph; /* key */
+    long n;
+    double host_us, gpu_us, wall_us;
+};
+
+struct cuda_prof_step {
+    cudaEvent_t e0, e1;
+    double t_begin, t_launch;
+    int rows, graph, launched, marked;
+    int frozen;                        /* step_end's own wait: no more marks */
+    int ncu_on;                        /* cudaProfilerStart was called for this step */
+    long n_match[CUDA_PROF_STEP_ROWS]; /* graph steps of each cuda_step_rows[] count seen */
+};
+
+static pthread_once_t cuda_step_once = PTHREAD_ONCE_INIT;
+static int cuda_step_enabled;
+static int cuda_step_rows[CUDA_PROF_STEP_ROWS], cuda_step_n_rows, cuda_step_skip, cuda_step_count;
+static struct cuda_prof_step_sum cuda_step_sums[CUDA_PROF_STEP_KEYS];
+static int cuda_step_n_sums;
+
+static double cuda_prof_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void cuda_step_report(void)
+{
+    for (int i = 0; i < cuda_step_n_sums; i++) {
+        const struct cuda_prof_step_sum *s = &cuda_step_sums[i];
+        double n = (double)s->n;
+        fprintf(stderr,
+                "cuda step profile: %4d rows %-6s %6ld steps: wall %8.1f us = host before launch "
+                "%7.1f + "
+                "GPU %8.1f + after %6.1f\n",
+                s->rows, s->graph ? "graph" : "eager", s->n, s->wall_us / n, s->host_us / n,
+                s->gpu_us / n, (s->wall_us - s->host_us - s->gpu_us) / n);
+    }
+}
+
+static void cuda_step_init(void)
+{
+    const char *s = getenv("CAIRN_CUDA_STEP_PROFILE");
+    cuda_step_enabled = s && *s && strcmp(s, "0") != 0;
+    s = getenv("CAIRN_CUDA_PROF_STEPS"); /* ROWS[,ROWS...]:SKIP:COUNT */
+    while (s && *s && cuda_step_n_rows < CUDA_PROF_STEP_ROWS) {
+        char *end = NULL;
+        long r = strtol(s, &end, 10);
+        if (end == s || r < 1) break;
+        cuda_step_rows[cuda_step_n_rows++] = (int)r;
+        s = end;
+        if (*s != ',') break;
+        s++;
+    }
+    if (cuda_step_n_rows && (!s || sscanf(s, ":%d:%d", &cuda_step_skip, &cuda_step_count) != 2)) {
+        fprintf(stderr, "cuda: CAIRN_CUDA_PROF_STEPS: want ROWS[,ROWS...]:SKIP:COUNT\n");
+        cuda_step_n_rows = 0;
+    }
+    if (cuda_step_n_rows) cuda_step_enabled = 1;
+    if (cuda_step_enabled) atexit(cuda_step_report);
+}
+
+extern "C" void *cuda_prof_step_open(void)
+{
+    pthread_once(&cuda_step_once, cuda_step_init);
+    if (!cuda_step_enabled) return NULL;
+    struct cuda_prof_step *p = (struct cuda_prof_step *)calloc(1, sizeof(*p));
+    if (!p) return NULL;
+    if (cudaEventCreate(&p->e0) != cudaSuccess || cudaEventCreate(&p->e1) != cudaSuccess) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void cuda_prof_step_close(void *prof)
+{
+    struct cuda_prof_step *p = (struct cuda_prof_step *)prof;
+    if (!p) return;
+    (void)cudaEventDestroy(p->e0);
+    (void)cudaEventDestroy(p->e1);
+    free(p);
+}
+
+extern "C" void cuda_prof_step_begin(void *prof)
+{
+    struct cuda_prof_step *p = (struct cuda_prof_step *)prof;
+    if (!p) return;
+    p->t_begin = cuda_prof_now_us();
+    p->launched = p->marked = p->ncu_on = p->frozen = 0;
+    p->rows = 0;
+    p->graph = 0;
+}
+
+extern "C" void cuda_prof_step_launch(void *prof, cudaStream_t s, int rows, int graph)
+{
+    struct cuda_prof_step *p = (struct cuda_prof_step *)prof;
+    if (!p || p->launched) return;
+    p->launched = 1;
+    p->rows = rows;
+    p->graph = graph;
+    p->t_launch = cuda_prof_now_us();
+    for (int k = 0; graph && k < cuda_step_n_rows; k++) {
+        if (rows != cuda_step_rows[k]) continue;
+        long i = p->n_match[k]++;
+        if (i >= cuda_step_skip && i < (long)cuda_step_skip + cuda_step_count) {
+            (void)cudaProfilerStart();
+            p->ncu_on = 1;
+        }
+    }
+    (void)cudaEventRecord(p->e0, s);
+}
+
+extern "C" void cuda_prof_step_mark(void *prof, cudaStream_t s)
+{
+    struct cuda_prof_step *p = (struct cuda_prof_step *)prof;
+    if (!p || !p->launched || p->frozen) return;
+    p->marked = cudaEventRecord(p->e1, s) == cudaSuccess;
+}
+
+extern "C" void cuda_prof_step_freeze(void *prof, cudaStream_t s)
+{
+    struct cuda_prof_step *p = (struct cuda_prof_step *)prof;
+    if (!p) return;
+    if (!p->marked) cuda_prof_step_mark(p, s);
+    p->frozen = 1;
+}
+
+extern "C" void cuda_prof_step_end(void *prof)
+{
+    struct cuda_prof_step *p = (struct cuda_prof_step *)prof;
+    if (!p) return;
+    if (p->ncu_on) (void)cudaProfilerStop();
+    float ms = 0;
+    if (!p->launched || !p->marked || cudaEventSynchronize(p->e1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, p->e0, p->e1) != cudaSuccess)
+        return;
+    double wall = cuda_prof_now_us() - p->t_begin;
+    pthread_mutex_lock(&cuda_prof_lock);
+    int k = 0;
+    while (k < cuda_step_n_sums &&
+           (cuda_step_sums[k].rows != p->rows || cuda_step_sums[k].graph != p->graph))
+        k++;
+    if (k == cuda_step_n_sums && k < CUDA_PROF_STEP_KEYS) {
+        memset(&cuda_step_sums[k], 0, sizeof(cuda_step_sums[k]));
+        cuda_step_sums[k].rows = p->rows;
+        cuda_step_sums[k].graph = p->graph;
+        cuda_step_n_sums++;
+    }
+    if (k < cuda_step_n_sums) {
+        struct cuda_prof_step_sum *sum = &cuda_step_sums[k];
+        sum->n++;
+        sum->host_us += p->t_launch - p->t_begin;
+        sum->gpu_us += 1e3 * ms;
+        sum->wall_us += wall;
+    }
+    pthread_mutex_unlock(&cuda_prof_lock);
 }

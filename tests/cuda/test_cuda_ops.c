@@ -1406,26 +1406,41 @@ static void ref_route(const float *logits, int n, int E, int K, int norm, int32_
 
 static void test_moe_route(void)
 {
-    const int n = 7, E = 10, K = 3;
-    float *logits = rnd_vec((size_t)n * E, 3.0f);
-    float *dl = dev_from(logits, sizeof(float) * (size_t)n * E);
-    int32_t *dids = dev_alloc(sizeof(int32_t) * n * K), ids[7 * 3], want_ids[7 * 3];
-    float *dw = dev_alloc(sizeof(float) * n * K), w[7 * 3];
-    double want_w[7 * 3];
-    for (int norm = 0; norm < 2; norm++) {
-        step_begin();
-        be->ops->moe_route(be, dl, n, E, K, norm, dids, dw);
-        step_end();
-        dev_to(ids, dids, sizeof(ids));
-        dev_to(w, dw, sizeof(w));
-        ref_route(logits, n, E, K, norm, want_ids, want_w);
-        CHECK_MSG(memcmp(ids, want_ids, sizeof(ids)) == 0, "moe_route ids (norm %d)", norm);
-        check_close("moe_route w", w, want_w, NULL, CAIRN_ARRAY_LEN(w), 1e-6);
+    /* a small case, Qwen3-30B-A3B's 128 experts / top 8 and Qwen3-Next's 512 / top 10 (with ties)
+     */
+    static const int shapes[][3] = {{7, 10, 3}, {5, 128, 8}, {3, 512, 10}};
+    for (size_t si = 0; si < CAIRN_ARRAY_LEN(shapes); si++) {
+        const int n = shapes[si][0], E = shapes[si][1], K = shapes[si][2];
+        float *logits = rnd_vec((size_t)n * E, 3.0f);
+        if (E >= 128)
+            logits[E + 5] = logits[E + 9] = 40.0f; /* a tie at the top: the lower id first */
+        float *dl = dev_from(logits, sizeof(float) * (size_t)n * E);
+        int32_t *dids = dev_alloc(sizeof(int32_t) * n * K);
+        float *dw = dev_alloc(sizeof(float) * n * K);
+        int32_t *ids = calloc((size_t)n * K, sizeof(int32_t)),
+                *want_ids = calloc((size_t)n * K, sizeof(int32_t));
+        float *w = calloc((size_t)n * K, sizeof(float));
+        double *want_w = calloc((size_t)n * K, sizeof(double));
+        for (int norm = 0; norm < 2; norm++) {
+            step_begin();
+            be->ops->moe_route(be, dl, n, E, K, norm, dids, dw);
+            step_end();
+            dev_to(ids, dids, sizeof(int32_t) * n * K);
+            dev_to(w, dw, sizeof(float) * n * K);
+            ref_route(logits, n, E, K, norm, want_ids, want_w);
+            CHECK_MSG(memcmp(ids, want_ids, sizeof(int32_t) * n * K) == 0,
+                      "moe_route ids (E %d, K %d, norm %d)", E, K, norm);
+            check_close("moe_route w", w, want_w, NULL, (size_t)n * K, 1e-6);
+        }
+        dev_free(dl, sizeof(float) * (size_t)n * E);
+        dev_free(dids, sizeof(int32_t) * n * K);
+        dev_free(dw, sizeof(float) * n * K);
+        free(logits);
+        free(ids);
+        free(want_ids);
+        free(w);
+        free(want_w);
     }
-    dev_free(dl, sizeof(float) * (size_t)n * E);
-    dev_free(dids, sizeof(int32_t) * n * K);
-    dev_free(dw, sizeof(float) * n * K);
-    free(logits);
 }
 
 /* One MoE layer's experts for the tests: stacked [E * inter, hidden] gate/up and
