@@ -12,10 +12,11 @@
  *   CAIRN_CUDA_GEMV_MAX_ROWS=N matmuls of up to N rows (1..8, default 8) take the GEMV kernel,
  *                              larger ones cuBLASLt; 0 sends every matmul to cuBLASLt
  *                              (for the weights the tensor-core kernel does not take)
- *   CAIRN_CUDA_MMA=0|1|2       matmuls of 1..16 rows over dense BF16/F16 weights take the
- *                              tensor-core kernel (1, the default; batch-invariant up to 16
- *                              rows); 2: from 2 rows (the GEMV keeps 1); 0: never (the GEMV up
- *                              to 8 rows, cuBLASLt above)
+ *   CAIRN_CUDA_MMA=0|1|2       matmuls of 1..16 rows over dense BF16/F16 weights with rows of
+ *                              8 KiB or more take the tensor-core kernel (1, the default;
+ *                              batch-invariant up to 16 rows), shorter rows from 9 rows (the
+ *                              GEMV keeps 1..8); 2: from 2 rows (the GEMV keeps 1); 0: never
+ *                              (the GEMV up to 8 rows, cuBLASLt above)
  *   CAIRN_CUDA_MMA_PIPE=0      that kernel without its software pipeline (both register stages
  *                              loaded, then both used; the same bits), for comparison
  *   CAIRN_CUDA_ATTN=auto|split|tiled  attention kernel: auto (default) takes the tiled prefill

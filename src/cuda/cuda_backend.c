@@ -462,9 +462,12 @@ static int cuda_weight_prepare(struct backend *be, struct tensor *w, int hint_re
 cleanup:
     free(stage);
     /* a matmul weight the tensor-core kernel does not take keeps the GEMV (8 rows) and
-     * cuBLASLt (more): the backend's exact rows drop to the GEMV's (a 3-D expert stack too) */
+     * cuBLASLt (more), and one with rows shorter than CUDA_GEMV_LONG_ROW bytes keeps the GEMV up
+     * to 8 rows (cuda_mm_mma_wants): the backend's exact rows drop to the GEMV's (a 3-D expert
+     * stack too) */
     if (st == CAIRN_OK && c->mma_max_rows && c->mma_min_rows == 1 && be->exact_rows > CUDA_GEMV_MAX_N &&
-        (w->n_dims > 2 || (w->n_dims == 2 && ((wt != CUDA_W_BF16 && wt != CUDA_W_F16) || cols % 32 != 0))))
+        (w->n_dims > 2 || (w->n_dims == 2 && ((wt != CUDA_W_BF16 && wt != CUDA_W_F16) || cols % 32 != 0 ||
+                                              (size_t)cols * 2 < CUDA_GEMV_LONG_ROW))))
         be->exact_rows = CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_GEMV_MAX_N));
     if (st != CAIRN_OK) {
         cuda_dev_free(c, d, bytes, CAIRN_MEM_WEIGHTS);

@@ -3,7 +3,8 @@
  * folded into the GEMV or the tensor-core kernel at the bottom of this file).
  *
  * n in mma_min_rows..mma_max_rows (default 1..CUDA_MMA_MAX_N = 16: decode of up to 16 streams,
- * verify chunks) with dense BF16/F16 weights the small-batch kernel takes (cuda_gemm_small.cu,
+ * verify chunks; rows under CUDA_GEMV_LONG_ROW bytes from gemv_max_rows + 1, cuda_mm_mma_wants)
+ * with dense BF16/F16 weights the small-batch kernel takes (cuda_gemm_small.cu,
  * cuda_k_mma_takes): W streamed once into tensor-core products, x rounded to bf16/f16 as for
  * cuBLASLt below, f32 accumulation; the same bits for a row at any n up to 16. One launch per
  * matmul_multi, the residual add of matmul_add and matmul_fused's SwiGLU in its epilogue
@@ -266,10 +267,21 @@ static void cuda_mm_gemm(struct cuda_impl *c, const struct cuda_wdesc *d, const 
 /* The small-batch tensor-core kernel for count weights of one layout when n is in its range and
  * it takes them: 1 when it ran (or its launch error is latched), 0 when the caller runs the
  * other kernels. */
+/* Whether n rows over d go to the tensor-core kernel by the row-count rule (cuda_k_mma_takes
+ * still decides the layout): n in mma_min_rows..mma_max_rows, but rows shorter than
+ * CUDA_GEMV_LONG_ROW bytes keep the GEMV up to gemv_max_rows. Why: at one row the kernel wins on
+ * the 8B's 8 KiB rows (tg128 200 against 183) and loses on the 1B's 4 KiB ones (839 against 930,
+ * H200, one call); the backend's exact_rows drops to the GEMV's for such weights. */
+static int cuda_mm_mma_wants(const struct cuda_impl *c, const struct cuda_wdesc *d, int n)
+{
+    if (n < c->mma_min_rows || n > c->mma_max_rows) return 0;
+    return d->row_bytes >= CUDA_GEMV_LONG_ROW || n > c->gemv_max_rows;
+}
+
 static int cuda_mm_mma(struct cuda_impl *c, const struct cuda_wdesc *d, float *const *y, int count, const float *x,
                        int n, int accumulate, int silu)
 {
-    if (n < c->mma_min_rows || n > c->mma_max_rows) return 0;
+    if (!cuda_mm_mma_wants(c, d, n)) return 0;
     int rc = cuda_k_mma(c->stream, d, y, count, x, n, c->n_sms, accumulate, silu);
     if (rc == CUDA_MMA_NO) return 0;
     (void)cuda_check_launch(c, rc);
@@ -390,7 +402,8 @@ void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused 
         }
         const float *xm = f->norm ? f->h : x;
         int silu = f->silu_mul && c->fuse_silu;
-        if (cuda_k_mma_takes(d, f->count, xm, f->n) && (!silu || d[0].rows == d[1].rows)) {
+        if (cuda_mm_mma_wants(c, &d[0], f->n) && cuda_k_mma_takes(d, f->count, xm, f->n) &&
+            (!silu || d[0].rows == d[1].rows)) {
             if (f->norm) cuda_op_rmsnorm(be, f->h, x, f->norm, f->n, (int)in, f->eps, f->w_offset);
             if (c->err_status == CAIRN_OK) (void)cuda_mm_mma(c, d, f->y, f->count, xm, f->n, 0, silu);
             if (f->silu_mul && !silu && c->err_status == CAIRN_OK)
