@@ -192,7 +192,11 @@ struct cpu_mm_job {
     int64_t first_chunk[CPU_MM_MAX + 1]; /* chunks of weight i: [first_chunk[i], first_chunk[i+1]) */
     const struct cpu_kernels *k;
     int64_t chunk_rows;       /* rows per chunk (multiple of 16) */
-    _Atomic int64_t next;     /* next chunk to take */
+    _Atomic int64_t next;     /* next chunk to take, or (guided) the next row */
+    int guided;               /* prefill: shrinking chunks (cpu_matmul_take) */
+    int nth;                  /* guided: threads of the round */
+    int64_t first_row[CPU_MM_MAX + 1]; /* guided: weight i's rows (each rounded up to 16) from
+                                          first_row[i] in the rows laid end to end */
     int use_vnni;             /* VNNI path for packed q4/q8 */
     _Atomic uint64_t busy_ns; /* CAIRN_CPU_PROF: thread time in the round */
 };
@@ -206,6 +210,34 @@ static void cpu_vnni_prep_task(void *ctx, int ith, int nth)
     if (t0 < t1) cpu_vnni_prep(&j->mm[0], (int)t0, (int)t1);
 }
 
+/* Guided split for prefill: each take is 1/(2·nth) of the rows still left, at least
+ * CPU_MM_GUIDED_MIN_ROWS and never across two weights. Big chunks first (few restarts of the
+ * weight stream), small ones at the end, so that the threads finish together even when one
+ * joined the round late or was preempted in it: with a fixed 4 chunks per round of 2 threads a
+ * 512-token prefill of the Llama-3.2-1B shape had 13-16% of its q/k/v and o rounds idle
+ * (CAIRN_CPU_PROF), with 16 fixed chunks 10-12%. Returns 0 when no rows are left, else sets
+ * *i (the weight) and its rows [*r0, *r1). */
+#define CPU_MM_GUIDED_MIN_ROWS 64
+#define CPU_MM_GUIDED_MIN_N 8
+static int cpu_matmul_take(struct cpu_mm_job *j, int *i, int64_t *r0, int64_t *r1)
+{
+    const int64_t total = j->first_row[j->count];
+    int64_t cur = atomic_load_explicit(&j->next, memory_order_relaxed), take;
+    int w;
+    do {
+        if (cur >= total) return 0;
+        w = 0;
+        while (cur >= j->first_row[w + 1]) w++;
+        take = ((total - cur) / (2 * j->nth) + 31) / 32 * 32;
+        take = CAIRN_MIN(CAIRN_MAX(take, (int64_t)CPU_MM_GUIDED_MIN_ROWS), j->first_row[w + 1] - cur);
+    } while (!atomic_compare_exchange_weak_explicit(&j->next, &cur, cur + take, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    *i = w;
+    *r0 = cur - j->first_row[w];
+    *r1 = CAIRN_MIN(*r0 + take, j->mm[w].out);
+    return 1;
+}
+
 /* Threads take row chunks from a shared counter rather than a fixed share: on a busy machine a
  * preempted thread's rows are picked up by the others instead of stalling the round. */
 static void cpu_matmul_task(void *ctx, int ith, int nth)
@@ -216,11 +248,17 @@ static void cpu_matmul_task(void *ctx, int ith, int nth)
     const uint64_t t0 = cpu_prof_now();
     int i = 0;
     for (;;) {
-        int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (c >= n_chunks) break;
-        while (c >= j->first_chunk[i + 1]) i++;
+        int64_t r0, r1;
+        if (j->guided) {
+            if (!cpu_matmul_take(j, &i, &r0, &r1)) break;
+        } else {
+            int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+            if (c >= n_chunks) break;
+            while (c >= j->first_chunk[i + 1]) i++;
+            r0 = (c - j->first_chunk[i]) * j->chunk_rows;
+            r1 = CAIRN_MIN(r0 + j->chunk_rows, j->mm[i].out);
+        }
         const struct cpu_mm *mm = &j->mm[i];
-        int64_t r0 = (c - j->first_chunk[i]) * j->chunk_rows, r1 = CAIRN_MIN(r0 + j->chunk_rows, mm->out);
         if (j->use_vnni) (j->k == &cpu_avx512_kernels ? cpu_avx512_vnni_matmul : cpu_avx2_vnni_matmul)(mm, r0, r1);
         else j->k->matmul(mm, r0, r1, cpu_scratch(ith));
     }
@@ -302,16 +340,23 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
     }
     /* Rows cost in/… each; below ~64K weights a second thread costs more than it saves. */
     int nth = cpu_nth_for(total_out * in * (int64_t)n, 1 << 16);
-    /* About 2 chunks per thread, each at least 16 rows (and ~16K weights): every chunk starts
-     * its weight stream cold (decode q4 was 12% slower with 8), while a second chunk still lets
-     * an idle thread take over from a preempted one. */
+    /* Decode and other short calls: about 2 chunks per thread, each at least 16 rows (and ~16K
+     * weights): every chunk starts its weight stream cold (decode q4 was 12% slower with 8),
+     * while a second chunk still lets an idle thread take over from a preempted one. Prefill
+     * (compute-bound, CPU_MM_GUIDED_MIN_N tokens or more): the guided split of
+     * cpu_matmul_take. */
     int64_t rows = (total_out + 2 * nth - 1) / (2 * nth);
     int64_t min_rows = CAIRN_MAX((int64_t)16, ((int64_t)1 << 14) / CAIRN_MAX(in, (int64_t)1));
     rows = CAIRN_MAX(rows, min_rows);
     j.chunk_rows = (rows + 15) / 16 * 16;
     j.first_chunk[0] = 0;
-    for (int i = 0; i < count; i++)
+    j.first_row[0] = 0;
+    for (int i = 0; i < count; i++) {
         j.first_chunk[i + 1] = j.first_chunk[i] + (j.mm[i].out + j.chunk_rows - 1) / j.chunk_rows;
+        j.first_row[i + 1] = j.first_row[i] + (j.mm[i].out + 15) / 16 * 16;
+    }
+    j.guided = n >= CPU_MM_GUIDED_MIN_N;
+    j.nth = nth;
     atomic_init(&j.next, 0);
     atomic_init(&j.busy_ns, 0);
     uint64_t t_mm = cpu_prof_now();
