@@ -13,11 +13,18 @@
  * for both (64 8-bit or 32 16-bit products), so three 8-bit digits cost 1.5× one 16-bit digit
  * where two 16-bit digits would cost 2×.
  *
- * Kernel: a tile is one block of 16 rows × T tokens. Each 8 inputs of a group are one 64-byte
- * vector per block (q4; 16 lanes = rows, 4 code bytes each) that a mask and a shift split into
- * the even and odd inputs, and vpdpbusd multiplies each by the token's broadcast digits:
- * 64 multiply-adds per instruction, two instructions per cycle on Zen 5, against 16 for an f32
- * FMA after a dequantize. Integer sums are folded into f32 once per group. */
+ * Kernel: a tile is one block of 16 rows × T tokens (decode and short calls), or from 8 tokens
+ * a pair of blocks × up to 3 tokens. Each 8 inputs of a group are one 64-byte vector per block
+ * (q4; 16 lanes = rows, 4 code bytes each) that a mask and a shift split into the even and odd
+ * inputs, and vpdpbusd multiplies each by the token's broadcast digits: 64 multiply-adds per
+ * instruction, two instructions per cycle on Zen 5, against 16 for an f32 FMA after a
+ * dequantize. Integer sums are folded into f32 once per group. In a pair each broadcast feeds
+ * both blocks: one load per two vpdpbusd instead of one per vpdpbusd (`cairn bench --matmul
+ * OUTxIN --dtype q4 -n 512 -t 1`, CPU time per call on the 2-core Zen 5 VM under load, best of
+ * 3 alternating runs: 2048x8192 79.8 -> 71.7 ms, 6144x1024 28.4 -> 27.6, 8192x2048 73.7 ->
+ * 73.2). What is left per group (3 conversions and 5 FMAs per token and block against 48
+ * vpdpbusd) keeps a tile near 82% of two vpdpbusd a cycle. Rows of a tile do not depend on the
+ * tile shape: results are the same bit for bit whichever tiles or chunks a row falls in. */
 #include <immintrin.h>
 
 #include "cpu/cpu_int.h"
