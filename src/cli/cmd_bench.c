@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/file.h"
 #include "base/mem.h"
@@ -114,6 +115,14 @@ static void bench_print_probe(const struct cpu_probe *p, int json)
 }
 
 /* Synthetic matmul: a random weight, n activation rows. */
+/* CPU seconds of the whole process so far (every thread). */
+static double bench_cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *probe)
 {
     long long out = 0, in = 0;
@@ -175,15 +184,17 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
     int reps = o->reps > 0 ? o->reps : (n == 1 ? 50 : 10);
     double *times = cairn_xmalloc((size_t)reps * sizeof(double));
     double *ratios = cairn_xmalloc((size_t)reps * sizeof(double));
+    double *cpu_times = cairn_xmalloc((size_t)reps * sizeof(double));
     cpu_matmul(&w, x, y, n); /* warm-up: pages in, pool awake */
     double best = 1e30;
     /* The machine may be shared: each group of 5 calls is bracketed by read probes and its
      * weight bandwidth compared with theirs (adjacent roofline ratio). */
     for (int r = 0; r < reps; r++) {
         double bw0 = r % 5 == 0 ? cpu_probe_read_now((size_t)o->probe_mb << 20) : 0;
-        double t0 = cairn_now();
+        double c0 = bench_cpu_seconds(), t0 = cairn_now();
         cpu_matmul(&w, x, y, n);
         times[r] = cairn_now() - t0;
+        cpu_times[r] = bench_cpu_seconds() - c0;
         if (times[r] < best) best = times[r];
         static double bw_last;
         if (bw0 > 0) bw_last = bw0;
@@ -210,6 +221,9 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
         bench_print_probe(probe, 0);
         printf("matmul %lldx%lld %s n=%d (%zu weight bytes), %d reps:\n", out, in, o->dtype, n, wbytes, reps);
         printf("  time     median %.3f ms, best %.3f ms\n", med * 1e3, best * 1e3);
+        /* CPU time of the process (all threads, spinning included): on a shared machine it
+         * moves less than wall time when other work takes the cores */
+        printf("  cpu time median %.3f ms per call\n", bench_median(cpu_times, reps) * 1e3);
         printf("  weights  median %.2f GB/s, best %.2f GB/s = %.1f%% of read bandwidth\n", gbs_med,
                gbs_best, 100.0 * gbs_best / probe->read_gbs);
         printf("  compute  median %.2f GFLOP/s, best %.2f GFLOP/s = %.1f%% of FMA peak\n", gf_med,
@@ -217,6 +231,7 @@ static int bench_matmul(const struct bench_opts *o, const struct cpu_probe *prob
         printf("  vs adjacent read probe: median %.1f%%, best %.1f%%\n", 100.0 * adj_med, 100.0 * adj_best);
     }
     free(ratios);
+    free(cpu_times);
     free(times);
     free(x);
     free(y);

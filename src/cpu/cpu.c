@@ -140,6 +140,7 @@ int cpu_init(int n_threads, struct cairn_err *err)
     if (attn && *attn && (attn_mode = cpu_attn_mode_parse(attn)) < 0)
         return cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CPU_ATTN=%s: expected auto|rowwise|tiled", attn);
     cpu_attn_mode_set((enum cpu_attn_mode)attn_mode);
+    cpu_prof_init();
     cpu_isa_set(isa);
     if (n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -151,7 +152,11 @@ int cpu_init(int n_threads, struct cairn_err *err)
     return CAIRN_OK;
 }
 
-void cpu_shutdown(void) { cpu_pool_stop(); }
+void cpu_shutdown(void)
+{
+    cpu_prof_report();
+    cpu_pool_stop();
+}
 int cpu_n_threads(void) { return cpu_pool_size(); }
 
 
@@ -187,8 +192,13 @@ struct cpu_mm_job {
     int64_t first_chunk[CPU_MM_MAX + 1]; /* chunks of weight i: [first_chunk[i], first_chunk[i+1]) */
     const struct cpu_kernels *k;
     int64_t chunk_rows;       /* rows per chunk (multiple of 16) */
-    _Atomic int64_t next;     /* next chunk to take */
+    _Atomic int64_t next;     /* next chunk to take, or (guided) the next row */
+    int guided;               /* prefill: shrinking chunks (cpu_matmul_take) */
+    int nth;                  /* guided: threads of the round */
+    int64_t first_row[CPU_MM_MAX + 1]; /* guided: weight i's rows (each rounded up to 16) from
+                                          first_row[i] in the rows laid end to end */
     int use_vnni;             /* VNNI path for packed q4/q8 */
+    _Atomic uint64_t busy_ns; /* CAIRN_CPU_PROF: thread time in the round */
 };
 
 
@@ -200,6 +210,34 @@ static void cpu_vnni_prep_task(void *ctx, int ith, int nth)
     if (t0 < t1) cpu_vnni_prep(&j->mm[0], (int)t0, (int)t1);
 }
 
+/* Guided split for prefill: each take is 1/(2·nth) of the rows still left, at least
+ * CPU_MM_GUIDED_MIN_ROWS and never across two weights. Big chunks first (few restarts of the
+ * weight stream), small ones at the end, so that the threads finish together even when one
+ * joined the round late or was preempted in it: with a fixed 4 chunks per round of 2 threads a
+ * 512-token prefill of the Llama-3.2-1B shape had 13-16% of its q/k/v and o rounds idle
+ * (CAIRN_CPU_PROF), with 16 fixed chunks 10-12%. Returns 0 when no rows are left, else sets
+ * *i (the weight) and its rows [*r0, *r1). */
+#define CPU_MM_GUIDED_MIN_ROWS 64
+#define CPU_MM_GUIDED_MIN_N 8
+static int cpu_matmul_take(struct cpu_mm_job *j, int *i, int64_t *r0, int64_t *r1)
+{
+    const int64_t total = j->first_row[j->count];
+    int64_t cur = atomic_load_explicit(&j->next, memory_order_relaxed), take;
+    int w;
+    do {
+        if (cur >= total) return 0;
+        w = 0;
+        while (cur >= j->first_row[w + 1]) w++;
+        take = ((total - cur) / (2 * j->nth) + 31) / 32 * 32;
+        take = CAIRN_MIN(CAIRN_MAX(take, (int64_t)CPU_MM_GUIDED_MIN_ROWS), j->first_row[w + 1] - cur);
+    } while (!atomic_compare_exchange_weak_explicit(&j->next, &cur, cur + take, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    *i = w;
+    *r0 = cur - j->first_row[w];
+    *r1 = CAIRN_MIN(*r0 + take, j->mm[w].out);
+    return 1;
+}
+
 /* Threads take row chunks from a shared counter rather than a fixed share: on a busy machine a
  * preempted thread's rows are picked up by the others instead of stalling the round. */
 static void cpu_matmul_task(void *ctx, int ith, int nth)
@@ -207,16 +245,24 @@ static void cpu_matmul_task(void *ctx, int ith, int nth)
     (void)nth;
     struct cpu_mm_job *j = ctx;
     const int64_t n_chunks = j->first_chunk[j->count];
+    const uint64_t t0 = cpu_prof_now();
     int i = 0;
     for (;;) {
-        int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (c >= n_chunks) break;
-        while (c >= j->first_chunk[i + 1]) i++;
+        int64_t r0, r1;
+        if (j->guided) {
+            if (!cpu_matmul_take(j, &i, &r0, &r1)) break;
+        } else {
+            int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+            if (c >= n_chunks) break;
+            while (c >= j->first_chunk[i + 1]) i++;
+            r0 = (c - j->first_chunk[i]) * j->chunk_rows;
+            r1 = CAIRN_MIN(r0 + j->chunk_rows, j->mm[i].out);
+        }
         const struct cpu_mm *mm = &j->mm[i];
-        int64_t r0 = (c - j->first_chunk[i]) * j->chunk_rows, r1 = CAIRN_MIN(r0 + j->chunk_rows, mm->out);
         if (j->use_vnni) (j->k == &cpu_avx512_kernels ? cpu_avx512_vnni_matmul : cpu_avx2_vnni_matmul)(mm, r0, r1);
         else j->k->matmul(mm, r0, r1, cpu_scratch(ith));
     }
+    if (t0) atomic_fetch_add_explicit(&j->busy_ns, cpu_prof_now() - t0, memory_order_relaxed);
 }
 
 static int cpu_vnni_mode(void)
@@ -264,6 +310,7 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
         total_out += j.mm[i].out;
     }
     if (total_out <= 0) return;
+    uint64_t t_prep = cpu_prof_now();
     cpu_scratch_reserve((size_t)in + 64);
     int packed = 1;
     for (int i = 0; i < count; i++) packed &= w[i]->be_data != NULL;
@@ -278,6 +325,7 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
         }
         j.use_vnni = 1;
         cpu_pool_run(cpu_vnni_prep_task, &j, cpu_nth_for((int64_t)n * in, 1 << 15));
+        cpu_prof_add("mm_prep", 0, in, count, n, t_prep, 0, 0);
     } else if (cpu_k != &cpu_kernels_ref && w0->dtype == DTYPE_Q && w0->bits == 4 && in % 32 == 0 &&
                w0->group_size % 32 == 0) {
         /* De-interleave each 32-chunk of x: byte b of a chunk holds codes 2b (low nibble) and
@@ -292,18 +340,28 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
     }
     /* Rows cost in/… each; below ~64K weights a second thread costs more than it saves. */
     int nth = cpu_nth_for(total_out * in * (int64_t)n, 1 << 16);
-    /* About 2 chunks per thread, each at least 16 rows (and ~16K weights): every chunk starts
-     * its weight stream cold (decode q4 was 12% slower with 8), while a second chunk still lets
-     * an idle thread take over from a preempted one. */
+    /* Decode and other short calls: about 2 chunks per thread, each at least 16 rows (and ~16K
+     * weights): every chunk starts its weight stream cold (decode q4 was 12% slower with 8),
+     * while a second chunk still lets an idle thread take over from a preempted one. Prefill
+     * (compute-bound, CPU_MM_GUIDED_MIN_N tokens or more): the guided split of
+     * cpu_matmul_take. */
     int64_t rows = (total_out + 2 * nth - 1) / (2 * nth);
     int64_t min_rows = CAIRN_MAX((int64_t)16, ((int64_t)1 << 14) / CAIRN_MAX(in, (int64_t)1));
     rows = CAIRN_MAX(rows, min_rows);
     j.chunk_rows = (rows + 15) / 16 * 16;
     j.first_chunk[0] = 0;
-    for (int i = 0; i < count; i++)
+    j.first_row[0] = 0;
+    for (int i = 0; i < count; i++) {
         j.first_chunk[i + 1] = j.first_chunk[i] + (j.mm[i].out + j.chunk_rows - 1) / j.chunk_rows;
+        j.first_row[i + 1] = j.first_row[i] + (j.mm[i].out + 15) / 16 * 16;
+    }
+    j.guided = n >= CPU_MM_GUIDED_MIN_N;
+    j.nth = nth;
     atomic_init(&j.next, 0);
+    atomic_init(&j.busy_ns, 0);
+    uint64_t t_mm = cpu_prof_now();
     cpu_pool_run(cpu_matmul_task, &j, nth);
+    if (t_mm) cpu_prof_add(j.use_vnni ? "mm_vnni" : "matmul", total_out, in, count, n, t_mm, atomic_load(&j.busy_ns), nth);
 }
 
 void cpu_matmul(const struct tensor *w, const float *x, float *y, int n)
@@ -313,7 +371,9 @@ void cpu_matmul(const struct tensor *w, const float *x, float *y, int n)
 
 void cpu_embed(const struct tensor *w, const int32_t *ids, int n, float *out)
 {
+    uint64_t t0 = cpu_prof_now();
     ref_embed(w, ids, n, out);
+    if (t0) cpu_prof_add("embed", w->shape[0], w->shape[1], 1, n, t0, 0, 0);
 }
 
 /* ---- element-wise and row ops ---- */
@@ -344,7 +404,9 @@ void cpu_rmsnorm(float *y, const float *x, const float *w, int n_rows, int dim, 
                              .w_offset = w_offset, .k = cpu_k};
     int nth = cpu_nth_for((int64_t)n_rows * dim, 1 << 15);
     if (nth > n_rows) nth = n_rows > 0 ? n_rows : 1;
+    uint64_t t0 = cpu_prof_now();
     cpu_pool_run(cpu_rmsnorm_task, &j, nth);
+    if (t0) cpu_prof_add("rmsnorm", dim, 0, 1, n_rows, t0, 0, 0);
 }
 
 struct cpu_rope_job {
@@ -371,7 +433,9 @@ void cpu_rope(float *x, int n_tokens, int n_heads, int head_dim, int rot_dim, co
     struct cpu_rope_job j = {x, n_tokens, n_heads, head_dim, rot_dim, pos, inv_freq, cpu_k};
     int nth = cpu_nth_for((int64_t)n_tokens * n_heads * rot_dim * 8, 1 << 15);
     if (nth > n_tokens) nth = n_tokens > 0 ? n_tokens : 1;
+    uint64_t t0 = cpu_prof_now();
     cpu_pool_run(cpu_rope_task, &j, nth);
+    if (t0) cpu_prof_add("rope", n_heads, head_dim, 1, n_tokens, t0, 0, 0);
 }
 
 static void cpu_silu_task(void *ctx, int ith, int nth)
@@ -385,7 +449,9 @@ static void cpu_silu_task(void *ctx, int ith, int nth)
 void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n)
 {
     struct cpu_rows_job j = {.y = out, .x = gate, .w = up, .n = n, .k = cpu_k};
+    uint64_t t0 = cpu_prof_now();
     cpu_pool_run(cpu_silu_task, &j, cpu_nth_for(n, 1 << 14));
+    if (t0) cpu_prof_add("silu_mul", 0, 0, 1, 0, t0, 0, 0);
 }
 
 static void cpu_add_task(void *ctx, int ith, int nth)
@@ -399,7 +465,9 @@ static void cpu_add_task(void *ctx, int ith, int nth)
 void cpu_add(float *y, const float *x, int64_t n)
 {
     struct cpu_rows_job j = {.y = y, .x = x, .n = n, .k = cpu_k};
+    uint64_t t0 = cpu_prof_now();
     cpu_pool_run(cpu_add_task, &j, cpu_nth_for(n, 1 << 16));
+    if (t0) cpu_prof_add("add", 0, 0, 1, 0, t0, 0, 0);
 }
 
 void cpu_add_bias(float *y, const float *b, int n_rows, int dim)
@@ -412,7 +480,9 @@ void cpu_add_bias(float *y, const float *b, int n_rows, int dim)
 void cpu_kv_store(const struct backend_kv_view *kv, int layer, const int32_t *slots, int n_tokens,
                   const float *k, const float *v)
 {
+    uint64_t t0 = cpu_prof_now();
     ref_kv_store(kv, layer, slots, n_tokens, k, v);
+    if (t0) cpu_prof_add("kv_store", 0, 0, 1, n_tokens, t0, 0, 0);
 }
 
 void cpu_parallel(void (*fn)(void *ctx, int ith, int nth), void *ctx)

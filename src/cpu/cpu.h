@@ -16,7 +16,8 @@
  * AVX2 kernels: weights packed at load);
  * CAIRN_CPU_ATTN=auto|rowwise|tiled picks the attention kernel (cpu_attn_mode below);
  * CAIRN_CPU_SPIN=N sets how many pause iterations pool threads spin before sleeping on a futex
- * (default 1000; lower it when the machine is oversubscribed).
+ * (default 1000; lower it when the machine is oversubscribed); CAIRN_CPU_PROF=1 prints each op's
+ * wall time by kind and shape to stderr when the pool stops (cpu_prof.c).
  *
  * Numerics: every variant widens weights to f32 exactly and accumulates in f32, so all ISAs
  * agree with the double-precision reference to ~1e-5 relative; tests/unit/test_cpu_ops.c states

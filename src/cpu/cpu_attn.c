@@ -119,11 +119,11 @@ static void cpu_attention_run(const struct cpu_attn *a)
 void cpu_attention(const struct cpu_attn *a)
 {
     if (a->n_tokens <= 0) return;
-    if (!atomic_load_explicit(&cpu_attn_timing, memory_order_relaxed)) {
-        cpu_attention_run(a);
-        return;
-    }
-    double t0 = cairn_now();
+    const int timing = atomic_load_explicit(&cpu_attn_timing, memory_order_relaxed);
+    const uint64_t t0 = timing ? cairn_now_ns() : cpu_prof_now();
     cpu_attention_run(a);
-    atomic_fetch_add(&cpu_attn_ns, (uint64_t)((cairn_now() - t0) * 1e9));
+    if (!t0) return;
+    const uint64_t dt = cairn_now_ns() - t0;
+    if (timing) atomic_fetch_add(&cpu_attn_ns, dt);
+    cpu_prof_add("attention", a->n_heads, a->kv->head_dim, 1, a->n_tokens, t0, 0, 0);
 }

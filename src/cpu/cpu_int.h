@@ -127,6 +127,17 @@ float *cpu_scratch(int ith);
 /* Shared scratch (prepared activations), grow-only. */
 float *cpu_shared_scratch(size_t floats);
 
+/* CAIRN_CPU_PROF=1 (cpu_prof.c): per-op wall time by kind and shape, printed to stderr by
+ * cpu_shutdown. cpu_prof_now() is 0 (no clock read) while off; cpu_prof_add records one call of
+ * n tokens that started at t0; busy_ns: thread time summed over the nth threads of its round
+ * (0: not measured). kind must be a string literal (rows are keyed by its address). */
+extern int cpu_prof_on;
+void cpu_prof_init(void);
+uint64_t cpu_prof_now(void);
+void cpu_prof_add(const char *kind, int64_t out, int64_t in, int count, int n, uint64_t t0, uint64_t busy_ns,
+                  int nth);
+void cpu_prof_report(void);
+
 /* x86 feature bits (cpu.c). */
 struct cpu_features {
     int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512bf16, avx512vnni, avx_vnni;

@@ -13,11 +13,18 @@
  * for both (64 8-bit or 32 16-bit products), so three 8-bit digits cost 1.5× one 16-bit digit
  * where two 16-bit digits would cost 2×.
  *
- * Kernel: a tile is one block of 16 rows × T tokens. Each 8 inputs of a group are one 64-byte
- * vector per block (q4; 16 lanes = rows, 4 code bytes each) that a mask and a shift split into
- * the even and odd inputs, and vpdpbusd multiplies each by the token's broadcast digits:
- * 64 multiply-adds per instruction, two instructions per cycle on Zen 5, against 16 for an f32
- * FMA after a dequantize. Integer sums are folded into f32 once per group. */
+ * Kernel: a tile is one block of 16 rows × T tokens (decode and short calls), or from 8 tokens
+ * a pair of blocks × up to 3 tokens. Each 8 inputs of a group are one 64-byte vector per block
+ * (q4; 16 lanes = rows, 4 code bytes each) that a mask and a shift split into the even and odd
+ * inputs, and vpdpbusd multiplies each by the token's broadcast digits: 64 multiply-adds per
+ * instruction, two instructions per cycle on Zen 5, against 16 for an f32 FMA after a
+ * dequantize. Integer sums are folded into f32 once per group. In a pair each broadcast feeds
+ * both blocks: one load per two vpdpbusd instead of one per vpdpbusd (`cairn bench --matmul
+ * OUTxIN --dtype q4 -n 512 -t 1`, CPU time per call on the 2-core Zen 5 VM under load, best of
+ * 3 alternating runs: 2048x8192 79.8 -> 71.7 ms, 6144x1024 28.4 -> 27.6, 8192x2048 73.7 ->
+ * 73.2). What is left per group (3 conversions and 5 FMAs per token and block against 48
+ * vpdpbusd) keeps a tile near 82% of two vpdpbusd a cycle. Rows of a tile do not depend on the
+ * tile shape: results are the same bit for bit whichever tiles or chunks a row falls in. */
 #include <immintrin.h>
 
 #include "cpu/cpu_int.h"
@@ -41,88 +48,129 @@ static inline __m512i vnni_bcast4(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
-/* One block of 16 rows × tokens [t0, t0 + T), T and bits compile-time constants in each
- * instantiation below so that the accumulators live in registers: per token one integer chain
- * per digit (two for a lone token, decode: its even and odd halves, so that enough vpdpbusd are
- * independent to cover their latency) and one f32 sum. One block at a time: with one weight
- * stream per thread the hardware prefetcher keeps decode at the memory's speed, where four
- * interleaved block streams ran q4 decode of a 150K×1K matrix 30% slower. */
+/* NB blocks of 16 rows (blk, blk + 1, ...) × tokens [t0, t0 + T); T, NB and bits are
+ * compile-time constants in each instantiation below so that the accumulators live in
+ * registers: per (token, block) one integer chain per digit (two for a lone token, decode: its
+ * even and odd halves, so that enough vpdpbusd are independent to cover their latency) and one
+ * f32 sum. Two blocks let each broadcast activation feed two vpdpbusd, which halves the loads
+ * per multiply (two loads a cycle feed two vpdpbusd a cycle only if most of them are not
+ * broadcasts). One block at a time for decode: with one weight stream per thread the hardware
+ * prefetcher keeps decode at the memory's speed, where four interleaved block streams ran q4
+ * decode of a 150K×1K matrix 30% slower. */
 static inline __attribute__((always_inline)) void
-vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int bits)
+vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int NB, const int bits)
 {
     const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
     const int64_t gcode = (int64_t)CPU_VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * CPU_VNNI_ROWS;
     const int64_t step_bytes = 8 * CPU_VNNI_ROWS * bits / 8, pf_ahead = cpu_prefetch_ahead(gbytes);
-    const uint8_t *wp = (const uint8_t *)mm->w->be_data + blk * groups * gbytes;
+    const uint8_t *wp[2];
     const int8_t *xq[VNNI_TMAX];
-    __m512 acc[VNNI_TMAX];
+    __m512 acc[VNNI_TMAX][2];
+#pragma GCC unroll 2
+    for (int b = 0; b < NB; b++) wp[b] = (const uint8_t *)mm->w->be_data + (blk + b) * groups * gbytes;
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
         xq[t] = (const int8_t *)mm->xq + (int64_t)(t0 + t) * CPU_VNNI_DIGITS * in;
-        acc[t] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int b = 0; b < NB; b++) acc[t][b] = _mm512_setzero_ps();
     }
     const __m512i m15 = _mm512_set1_epi8(15);
     const __m512 r1 = _mm512_set1_ps(1.0f / CPU_VNNI_RADIX), r2 = _mm512_set1_ps(1.0f / (CPU_VNNI_RADIX * CPU_VNNI_RADIX));
-    for (int64_t g = 0; g < groups; g++, wp += gbytes) {
-        __m512i ia[VNNI_TMAX][CPU_VNNI_DIGITS], ib[VNNI_TMAX][CPU_VNNI_DIGITS];
-        for (int64_t off = 0; off < gbytes; off += 64) _mm_prefetch((const char *)wp + off + pf_ahead, _MM_HINT_T0);
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i ia[VNNI_TMAX][CPU_VNNI_DIGITS][2], ib[VNNI_TMAX][CPU_VNNI_DIGITS];
+#pragma GCC unroll 2
+        for (int b = 0; b < NB; b++)
+            for (int64_t off = 0; off < gbytes; off += 64) _mm_prefetch((const char *)wp[b] + off + pf_ahead, _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
-            for (int k = 0; k < CPU_VNNI_DIGITS; k++) ia[t][k] = ib[t][k] = _mm512_setzero_si512();
+            for (int k = 0; k < CPU_VNNI_DIGITS; k++) {
+                ib[t][k] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+                for (int b = 0; b < NB; b++) ia[t][k][b] = _mm512_setzero_si512();
+            }
         for (int64_t s = 0; s < gs / 8; s++) {
             /* q4: the 4 even / 4 odd inputs of the 8 per lane; q8: inputs 0-3 / 4-7 */
-            __m512i wl, wh;
-            if (bits == 4) {
-                __m512i v = _mm512_loadu_si512(wp + s * step_bytes);
-                wl = _mm512_and_si512(v, m15);
-                wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
-            } else {
-                wl = _mm512_loadu_si512(wp + s * step_bytes);
-                wh = _mm512_loadu_si512(wp + s * step_bytes + 64);
+            __m512i wl[2], wh[2];
+#pragma GCC unroll 2
+            for (int b = 0; b < NB; b++) {
+                if (bits == 4) {
+                    __m512i v = _mm512_loadu_si512(wp[b] + s * step_bytes);
+                    wl[b] = _mm512_and_si512(v, m15);
+                    wh[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+                } else {
+                    wl[b] = _mm512_loadu_si512(wp[b] + s * step_bytes);
+                    wh[b] = _mm512_loadu_si512(wp[b] + s * step_bytes + 64);
+                }
             }
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
                 for (int k = 0; k < CPU_VNNI_DIGITS; k++) {
                     const int8_t *xp = xq[t] + (g * gs / 8 + s) * CPU_VNNI_STEP_BYTES + 8 * k;
-                    VNNI_DPBUSD(ia[t][k], wl, vnni_bcast4(xp));
-                    if (T == 1) VNNI_DPBUSD(ib[t][k], wh, vnni_bcast4(xp + 4));
-                    else VNNI_DPBUSD(ia[t][k], wh, vnni_bcast4(xp + 4));
+                    const __m512i xl = vnni_bcast4(xp), xh = vnni_bcast4(xp + 4);
+#pragma GCC unroll 2
+                    for (int b = 0; b < NB; b++) {
+                        VNNI_DPBUSD(ia[t][k][b], wl[b], xl);
+                        if (T == 1 && NB == 1) VNNI_DPBUSD(ib[t][k], wh[b], xh);
+                        else VNNI_DPBUSD(ia[t][k][b], wh[b], xh);
+                    }
                 }
         }
-        const __m512 sc = vnni_bf16x16(wp + gcode), bi = vnni_bf16x16(wp + gcode + 2 * CPU_VNNI_ROWS);
+#pragma GCC unroll 2
+        for (int b = 0; b < NB; b++) {
+            const __m512 sc = vnni_bf16x16(wp[b] + gcode), bi = vnni_bf16x16(wp[b] + gcode + 2 * CPU_VNNI_ROWS);
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            const int64_t tg = (int64_t)(t0 + t) * groups + g;
-            if (T == 1)
+            for (int t = 0; t < T; t++) {
+                const int64_t tg = (int64_t)(t0 + t) * groups + g;
+                if (T == 1 && NB == 1)
 #pragma GCC unroll 4
-                for (int k = 0; k < CPU_VNNI_DIGITS; k++) ia[t][k] = _mm512_add_epi32(ia[t][k], ib[t][k]);
-            __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][2]), r2, _mm512_cvtepi32_ps(ia[t][0]));
-            dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1]), r1, dot);
-            acc[t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(sc, _mm512_set1_ps(mm->xd[tg])), acc[t]);
-            acc[t] = _mm512_fmadd_ps(bi, _mm512_set1_ps(mm->xsum[tg]), acc[t]);
+                    for (int k = 0; k < CPU_VNNI_DIGITS; k++) ia[t][k][b] = _mm512_add_epi32(ia[t][k][b], ib[t][k]);
+                __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][2][b]), r2, _mm512_cvtepi32_ps(ia[t][0][b]));
+                dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1][b]), r1, dot);
+                acc[t][b] = _mm512_fmadd_ps(dot, _mm512_mul_ps(sc, _mm512_set1_ps(mm->xd[tg])), acc[t][b]);
+                acc[t][b] = _mm512_fmadd_ps(bi, _mm512_set1_ps(mm->xsum[tg]), acc[t][b]);
+            }
+            wp[b] += gbytes;
         }
     }
-    const int64_t row0 = blk * CPU_VNNI_ROWS, left = mm->out - row0;
-    const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+#pragma GCC unroll 2
+    for (int b = 0; b < NB; b++) {
+        const int64_t row0 = (blk + b) * CPU_VNNI_ROWS, left = mm->out - row0;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(mm->y + (int64_t)(t0 + t) * mm->out + row0, m, acc[t]);
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(mm->y + (int64_t)(t0 + t) * mm->out + row0, m, acc[t][b]);
+    }
 }
 
 typedef void (*vnni_tile_fn)(const struct cpu_mm *mm, int64_t blk, int t0);
 
-#define VNNI_TILE(T, B)                                                                            \
-    static void vnni_tile_##T##_q##B(const struct cpu_mm *mm, int64_t blk, int t0) { vnni_tile(mm, blk, t0, T, B); }
-#define VNNI_TILES(B) VNNI_TILE(1, B) VNNI_TILE(2, B) VNNI_TILE(3, B) VNNI_TILE(4, B) VNNI_TILE(5, B) VNNI_TILE(6, B) VNNI_TILE(7, B)
+#define VNNI_TILE(T, NB, B)                                                                        \
+    static void vnni_tile_##T##x##NB##_q##B(const struct cpu_mm *mm, int64_t blk, int t0)         \
+    {                                                                                              \
+        vnni_tile(mm, blk, t0, T, NB, B);                                                          \
+    }
+#define VNNI_TILES(B)                                                                              \
+    VNNI_TILE(1, 1, B) VNNI_TILE(2, 1, B) VNNI_TILE(3, 1, B) VNNI_TILE(4, 1, B) VNNI_TILE(5, 1, B)  \
+    VNNI_TILE(6, 1, B) VNNI_TILE(7, 1, B) VNNI_TILE(1, 2, B) VNNI_TILE(2, 2, B) VNNI_TILE(3, 2, B)
 VNNI_TILES(4)
 VNNI_TILES(8)
 
 /* [bits 4/8][T - 1]: T <= 7 keeps 3·T integer and T f32 accumulators, the weights and a
  * broadcast in 32 zmm (7 ran 4% faster than 6). */
 static const vnni_tile_fn vnni_tiles[2][VNNI_TMAX] = {
-    {vnni_tile_1_q4, vnni_tile_2_q4, vnni_tile_3_q4, vnni_tile_4_q4, vnni_tile_5_q4, vnni_tile_6_q4, vnni_tile_7_q4},
-    {vnni_tile_1_q8, vnni_tile_2_q8, vnni_tile_3_q8, vnni_tile_4_q8, vnni_tile_5_q8, vnni_tile_6_q8, vnni_tile_7_q8},
+    {vnni_tile_1x1_q4, vnni_tile_2x1_q4, vnni_tile_3x1_q4, vnni_tile_4x1_q4, vnni_tile_5x1_q4, vnni_tile_6x1_q4, vnni_tile_7x1_q4},
+    {vnni_tile_1x1_q8, vnni_tile_2x1_q8, vnni_tile_3x1_q8, vnni_tile_4x1_q8, vnni_tile_5x1_q8, vnni_tile_6x1_q8, vnni_tile_7x1_q8},
+};
+/* Two blocks at once, [bits 4/8][T - 1], T <= 3: 18 integer and 6 f32 accumulators, 4 weight
+ * vectors, the mask and a broadcast in 32 zmm. */
+#define VNNI_TMAX2 3
+/* tokens from which a call takes the block pairs: fewer tokens are memory-bound like decode,
+ * where one weight stream per thread is what the prefetcher keeps at speed */
+#define VNNI_PAIR_MIN_N 8
+static const vnni_tile_fn vnni_tiles2[2][VNNI_TMAX2] = {
+    {vnni_tile_1x2_q4, vnni_tile_2x2_q4, vnni_tile_3x2_q4},
+    {vnni_tile_1x2_q8, vnni_tile_2x2_q8, vnni_tile_3x2_q8},
 };
 
 /* Rows [r0, r1) (r0 a multiple of 16) of every token. Tokens go in blocks of ~64 so that a row
@@ -131,6 +179,19 @@ void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
     const int bi = mm->w->bits == 4 ? 0 : 1;
     const int64_t b0 = r0 / CPU_VNNI_ROWS, b1 = (r1 + CPU_VNNI_ROWS - 1) / CPU_VNNI_ROWS;
+    if (mm->n >= VNNI_PAIR_MIN_N) {
+        /* Prefill: pairs of blocks in tiles of 3 tokens (and a last odd block in tiles of 7) */
+        enum { TB = 21 * VNNI_TMAX2 }; /* whole tiles */
+        for (int tb = 0; tb < mm->n; tb += TB) {
+            const int te = tb + TB < mm->n ? tb + TB : mm->n;
+            int64_t b = b0;
+            for (; b + 2 <= b1; b += 2)
+                for (int t = tb; t < te; t += VNNI_TMAX2) vnni_tiles2[bi][(te - t < VNNI_TMAX2 ? te - t : VNNI_TMAX2) - 1](mm, b, t);
+            for (; b < b1; b++)
+                for (int t = tb; t < te; t += VNNI_TMAX) vnni_tiles[bi][(te - t < VNNI_TMAX ? te - t : VNNI_TMAX) - 1](mm, b, t);
+        }
+        return;
+    }
     enum { TB = 9 * VNNI_TMAX }; /* whole tiles */
     for (int tb = 0; tb < mm->n; tb += TB) {
         const int te = tb + TB < mm->n ? tb + TB : mm->n;

@@ -160,13 +160,15 @@ static void test_matmul(void)
 
 /* q4/q8 on the VNNI path (packed weights, int8-digit activations; AVX-512 VNNI or AVX-VNNI):
  * 2e-5 of Σ|w·x| like every matmul. Shapes cross its tiles: rows in blocks of 16 (21 leaves
- * 5), up to 7 tokens per tile and 63 per token block (70), groups of 32 to 128. */
+ * 5), up to 7 tokens per tile and 63 per token block (70), groups of 32 to 128; from 8 tokens
+ * pairs of blocks in tiles of up to 3 tokens (80 and 272 rows: an odd block left) and the
+ * guided row split over several chunks (272). */
 static void test_matmul_q16(void)
 {
     static const int ns[] = {1, 2, 3, 5, 17, 70};
     static const int gss[] = {32, 64, 128};
     static const int n_groups[] = {1, 3, 37};
-    static const int64_t outs[] = {1, 21, 80};
+    static const int64_t outs[] = {1, 21, 80, 272};
     for (int bits = 4; bits <= 8; bits += 4)
         for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++)
             for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++)
