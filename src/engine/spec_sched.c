@@ -187,8 +187,8 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
     int n_plan = CAIRN_MIN(n_decodes, SPEC_SCHED_PLAN_MAX), any_mtp = 0;
     for (int i = 0; i < n_plan; i++)
         want[i] = 0;
-    /* a backend whose results depend on the step's row count beyond exact_rows (the GPU: GEMV
-     * vs cuBLAS, split-K vs tiled attention) gets drafts only inside it, so every verified row
+    /* a backend whose results depend on the step's row count beyond exact_rows (the GPU: its
+     * small-batch matmuls vs cuBLAS, split-K vs tiled attention) gets drafts only inside it, so every verified row
      * has the bits its plain decode would have: greedy output is the same with and without */
     int exact = e->ops.be ? e->ops.be->exact_rows : 0; /* a test engine may have none */
     if (exact > 0) budget = CAIRN_MIN(budget, exact - n_decodes);

@@ -14,7 +14,7 @@
  *   chunk is tokens[n_computed, n_tokens + k) with k + 1 logits rows. Drafts never preempt and
  *   never evict a cached block: a draft that needs a new block takes a free one or is cut to the
  *   block it has.
- * - Exactness: on a backend with exact_rows (tensor/backend.h: the GPU's GEMV and split-K
+ * - Exactness: on a backend with exact_rows (tensor/backend.h: the GPU's small-batch matmuls and split-K
  *   attention give a row the same bits in any step of at most that many rows), the decodes and
  *   drafts of a step stay within it, so a verified row equals its plain decode bit for bit.
  * - After the forward, spec_sched_verify samples the rows (spec_verify.h), commits each emitted

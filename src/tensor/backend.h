@@ -64,7 +64,8 @@ struct backend {
                               backend joins one (cpu_backend_tp_join, cuda_tp_init) */
     int exact_rows;        /* steps of at most this many token rows give every row the same
                             * bits it would get alone or in any other such step (the GPU's
-                            * GEMV and split-K attention limit); 0: any step (the CPU). The
+                            * small-batch matmuls, tensor-core or GEMV, and split-K attention
+                            * limit: 16 or 8, cuda_backend.c); 0: any step (the CPU). The
                             * speculative planner keeps drafts inside it, so greedy output is
                             * the same with and without speculation. */
 };
