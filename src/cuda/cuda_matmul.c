@@ -293,6 +293,15 @@ int cuda_mm_small_rows(const struct cuda_impl *c)
     return CAIRN_MAX(c->gemv_max_rows, c->mma_max_rows);
 }
 
+/* d[i] = the descriptors of count 2-D weights (count <= CUDA_GEMV_MAX_W: the small kernels'). */
+static void cuda_mm_descs_of(const struct tensor *const *w, int count, struct cuda_wdesc *d)
+{
+    for (int i = 0; i < count; i++) {
+        CAIRN_ASSERT(w[i]->n_dims == 2);
+        d[i] = cuda_wdesc_of(w[i]);
+    }
+}
+
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
 {
     struct cuda_impl *c = cuda_impl_of(be);
@@ -339,28 +348,20 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
 {
     struct cuda_impl *c = cuda_impl_of(be);
     if (c->err_status != CAIRN_OK || n <= 0 || count <= 0) return;
-    if (n >= c->mma_min_rows && n <= c->mma_max_rows && count <= CUDA_GEMV_MAX_W) {
+    if (count <= CUDA_GEMV_MAX_W && n <= cuda_mm_small_rows(c)) {
         struct cuda_wdesc d[CUDA_GEMV_MAX_W];
-        for (int i = 0; i < count; i++) {
-            CAIRN_ASSERT(w[i]->n_dims == 2);
-            d[i] = cuda_wdesc_of(w[i]);
-        }
+        cuda_mm_descs_of(w, count, d);
         if (cuda_mm_mma(c, d, y, count, x, n, 0, 0)) return;
-    }
-    if (n <= c->gemv_max_rows && count <= CUDA_GEMV_MAX_W) {
-        /* GEMV-sized: runs of fusable weights share one launch. */
-        struct cuda_wdesc d[CUDA_GEMV_MAX_W];
-        for (int i = 0; i < count; i++) {
-            CAIRN_ASSERT(w[i]->n_dims == 2);
-            d[i] = cuda_wdesc_of(w[i]);
+        if (n <= c->gemv_max_rows) {
+            /* GEMV-sized: runs of fusable weights share one launch. */
+            for (int i0 = 0; i0 < count && c->err_status == CAIRN_OK;) {
+                int i1 = i0 + 1;
+                while (i1 < count && cuda_k_gemv_fusable(&d[i0], &d[i1])) i1++;
+                (void)cuda_check_launch(c, cuda_k_gemv_multi(c->stream, d + i0, y + i0, i1 - i0, x, n, c->n_sms, 0));
+                i0 = i1;
+            }
+            return;
         }
-        for (int i0 = 0; i0 < count && c->err_status == CAIRN_OK;) {
-            int i1 = i0 + 1;
-            while (i1 < count && cuda_k_gemv_fusable(&d[i0], &d[i1])) i1++;
-            (void)cuda_check_launch(c, cuda_k_gemv_multi(c->stream, d + i0, y + i0, i1 - i0, x, n, c->n_sms, 0));
-            i0 = i1;
-        }
-        return;
     }
     /* GEMM-sized: one conversion of x serves every weight that wants the same 16-bit type. */
     struct cuda_wdesc d[4];
@@ -392,14 +393,11 @@ void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused 
     CAIRN_ASSERT(f->count <= CUDA_GEMV_MAX_W && (!f->silu_mul || f->count == 2));
     const int64_t in = f->w[0]->shape[1];
     const float *x = f->x;
+    struct cuda_wdesc d[CUDA_GEMV_MAX_W];
+    cuda_mm_descs_of(f->w, f->count, d);
     if (f->n >= c->mma_min_rows && f->n <= c->mma_max_rows) {
         /* the tensor-core kernel when it takes the weights: the norm as its own kernel, SwiGLU
          * in its epilogue (unless switched off) */
-        struct cuda_wdesc d[CUDA_GEMV_MAX_W];
-        for (int i = 0; i < f->count; i++) {
-            CAIRN_ASSERT(f->w[i]->n_dims == 2);
-            d[i] = cuda_wdesc_of(f->w[i]);
-        }
         const float *xm = f->norm ? f->h : x;
         int silu = f->silu_mul && c->fuse_silu;
         if (cuda_mm_mma_wants(c, &d[0], f->n) && cuda_k_mma_takes(d, f->count, xm, f->n) &&
@@ -413,8 +411,7 @@ void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused 
     }
     int small = f->n <= c->gemv_max_rows;
     /* by default not for dense rows long enough for 1-row items (cuda_backend.c says why) */
-    const struct cuda_wdesc d0 = cuda_wdesc_of(f->w[0]);
-    int long_dense = d0.type != CUDA_W_Q && d0.row_bytes >= CUDA_GEMV_LONG_ROW;
+    int long_dense = d[0].type != CUDA_W_Q && d[0].row_bytes >= CUDA_GEMV_LONG_ROW;
     int fnorm = f->norm && small && (c->fuse_norm == 2 || (c->fuse_norm == 1 && !long_dense));
     int fsilu = f->silu_mul && c->fuse_silu && small;
     if (f->norm && !fnorm) { /* the norm as its own kernel; the GEMV may still take SwiGLU */
@@ -422,11 +419,6 @@ void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused 
         x = f->h;
     }
     if (fnorm || fsilu) {
-        struct cuda_wdesc d[CUDA_GEMV_MAX_W];
-        for (int i = 0; i < f->count; i++) {
-            CAIRN_ASSERT(f->w[i]->n_dims == 2);
-            d[i] = cuda_wdesc_of(f->w[i]);
-        }
         int rc = cuda_k_gemv_fused(c->stream, d, f->y, f->count, x, f->n, c->n_sms, fnorm ? f->norm : NULL, f->eps,
                                    f->w_offset, fsilu);
         if (rc != CUDA_GEMV_UNFUSED) {
