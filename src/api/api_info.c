@@ -200,6 +200,16 @@ char *api_info_status(struct api *a, int *status)
                       (json_int_t)st.n_blocks_recomputed, "hot_read_bytes_per_s", st.tier_fast_read_bps,
                       "ssd_read_bytes_per_s", st.tier_slow_read_bps, "prefill_tokens_per_s",
                       st.prefill_tok_s));
+        /* where the scheduler's time went, summed since start: steps that decoded only vs the
+         * rest (prefill chunks, mixed), and the host phases of every step (engine.h); two reads'
+         * difference is a run's share (bench/http_load.py prints it) */
+        json_object_set_new(
+            m, "steps",
+            json_pack("{s:I,s:f,s:I,s:{s:f,s:f,s:f,s:f,s:f,s:f},s:I,s:I}", "count", (json_int_t)st.n_steps,
+                      "decode_only_s", st.decode_step_s, "decode_only_tokens", (json_int_t)st.n_decode_step_tokens,
+                      "host_s", "plan", st.t_plan_s, "issue", st.t_issue_s, "wait", st.t_wait_s, "sample",
+                      st.t_sample_s, "detok", st.t_detok_s, "emit", st.t_emit_s, "rows_sampled_device",
+                      (json_int_t)st.n_rows_device, "rows_sampled_host", (json_int_t)st.n_rows_host));
         struct kv_tiers_stats ts;
         if (loaded && a->be.tier_stats && a->be.tier_stats(a->be.ctx, idx, &ts))
             json_object_set_new(m, "tiers", api_info_tiers_json(&ts));

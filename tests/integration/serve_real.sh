@@ -42,6 +42,9 @@ cached=$(echo "$out" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p')
 check "prefix cache hit (cached $cached)" [ "${cached:-0}" -gt 0 ]
 st=$(curl -s "${A[@]}" "$R/api/status")
 check_has "status loaded" "$st" '"loaded":true'
+# the step counters (bench/http_load.py reads them): 4 requests so far, each stepped
+n_steps=$(echo "$st" | sed -n 's/.*"steps":{"count":\([0-9]*\).*/\1/p')
+check "status steps (count $n_steps)" [ "${n_steps:-0}" -gt 4 ]
 # clearing the device tier drops that prefix: the next send is a miss
 check_eq "cache clear" "$(curl -s "${A[@]}" "$R/api/cache/clear" -d '{"tier":"device"}')" '{"status":"ok","tier":"device","tiers_cleared":1}'
 out=$(curl -s "${A[@]}" "$R/v1/chat/completions" -d "$L")
