@@ -3,24 +3,37 @@
 
     bench/http_load.py --port 8080 --model NAME [-n 1000] [--prompt-min 200 --prompt-max 2000]
                        [--out-min 100 --out-max 500] [--seed 1] [--vocab 128256] [--concurrency N]
-                       [--no-warmup]
+                       [--procs P] [--json FILE] [--no-warmup]
 
 Each request is a fixed-seed random prompt of token ids (the OpenAI completions API takes
 `prompt` as an array of ids, so the lengths are exact whatever the tokenizer), `max_tokens` from
 the output range, `ignore_eos`, greedy, `stream: true`. Reports the aggregate output tok/s over
 the wall time from the first submit to the last token, TTFT (submit -> first token) and ITL (the
-gaps between a stream's tokens) at p50 / p90 / p99, and errors by HTTP status.
+gaps between a stream's tokens) at p50 / p90 / p99, and errors by HTTP status. Then where the
+server's time went, from /api/status read before and after the run (and once a second during
+it): steps, token rows per step, decode-only vs prefill-carrying steps, the host phases, peak
+running / waiting / KV blocks, preemptions.
 
-Stdlib only (asyncio with raw sockets: one connection per request, HTTP/1.1, chunked SSE).
-Tokens are counted from the SSE chunks: one `choices[0].text` delta per token event; the usage
-in the final chunk (completion_tokens) is used when the server sends it.
+Stdlib only (asyncio with raw sockets: one connection per request, HTTP/1.1, chunked SSE),
+spread over P forked client processes (a slice of the requests each, started together on a
+barrier) so that the client keeps up with 10^4+ tokens/s. It raises its open-file limit to
+N + 256 (the soft limit is often 1,024); the server needs as many (bench/gpu_serve_figures.sh
+raises the shell's limit), `--max-waiting` and `--max-concurrent-requests` of at least N, else
+429s. Tokens are counted from the SSE chunks: one `choices[0].text` delta per token event (the
+finish event is none); the usage in the final chunk (completion_tokens) is used when the server
+sends it.
 """
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import random
+import resource
 import sys
+import threading
 import time
+import urllib.request
 
 
 def pct(v, p):
@@ -107,7 +120,9 @@ async def one_request(args, i, prompt, max_tokens, res, t_start):
                     continue
                 if ev.get("usage") and ev["usage"].get("completion_tokens") is not None:
                     usage_tokens = ev["usage"]["completion_tokens"]
-                if not ev.get("choices"):
+                ch = ev.get("choices")
+                # the finish event ("text": "", finish_reason set) carries no token
+                if not ch or (not ch[0].get("text") and ch[0].get("finish_reason")):
                     continue
                 now = time.perf_counter()
                 if r["ttft"] is None:
@@ -125,43 +140,101 @@ async def one_request(args, i, prompt, max_tokens, res, t_start):
     res[i] = r
 
 
-async def main_async(args):
+def make_requests(args):
     rnd = random.Random(args.seed)
     reqs = []
     for _ in range(args.n):
         n_p = rnd.randint(args.prompt_min, args.prompt_max)
         n_o = rnd.randint(args.out_min, args.out_max)
         reqs.append(([rnd.randrange(args.vocab) for _ in range(n_p)], n_o))
-    if args.warmup:  # loads the model (lazily loaded on the first request) outside the timing
-        w = [None]
-        await one_request(args, 0, reqs[0][0][:16], 4, w, time.perf_counter())
-        if w[0]["status"] != 200:
-            print(f"http_load: warm-up request failed: status {w[0]['status']} {w[0].get('error', '')}")
-            return 1
-    res = [None] * args.n
-    sem = asyncio.Semaphore(args.concurrency or args.n)
-    t_start = time.perf_counter()
+    return reqs
+
+
+async def run_slice(args, reqs, idx, concurrency):
+    res = {}
+    sem = asyncio.Semaphore(concurrency or len(idx) or 1)
 
     async def guarded(i):
         async with sem:
-            await one_request(args, i, reqs[i][0], reqs[i][1], res, t_start)
+            await one_request(args, i, reqs[i][0], reqs[i][1], res, 0)
 
-    await asyncio.gather(*(guarded(i) for i in range(args.n)))
-    wall = max((r["t_end"] for r in res), default=t_start) - t_start
-    ok = [r for r in res if r["status"] == 200 and "error" not in r]
-    tokens = sum(r["tokens"] for r in ok)
-    ttft = [r["ttft"] for r in ok if r["ttft"] is not None]
-    itl = [x for r in ok for x in r["itl"]]
-    by_status = {}
-    for r in res:
-        k = r.get("error") and "conn-error" or str(r["status"])
-        by_status[k] = by_status.get(k, 0) + 1
-    print(f"http_load: {args.n} requests (prompt {args.prompt_min}-{args.prompt_max}, output "
-          f"{args.out_min}-{args.out_max}, seed {args.seed}), {len(ok)} ok; statuses {by_status}")
-    print(f"  output {tokens} tokens in {wall:.2f} s: {tokens / wall if wall > 0 else 0:.1f} tok/s aggregate")
-    print("  TTFT ms p50 %.1f p90 %.1f p99 %.1f" % tuple(1e3 * pct(ttft, p) for p in (50, 90, 99)))
-    print("  ITL  ms p50 %.2f p90 %.2f p99 %.2f" % tuple(1e3 * pct(itl, p) for p in (50, 90, 99)))
-    return 0 if len(ok) == args.n else 1
+    await asyncio.gather(*(guarded(i) for i in idx))
+    return res
+
+
+def worker(args, reqs, idx, concurrency, barrier, q):
+    """One client process: its share of the requests, all submitted at once after the barrier
+    (perf_counter is CLOCK_MONOTONIC, one clock for every process)."""
+    try:
+        barrier.wait()
+        t = time.perf_counter()
+        q.put((t, asyncio.run(run_slice(args, reqs, idx, concurrency))))
+    except BaseException as ex:  # the parent must not wait forever on a dead worker
+        q.put((time.perf_counter(), {i: {"status": 0, "error": f"worker: {ex}", "ttft": None, "itl": [],
+                                         "tokens": 0, "t0": 0, "t_end": 0} for i in idx}))
+
+
+def get_status(args):
+    """GET /api/status as a dict, or None."""
+    try:
+        rq = urllib.request.Request(f"http://{args.host}:{args.port}/api/status")
+        if args.api_key:
+            rq.add_header("Authorization", f"Bearer {args.api_key}")
+        with urllib.request.urlopen(rq, timeout=10) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def model_entry(st, name):
+    ms = (st or {}).get("models", [])
+    for m in ms:
+        if m.get("id") == name:
+            return m
+    return ms[0] if ms else {}
+
+
+def poll_status(args, stop, peak):
+    """Peaks of the engine's queue and KV use while the run goes (one GET a second)."""
+    while not stop.wait(1.0):
+        m = model_entry(get_status(args), args.model)
+        for k, v in (("running", m.get("running", 0)), ("waiting", m.get("waiting", 0)),
+                     ("kv_used", m.get("kv_blocks", {}).get("used", 0))):
+            peak[k] = max(peak.get(k, 0), v)
+        peak["kv_total"] = m.get("kv_blocks", {}).get("total", 0)
+
+
+def server_report(m0, m1, wall, peak):
+    """Lines on where the server's time went during the run: differences of /api/status."""
+    if not m1.get("steps"):
+        return ["  server: /api/status has no step counters (older cairn)"]
+
+    def d(*path):
+        a, b = m0, m1
+        for k in path:
+            a, b = (a or {}).get(k, 0), (b or {}).get(k, 0)
+        return (b or 0) - (a or 0)
+
+    n_steps = d("steps", "count")
+    phases = {k: d("steps", "host_s", k) for k in ("plan", "issue", "wait", "sample", "detok", "emit")}
+    step_s = sum(phases.values())
+    dec_s, dec_tok = d("steps", "decode_only_s"), d("steps", "decode_only_tokens")
+    prompt, cached, gen = d("prompt_tokens"), d("cached_tokens_served"), d("generated_tokens")
+    rows = prompt - cached + gen  # token rows the steps computed (recomputes after preemption aside)
+    out = [f"  server: {n_steps} steps in {step_s:.2f} s of the {wall:.2f} s wall "
+           f"({100 * step_s / wall if wall > 0 else 0:.0f}%), {1e3 * step_s / max(n_steps, 1):.2f} ms/step, "
+           f"~{rows / max(n_steps, 1):.0f} token rows/step "
+           f"({prompt - cached} prompt computed + {cached} cached + {gen} generated)",
+           f"  server: decode-only steps {dec_s:.2f} s for {dec_tok} tokens "
+           f"({dec_tok / dec_s if dec_s > 0 else 0:.0f} tok/s); steps with prefill {step_s - dec_s:.2f} s "
+           f"({(prompt - cached) / (step_s - dec_s) if step_s - dec_s > 0 else 0:.0f} prompt tok/s, "
+           f"decodes riding along)",
+           "  server: host phases s: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
+           + " (issue + wait = the forward: launches, then the device)",
+           f"  server: peak running {peak.get('running', 0)}, waiting {peak.get('waiting', 0)}, KV blocks "
+           f"used {peak.get('kv_used', 0)} of {peak.get('kv_total', 0)}; preemptions {d('preemptions')}; "
+           f"requests done {d('requests_done')}"]
+    return out
 
 
 def main():
@@ -178,11 +251,83 @@ def main():
     ap.add_argument("--out-max", type=int, default=500)
     ap.add_argument("--vocab", type=int, default=128256, help="prompt ids are drawn below this")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--procs", type=int, default=0,
+                    help="client processes (0: min(8, cores / 2)); one Python process parses "
+                         "only some 10^4 SSE events/s")
+    ap.add_argument("--json", default="", help="also write the figures to this file")
     ap.add_argument("--no-warmup", dest="warmup", action="store_false",
                     help="no untimed 4-token request first (it loads the model)")
     args = ap.parse_args()
-    sys.exit(asyncio.run(main_async(args)))
+
+    # one socket per request in flight, on both ends: the soft limit is often 1,024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = args.n + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
+    reqs = make_requests(args)
+    if args.warmup:  # loads the model (lazily loaded on the first request) outside the timing
+        w = {}
+        asyncio.run(one_request(args, 0, reqs[0][0][:16], 4, w, 0))
+        if w[0]["status"] != 200:
+            print(f"http_load: warm-up request failed: status {w[0]['status']} {w[0].get('error', '')}")
+            return 1
+    n_procs = max(1, min(args.procs or min(8, (os.cpu_count() or 2) // 2), args.n))
+    m0 = model_entry(get_status(args), args.model)
+    stop, peak = threading.Event(), {}
+    poller = threading.Thread(target=poll_status, args=(args, stop, peak), daemon=True)
+    poller.start()
+    ctx = multiprocessing.get_context("fork")
+    barrier, q = ctx.Barrier(n_procs), ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(args, reqs, list(range(k, args.n, n_procs)),
+                                              -(-args.concurrency // n_procs) if args.concurrency else 0,
+                                              barrier, q))
+             for k in range(n_procs)]
+    for p in procs:
+        p.start()
+    res, starts = {}, []
+    for _ in procs:
+        t, part = q.get()
+        starts.append(t)
+        res.update(part)
+    for p in procs:
+        p.join()
+    stop.set()
+    poller.join()
+    m1 = model_entry(get_status(args), args.model)
+    res = [res[i] for i in range(args.n)]
+    t_start = min(starts)
+
+    wall = max((r["t_end"] for r in res), default=t_start) - t_start
+    ok = [r for r in res if r["status"] == 200 and "error" not in r]
+    tokens = sum(r["tokens"] for r in ok)
+    ttft = [r["ttft"] for r in ok if r["ttft"] is not None]
+    itl = [x for r in ok for x in r["itl"]]
+    by_status = {}
+    for r in res:
+        k = r.get("error") and "conn-error" or str(r["status"])
+        by_status[k] = by_status.get(k, 0) + 1
+    errors = sorted({r["error"] for r in res if r.get("error")})[:3]
+    n_prompt = sum(len(p) for p, _ in reqs)
+    fig = {"n": args.n, "ok": len(ok), "statuses": by_status, "procs": n_procs, "wall_s": wall,
+           "output_tokens": tokens, "output_tok_s": tokens / wall if wall > 0 else 0,
+           "prompt_tokens": n_prompt,
+           "ttft_ms": {p: 1e3 * pct(ttft, p) for p in (50, 90, 99)},
+           "itl_ms": {p: 1e3 * pct(itl, p) for p in (50, 90, 99)}}
+    print(f"http_load: {args.n} requests (prompt {args.prompt_min}-{args.prompt_max}, output "
+          f"{args.out_min}-{args.out_max}, seed {args.seed}; {n_procs} client processes), {len(ok)} ok; "
+          f"statuses {by_status}" + (f"; errors e.g. {errors}" if errors else ""))
+    print(f"  output {tokens} tokens in {wall:.2f} s: {fig['output_tok_s']:.1f} tok/s aggregate "
+          f"({n_prompt} prompt tokens: {n_prompt / wall if wall > 0 else 0:.0f} tok/s)")
+    print("  TTFT ms p50 %.1f p90 %.1f p99 %.1f" % tuple(fig["ttft_ms"].values()))
+    print("  ITL  ms p50 %.2f p90 %.2f p99 %.2f" % tuple(fig["itl_ms"].values()))
+    lines = server_report(m0, m1, wall, peak)
+    print("\n".join(lines))
+    if args.json:
+        fig["server"] = {"before": m0, "after": m1, "peak": peak}
+        with open(args.json, "w") as f:
+            json.dump(fig, f, indent=1)
+    return 0 if len(ok) == args.n else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
