@@ -10,8 +10,8 @@
 #       PROMPT_MAX=200 OUT_MIN=8 OUT_MAX=32 N_TOKENS=2048 KV_SIZE=2G HOT_SIZE=1G \
 #       bench/gpu_serve_figures.sh build/cairn /tmp/sv/figs
 # Env: DEVICE (cuda), MODEL_CONFIG (bench/configs/llama-3.1-8b.json), N_REQ (1000), PROMPT_MIN,
-# PROMPT_MAX, OUT_MIN, OUT_MAX, MAX_RUNNING (256), MAX_BATCH_TOKENS (8192; 512 on the CPU),
-# KV_SIZE (the serve's KV budget: 60G on a GPU), N_TOKENS (32768), HOT_SIZE (16G), PARTS
+# PROMPT_MAX, OUT_MIN, OUT_MAX, MAX_RUNNING (256), MAX_BATCH_TOKENS (4096; 512 on the CPU),
+# KV_SIZE (the serve's KV budget: 80G on a GPU, 256 x 2,500 tokens x 128 KiB = 84G worst case), N_TOKENS (32768), HOT_SIZE (16G), PARTS
 # (load,tiers). LOG_DIR defaults to $OUT, else SCRATCH/logs. The model is synthesized once into
 # SCRATCH/model (random weights, the demo tokenizer padded to the vocabulary: nothing outside
 # the tree is needed).
@@ -23,8 +23,8 @@ scratch=$2
 logs=${3:-${OUT:-$scratch/logs}}
 device=${DEVICE:-cuda}
 config=${MODEL_CONFIG:-bench/configs/llama-3.1-8b.json}
-if [ "$device" = cpu ]; then mbt=${MAX_BATCH_TOKENS:-512}; else mbt=${MAX_BATCH_TOKENS:-8192}; fi
-kv=${KV_SIZE:-60G}
+if [ "$device" = cpu ]; then mbt=${MAX_BATCH_TOKENS:-512}; else mbt=${MAX_BATCH_TOKENS:-4096}; fi
+kv=${KV_SIZE:-80G}
 parts=${PARTS:-load,tiers}
 mkdir -p "$scratch" "$logs"
 t0=$(date +%s)
