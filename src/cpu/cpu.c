@@ -26,6 +26,7 @@ static int cpu_feat_done;
  * (weights are then not packed at load and the f32 dequantize-and-FMA tiles run). Read once
  * per cpu_isa_set. Mode: -1 not read yet, 0 off, 1 on. */
 static int cpu_vnni_enabled = -1;
+static int cpu_vnni_n_digits = CPU_VNNI_DIGITS;
 /* cpu_lock: the pool and its scratch, for callers on different threads (cpu.h, Threading) */
 static pthread_mutex_t cpu_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -270,8 +271,16 @@ static int cpu_vnni_mode(void)
     if (cpu_vnni_enabled < 0) {
         const char *e = getenv("CAIRN_CPU_VNNI");
         cpu_vnni_enabled = !(e && strcmp(e, "0") == 0);
+        const char *q = getenv("CAIRN_CPU_QACT");
+        cpu_vnni_n_digits = q && strcmp(q, "fast") == 0 ? 1 : CPU_VNNI_DIGITS;
     }
     return cpu_vnni_enabled;
+}
+
+int cpu_vnni_digits(void)
+{
+    (void)cpu_vnni_mode();
+    return cpu_vnni_n_digits;
 }
 
 int cpu_vnni_active(void)
@@ -322,6 +331,7 @@ void cpu_matmul_multi(const struct tensor *const *w, float *const *y, int count,
             j.mm[i].xq = (const int8_t *)buf;
             j.mm[i].xd = buf + xq_floats;
             j.mm[i].xsum = buf + xq_floats + (size_t)n * (size_t)groups;
+            j.mm[i].digits = cpu_vnni_digits();
         }
         j.use_vnni = 1;
         cpu_pool_run(cpu_vnni_prep_task, &j, cpu_nth_for((int64_t)n * in, 1 << 15));

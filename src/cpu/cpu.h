@@ -81,6 +81,11 @@ void *cpu_packed_rows(const struct tensor *w, int64_t row0);
 /* Whether the packed VNNI q4/q8 path runs now (AVX-512 active with AVX-512 VNNI, or AVX2 active
  * with AVX-VNNI; CAIRN_CPU_VNNI not 0). */
 int cpu_vnni_active(void);
+/* Digits of each activation the VNNI tiles multiply: 3 by default; 1 with
+ * CAIRN_CPU_QACT=fast (opt-in, read with CAIRN_CPU_VNNI, again at cpu_isa_set): the first digit
+ * alone is x rounded to d·round(x/d), |error| <= d/2 = max|x|/254 of the group (about 2^-8,
+ * the activations of llama.cpp's Q8 dot products), for a third of the integer work. */
+int cpu_vnni_digits(void);
 /* out[n, dim] = rows ids[i] of W[vocab, dim] (any dtype). */
 void cpu_embed(const struct tensor *w, const int32_t *ids, int n, float *out);
 /* y[r] = x[r] / rms(x[r]) * (w + w_offset) over n_rows rows of dim; y may alias x.

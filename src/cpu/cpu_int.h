@@ -29,6 +29,7 @@ struct cpu_mm {
     const int8_t *xq;  /* [n, in / 8, 3, 8] */
     const float *xd;   /* [n, in / group_size] */
     const float *xsum; /* [n, in / group_size] */
+    int digits;        /* digits the VNNI tiles use: 3, or 1 (CAIRN_CPU_QACT=fast, cpu_vnni_digits) */
 };
 
 /* Decode streams every weight once from memory. Weights sit in 4 KiB pages of an mmap'd file,

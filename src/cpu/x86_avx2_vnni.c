@@ -1,6 +1,6 @@
 /* AVX-VNNI (the 256-bit VEX form, on CPUs with AVX2 but no AVX-512, such as Intel's client
  * cores since Alder Lake) build of the packed q4/q8 matmul of x86_avx512_vnni.c: same packed
- * weights (cpu_pack.c), same three int8 digits per activation, same accuracy. A 16-row block
+ * weights (cpu_pack.c), same three int8 digits per activation (or the first alone, CAIRN_CPU_QACT=fast), same accuracy. A 16-row block
  * is two vectors of 8 rows, and with 16 ymm registers a tile is one token (6 integer and 2 f32
  * accumulators, 4 weight vectors, 2 broadcasts). Compiled with the AVX2 flags plus -mavxvnni
  * (CMakeLists.txt); only called after cpu.c found AVX-VNNI. */
@@ -83,7 +83,7 @@ static inline __m256i avx2_vnni_bcast4(const int8_t *p)
 
 /* Block blk × token t. */
 static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cpu_mm *mm, int64_t blk, int t,
-                                                                const int bits)
+                                                                const int bits, const int D)
 {
     const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
     const int64_t gcode = (int64_t)CPU_VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * CPU_VNNI_ROWS;
@@ -97,7 +97,7 @@ static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cp
         __m256i ia[CPU_VNNI_DIGITS][2];
         for (int64_t off = 0; off < gbytes; off += 64) _mm_prefetch((const char *)wp + off + pf_ahead, _MM_HINT_T0);
 #pragma GCC unroll 4
-        for (int k = 0; k < CPU_VNNI_DIGITS; k++) ia[k][0] = ia[k][1] = _mm256_setzero_si256();
+        for (int k = 0; k < D; k++) ia[k][0] = ia[k][1] = _mm256_setzero_si256();
         for (int64_t s = 0; s < gs / 8; s++) {
             const uint8_t *p = wp + s * step_bytes;
             __m256i wl0, wl1, wh0, wh1; /* q4: even / odd inputs; q8: inputs 0-3 / 4-7 */
@@ -114,7 +114,7 @@ static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cp
                 wh1 = _mm256_loadu_si256((const __m256i *)(p + 96));
             }
 #pragma GCC unroll 4
-            for (int k = 0; k < CPU_VNNI_DIGITS; k++) {
+            for (int k = 0; k < D; k++) {
                 const int8_t *xp = xq + (g * gs / 8 + s) * CPU_VNNI_STEP_BYTES + 8 * k;
                 const __m256i xa = avx2_vnni_bcast4(xp), xb = avx2_vnni_bcast4(xp + 4);
                 AVX2_DPBUSD(ia[k][0], wl0, xa);
@@ -127,8 +127,11 @@ static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cp
         const __m256 sum = _mm256_set1_ps(mm->xsum[(int64_t)t * groups + g]);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m256 dot = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[2][h]), r2, _mm256_cvtepi32_ps(ia[0][h]));
-            dot = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[1][h]), r1, dot);
+            __m256 dot = _mm256_cvtepi32_ps(ia[0][h]);
+            if (D == 3) {
+                dot = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[2][h]), r2, dot);
+                dot = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[1][h]), r1, dot);
+            }
             const __m256 sc = avx2_vnni_bf16x8(wp + gcode + 16 * h), bi = avx2_vnni_bf16x8(wp + gcode + 32 + 16 * h);
             __m256 *acc = h ? &acc1 : &acc0;
             *acc = _mm256_fmadd_ps(dot, _mm256_mul_ps(sc, d), *acc);
@@ -148,14 +151,19 @@ static inline __attribute__((always_inline)) void avx2_vnni_tile(const struct cp
     }
 }
 
-static void avx2_vnni_tile_q4(const struct cpu_mm *mm, int64_t blk, int t) { avx2_vnni_tile(mm, blk, t, 4); }
-static void avx2_vnni_tile_q8(const struct cpu_mm *mm, int64_t blk, int t) { avx2_vnni_tile(mm, blk, t, 8); }
+static void avx2_vnni_tile_q4(const struct cpu_mm *mm, int64_t blk, int t) { avx2_vnni_tile(mm, blk, t, 4, 3); }
+static void avx2_vnni_tile_q8(const struct cpu_mm *mm, int64_t blk, int t) { avx2_vnni_tile(mm, blk, t, 8, 3); }
+/* CAIRN_CPU_QACT=fast: the first digit alone (cpu_vnni_digits) */
+static void avx2_vnni_tile_q4_d1(const struct cpu_mm *mm, int64_t blk, int t) { avx2_vnni_tile(mm, blk, t, 4, 1); }
+static void avx2_vnni_tile_q8_d1(const struct cpu_mm *mm, int64_t blk, int t) { avx2_vnni_tile(mm, blk, t, 8, 1); }
 
 /* Rows [r0, r1) (r0 a multiple of 16) of every token; a block's weights stay in L1/L2 while
  * the tokens of a 64-token block pass over them. */
 void cpu_avx2_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
-    void (*tile)(const struct cpu_mm *, int64_t, int) = mm->w->bits == 4 ? avx2_vnni_tile_q4 : avx2_vnni_tile_q8;
+    void (*tile)(const struct cpu_mm *, int64_t, int) =
+        mm->digits == 1 ? (mm->w->bits == 4 ? avx2_vnni_tile_q4_d1 : avx2_vnni_tile_q8_d1)
+                        : (mm->w->bits == 4 ? avx2_vnni_tile_q4 : avx2_vnni_tile_q8);
     const int64_t b0 = r0 / CPU_VNNI_ROWS, b1 = (r1 + CPU_VNNI_ROWS - 1) / CPU_VNNI_ROWS;
     enum { TB = 64 };
     for (int tb = 0; tb < mm->n; tb += TB) {

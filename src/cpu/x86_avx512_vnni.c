@@ -11,7 +11,10 @@
  * int16 digit per input (vpdpwssd) was measured first: 2^-16 of the group's max put the oracle
  * logits 1.5-35e-3 off, at or past their 2e-3 tolerance. Precision per instruction is the same
  * for both (64 8-bit or 32 16-bit products), so three 8-bit digits cost 1.5× one 16-bit digit
- * where two 16-bit digits would cost 2×.
+ * where two 16-bit digits would cost 2×. CAIRN_CPU_QACT=fast (opt-in, cpu_vnni_digits) multiplies
+ * the first digit alone, x ≈ d·x0 with |error| <= d/2, as llama.cpp's Q8 activations do: a
+ * third of the vpdpbusd and broadcasts, at about 2^-8 of the group's max per input (its oracle
+ * error is in the README).
  *
  * Kernel: a tile is one block of 16 rows × T tokens (decode and short calls), or from 8 tokens
  * a pair of blocks × up to 3 tokens. Each 8 inputs of a group are one 64-byte vector per block
@@ -58,7 +61,7 @@ static inline __m512i vnni_bcast4(const int8_t *p)
  * prefetcher keeps decode at the memory's speed, where four interleaved block streams ran q4
  * decode of a 150K×1K matrix 30% slower. */
 static inline __attribute__((always_inline)) void
-vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int NB, const int bits)
+vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int NB, const int bits, const int D)
 {
     const int64_t in = mm->in, gs = mm->w->group_size, groups = in / gs;
     const int64_t gcode = (int64_t)CPU_VNNI_ROWS * gs * bits / 8, gbytes = gcode + 4 * CPU_VNNI_ROWS;
@@ -84,7 +87,7 @@ vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int N
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
-            for (int k = 0; k < CPU_VNNI_DIGITS; k++) {
+            for (int k = 0; k < D; k++) {
                 ib[t][k] = _mm512_setzero_si512();
 #pragma GCC unroll 2
                 for (int b = 0; b < NB; b++) ia[t][k][b] = _mm512_setzero_si512();
@@ -106,7 +109,7 @@ vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int N
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++)
 #pragma GCC unroll 4
-                for (int k = 0; k < CPU_VNNI_DIGITS; k++) {
+                for (int k = 0; k < D; k++) {
                     const int8_t *xp = xq[t] + (g * gs / 8 + s) * CPU_VNNI_STEP_BYTES + 8 * k;
                     const __m512i xl = vnni_bcast4(xp), xh = vnni_bcast4(xp + 4);
 #pragma GCC unroll 2
@@ -125,9 +128,12 @@ vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int N
                 const int64_t tg = (int64_t)(t0 + t) * groups + g;
                 if (T == 1 && NB == 1)
 #pragma GCC unroll 4
-                    for (int k = 0; k < CPU_VNNI_DIGITS; k++) ia[t][k][b] = _mm512_add_epi32(ia[t][k][b], ib[t][k]);
-                __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][2][b]), r2, _mm512_cvtepi32_ps(ia[t][0][b]));
-                dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1][b]), r1, dot);
+                    for (int k = 0; k < D; k++) ia[t][k][b] = _mm512_add_epi32(ia[t][k][b], ib[t][k]);
+                __m512 dot = _mm512_cvtepi32_ps(ia[t][0][b]);
+                if (D == 3) {
+                    dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][2][b]), r2, dot);
+                    dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[t][1][b]), r1, dot);
+                }
                 acc[t][b] = _mm512_fmadd_ps(dot, _mm512_mul_ps(sc, _mm512_set1_ps(mm->xd[tg])), acc[t][b]);
                 acc[t][b] = _mm512_fmadd_ps(bi, _mm512_set1_ps(mm->xsum[tg]), acc[t][b]);
             }
@@ -145,39 +151,48 @@ vnni_tile(const struct cpu_mm *mm, int64_t blk, int t0, const int T, const int N
 
 typedef void (*vnni_tile_fn)(const struct cpu_mm *mm, int64_t blk, int t0);
 
-#define VNNI_TILE(T, NB, B)                                                                        \
-    static void vnni_tile_##T##x##NB##_q##B(const struct cpu_mm *mm, int64_t blk, int t0)         \
+#define VNNI_TILE(T, NB, B, D)                                                                     \
+    static void vnni_tile_##T##x##NB##_q##B##_d##D(const struct cpu_mm *mm, int64_t blk, int t0) \
     {                                                                                              \
-        vnni_tile(mm, blk, t0, T, NB, B);                                                          \
+        vnni_tile(mm, blk, t0, T, NB, B, D);                                                       \
     }
-#define VNNI_TILES(B)                                                                              \
-    VNNI_TILE(1, 1, B) VNNI_TILE(2, 1, B) VNNI_TILE(3, 1, B) VNNI_TILE(4, 1, B) VNNI_TILE(5, 1, B)  \
-    VNNI_TILE(6, 1, B) VNNI_TILE(7, 1, B) VNNI_TILE(1, 2, B) VNNI_TILE(2, 2, B) VNNI_TILE(3, 2, B)
-VNNI_TILES(4)
-VNNI_TILES(8)
+#define VNNI_TILES(B, D)                                                                           \
+    VNNI_TILE(1, 1, B, D) VNNI_TILE(2, 1, B, D) VNNI_TILE(3, 1, B, D) VNNI_TILE(4, 1, B, D)        \
+    VNNI_TILE(5, 1, B, D) VNNI_TILE(6, 1, B, D) VNNI_TILE(7, 1, B, D) VNNI_TILE(1, 2, B, D)        \
+    VNNI_TILE(2, 2, B, D) VNNI_TILE(3, 2, B, D)
+VNNI_TILES(4, 3)
+VNNI_TILES(8, 3)
+VNNI_TILES(4, 1)
+VNNI_TILES(8, 1)
 
-/* [bits 4/8][T - 1]: T <= 7 keeps 3·T integer and T f32 accumulators, the weights and a
- * broadcast in 32 zmm (7 ran 4% faster than 6). */
-static const vnni_tile_fn vnni_tiles[2][VNNI_TMAX] = {
-    {vnni_tile_1x1_q4, vnni_tile_2x1_q4, vnni_tile_3x1_q4, vnni_tile_4x1_q4, vnni_tile_5x1_q4, vnni_tile_6x1_q4, vnni_tile_7x1_q4},
-    {vnni_tile_1x1_q8, vnni_tile_2x1_q8, vnni_tile_3x1_q8, vnni_tile_4x1_q8, vnni_tile_5x1_q8, vnni_tile_6x1_q8, vnni_tile_7x1_q8},
+#define VNNI_ROW(B, D)                                                                             \
+    {vnni_tile_1x1_q##B##_d##D, vnni_tile_2x1_q##B##_d##D, vnni_tile_3x1_q##B##_d##D,             \
+     vnni_tile_4x1_q##B##_d##D, vnni_tile_5x1_q##B##_d##D, vnni_tile_6x1_q##B##_d##D,             \
+     vnni_tile_7x1_q##B##_d##D}
+#define VNNI_ROW2(B, D) {vnni_tile_1x2_q##B##_d##D, vnni_tile_2x2_q##B##_d##D, vnni_tile_3x2_q##B##_d##D}
+
+/* [3 digits / 1 digit][bits 4/8][T - 1]: T <= 7 keeps 3·T integer and T f32 accumulators, the
+ * weights and a broadcast in 32 zmm (7 ran 4% faster than 6). */
+static const vnni_tile_fn vnni_tiles[2][2][VNNI_TMAX] = {
+    {VNNI_ROW(4, 3), VNNI_ROW(8, 3)},
+    {VNNI_ROW(4, 1), VNNI_ROW(8, 1)},
 };
-/* Two blocks at once, [bits 4/8][T - 1], T <= 3: 18 integer and 6 f32 accumulators, 4 weight
- * vectors, the mask and a broadcast in 32 zmm. */
+/* Two blocks at once, [digits][bits 4/8][T - 1], T <= 3: 18 integer and 6 f32 accumulators, 4
+ * weight vectors, the mask and a broadcast in 32 zmm. */
 #define VNNI_TMAX2 3
 /* tokens from which a call takes the block pairs: fewer tokens are memory-bound like decode,
  * where one weight stream per thread is what the prefetcher keeps at speed */
 #define VNNI_PAIR_MIN_N 8
-static const vnni_tile_fn vnni_tiles2[2][VNNI_TMAX2] = {
-    {vnni_tile_1x2_q4, vnni_tile_2x2_q4, vnni_tile_3x2_q4},
-    {vnni_tile_1x2_q8, vnni_tile_2x2_q8, vnni_tile_3x2_q8},
+static const vnni_tile_fn vnni_tiles2[2][2][VNNI_TMAX2] = {
+    {VNNI_ROW2(4, 3), VNNI_ROW2(8, 3)},
+    {VNNI_ROW2(4, 1), VNNI_ROW2(8, 1)},
 };
 
 /* Rows [r0, r1) (r0 a multiple of 16) of every token. Tokens go in blocks of ~64 so that a row
  * block's weights stay in L1 or L2 while the block's token tiles pass over them. */
 void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1)
 {
-    const int bi = mm->w->bits == 4 ? 0 : 1;
+    const int bi = mm->w->bits == 4 ? 0 : 1, di = mm->digits == 1 ? 1 : 0;
     const int64_t b0 = r0 / CPU_VNNI_ROWS, b1 = (r1 + CPU_VNNI_ROWS - 1) / CPU_VNNI_ROWS;
     if (mm->n >= VNNI_PAIR_MIN_N) {
         /* Prefill: pairs of blocks in tiles of 3 tokens (and a last odd block in tiles of 7) */
@@ -186,9 +201,9 @@ void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1)
             const int te = tb + TB < mm->n ? tb + TB : mm->n;
             int64_t b = b0;
             for (; b + 2 <= b1; b += 2)
-                for (int t = tb; t < te; t += VNNI_TMAX2) vnni_tiles2[bi][(te - t < VNNI_TMAX2 ? te - t : VNNI_TMAX2) - 1](mm, b, t);
+                for (int t = tb; t < te; t += VNNI_TMAX2) vnni_tiles2[di][bi][(te - t < VNNI_TMAX2 ? te - t : VNNI_TMAX2) - 1](mm, b, t);
             for (; b < b1; b++)
-                for (int t = tb; t < te; t += VNNI_TMAX) vnni_tiles[bi][(te - t < VNNI_TMAX ? te - t : VNNI_TMAX) - 1](mm, b, t);
+                for (int t = tb; t < te; t += VNNI_TMAX) vnni_tiles[di][bi][(te - t < VNNI_TMAX ? te - t : VNNI_TMAX) - 1](mm, b, t);
         }
         return;
     }
@@ -196,6 +211,6 @@ void cpu_avx512_vnni_matmul(const struct cpu_mm *mm, int64_t r0, int64_t r1)
     for (int tb = 0; tb < mm->n; tb += TB) {
         const int te = tb + TB < mm->n ? tb + TB : mm->n;
         for (int64_t b = b0; b < b1; b++)
-            for (int t = tb; t < te; t += VNNI_TMAX) vnni_tiles[bi][(te - t < VNNI_TMAX ? te - t : VNNI_TMAX) - 1](mm, b, t);
+            for (int t = tb; t < te; t += VNNI_TMAX) vnni_tiles[di][bi][(te - t < VNNI_TMAX ? te - t : VNNI_TMAX) - 1](mm, b, t);
     }
 }

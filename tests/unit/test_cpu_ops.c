@@ -183,6 +183,63 @@ static void test_matmul_q16(void)
                 }
 }
 
+/* CAIRN_CPU_QACT=fast: the VNNI tiles multiply the first activation digit alone, x0 =
+ * round(x/d) with d = max|x|/127 of the (token, group), so each input is off by at most d/2:
+ * every output within Σ_g (d_g/2)·Σ_{i in g} |w_i| (plus the f32 slack of the exact path) of
+ * the double reference, and, so that the mode is known to be on, some outputs farther off than
+ * the three-digit path's 2e-5 of Σ|w·x|. */
+static void test_matmul_q16_fast(void)
+{
+    static const int ns[] = {1, 3, 17, 70};
+    static const int gss[] = {32, 64, 128};
+    long coarse = 0;
+    CHECK(cpu_vnni_digits() == 1);
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t g = 0; g < CAIRN_ARRAY_LEN(gss); g++)
+            for (size_t k = 0; k < CAIRN_ARRAY_LEN(ns); k++) {
+                struct test_w w;
+                const int n = ns[k], gs = gss[g];
+                const int64_t out = k % 2 ? 21 : 80, in = (int64_t)gs * 5;
+                weight_make(&w, DTYPE_Q, out, in, bits, gs);
+                CHECK_MSG(w.t.be_data != NULL, "q%d g%d packed", bits, gs);
+                float *x = malloc((size_t)(n * in) * 4), *y = malloc((size_t)(n * out) * 4);
+                float *yr = malloc((size_t)(n * out) * 4), *row = malloc((size_t)in * 4);
+                fill(x, n * in);
+                cpu_matmul(&w.t, x, y, n);
+                ref_matmul(&w.t, x, yr, n, 0, out, row);
+                int bad = 0;
+                for (int64_t r = 0; r < out; r++) {
+                    tensor_row_to_f32(&w.t, r, row);
+                    for (int t = 0; t < n; t++) {
+                        double norm = 0, bound = 0;
+                        for (int64_t g0 = 0; g0 < in; g0 += gs) {
+                            double mx = 0, sw = 0;
+                            for (int64_t i = g0; i < g0 + gs; i++) {
+                                mx = fmax(mx, fabs((double)x[t * in + i]));
+                                sw += fabs((double)row[i]);
+                                norm += fabs((double)row[i] * x[t * in + i]);
+                            }
+                            bound += mx / 127.0 / 2.0 * sw;
+                        }
+                        double err = fabs((double)y[t * out + r] - yr[t * out + r]);
+                        if (!(err <= bound * (1 + 1e-5) + 2e-5 * norm + 1e-6) && bad++ < 3)
+                            fprintf(stderr, "  q%d fast isa=%s %lldx%lld n=%d: y[%d,%lld] off %g > bound %g\n", bits,
+                                    cpu_isa_name(cpu_isa_get()), (long long)out, (long long)in, n, t, (long long)r,
+                                    err, bound);
+                        coarse += err > 2e-5 * norm + 1e-6;
+                    }
+                }
+                CHECK_MSG(bad == 0, "vnni fast q%d g%d %lldx%lld n=%d: %d outputs past the one-digit bound", bits, gs,
+                          (long long)out, (long long)in, n, bad);
+                free(x);
+                free(y);
+                free(yr);
+                free(row);
+                weight_free(&w);
+            }
+    CHECK_MSG(coarse > 0, "CAIRN_CPU_QACT=fast: no output coarser than the three-digit path (mode off?)");
+}
+
 /* cpu_matmul_multi gives each weight exactly what cpu_matmul gives it alone (same kernels, same
  * summation order), for weights that can share a round and for ones that cannot. */
 static void test_matmul_multi(void)
@@ -496,6 +553,12 @@ int main(void)
             if (cpu_pack_bytes(&(struct tensor){.dtype = DTYPE_Q, .n_dims = 2, .shape = {16, 64}, .bits = 4,
                                                 .group_size = 64})) {
                 test_matmul_q16(); /* test_matmul above ran q4/q8 packed too */
+                setenv("CAIRN_CPU_QACT", "fast", 1); /* the opt-in one-digit activations */
+                cpu_isa_set((enum cpu_isa)isa);
+                test_matmul_q16_fast();
+                unsetenv("CAIRN_CPU_QACT");
+                cpu_isa_set((enum cpu_isa)isa);
+                CHECK(cpu_vnni_digits() == 3);
                 setenv("CAIRN_CPU_VNNI", "0", 1); /* and now the f32 MLX tiles */
                 cpu_isa_set((enum cpu_isa)isa);   /* re-reads CAIRN_CPU_VNNI */
                 test_matmul();
