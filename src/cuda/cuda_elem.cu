@@ -401,6 +401,7 @@ static __global__ void __launch_bounds__(CUDA_MOE_ROUTE_THREADS)
                           int32_t *ids, float *w)
 {
     __shared__ float sl[CUDA_MOE_MAX_EXPERTS]; /* logits, then probabilities */
+    __shared__ float se[CUDA_MOE_MAX_EXPERTS]; /* exp(logit - max) */
     __shared__ float sm[CUDA_WARP];
     __shared__ float sw[CUDA_MOE_MAX_TOPK];
     __shared__ double s_sum;
@@ -418,21 +419,28 @@ static __global__ void __launch_bounds__(CUDA_MOE_ROUTE_THREADS)
     m = sm[0];
     for (int i = 1; i < (int)blockDim.x / CUDA_WARP; i++)
         m = fmaxf(m, sm[i]);
+    /* the exponentials in parallel, their sum in expert order by one thread: its serial loop is
+     * then a chain of double adds alone */
+    for (int e = tid; e < n_experts; e += blockDim.x)
+        se[e] = expf(sl[e] - m);
+    __syncthreads();
     if (tid == 0) {
         double sum = 0;
+#pragma unroll 8
         for (int e = 0; e < n_experts; e++)
-            sum += expf(sl[e] - m);
+            sum += se[e];
         s_sum = sum;
     }
     __syncthreads();
     const double sum = s_sum;
     for (int e = tid; e < n_experts; e += blockDim.x)
-        sl[e] = (float)(expf(sl[e] - m) / sum);
+        sl[e] = (float)(se[e] / sum);
     __syncthreads();
     for (int e = tid; e < n_experts; e += blockDim.x) {
         float p = sl[e];
-        int rank = 0;
-        for (int o = 0; o < n_experts && rank < top_k; o++) {
+        int rank = 0; /* over all experts, no early exit: the loop unrolls, same count below top_k */
+#pragma unroll 8
+        for (int o = 0; o < n_experts; o++) {
             float q = sl[o];
             rank += q > p || (q == p && o < e);
         }

@@ -97,6 +97,7 @@ struct cuda_impl {
     struct cuda_graphs *graphs; /* decode graphs (cuda_graph.c); NULL: CAIRN_CUDA_GRAPHS=0 */
     struct cuda_moe_tables *moe_tables; /* expert pointer tables per MoE layer (cuda_moe.c) */
     int moe_host_only;          /* CAIRN_CUDA_MOE=host: every moe_experts groups on the host */
+    int moe_old;                /* CAIRN_CUDA_MOE=old: one token takes the sorted path too */
     uint64_t g_gen;             /* atomic: bumped when device memory a graph may name is freed */
     int g_capturing;            /* a graph capture is in progress on the stream */
     struct backend *pub;        /* the struct backend holding this (its step_timeout_s) */

@@ -17,6 +17,9 @@
  *            CUDA_MOE_NT at a time: h[s][r] = silu(gate_e . x_t) * (up_e . x_t);
  *   down:    the same over (active expert, row of hidden): ys[s][r] = down_e . h[s];
  *   combine: out[t] = sum_k w[t,k] * ys[t * top_k + k] in k order (deterministic, no atomics).
+ * One token (n = 1, a decode step of one sequence) takes two kernels instead, unsorted (below:
+ * gate_up1, then down1 with the combine folded in), to the same bits; CAIRN_CUDA_MOE=old keeps
+ * it on the four.
  * Each lane streams 16-byte chunks of its rows (8 bf16/f16, 4 f32, 32 q4 or 16 q8 codes: a
  * chunk lies in one quantization group), CUDA_MOE_U chunks in flight before any is used; rows of
  * another layout (q2/q3/q5/q6, unaligned) are read element by element (cuda_w_elem).
@@ -182,6 +185,118 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
     }
 }
 
+/* ---- One token (n = 1): slot k is expert ids[k]'s alone, so there is nothing to sort and
+ * every warp finds its expert in ids. A warp streams several rows at once (gate_up: CUDA_MOE1_R
+ * rows of gate and of up; down: CUDA_MOE1_KB experts' row r) so that a lane has 16 chunks in
+ * flight, and down sums the experts into out itself (no ys, no combine launch). Each row's sum
+ * is the sorted path's to the bit (a lane's chunks in the same order, the same warp sum, the
+ * combine's k order and its skipped invalid ids), so a token's row is the same alone as in a
+ * batch. ---- */
+
+#define CUDA_MOE1_R 2  /* gate_up: rows of gate and of up a warp streams (2 R rows) */
+#define CUDA_MOE1_KB 8 /* down: experts whose row r a warp streams at once */
+
+/* out[j] = row[j] . x[j] over the rows' cols (one kind, one cols), summed across the warp (every
+ * lane has them); even rows are read with wa, odd ones with wb. U chunks of each row in flight. */
+template <int K, int NR, int U>
+static __device__ __forceinline__ void cuda_moe_multi_dot(const struct cuda_wdesc &wa, const struct cuda_wdesc &wb,
+                                                          const uint8_t *const *row, const float *const *x,
+                                                          int lane, float *out)
+{
+    constexpr int E = K == MOE_F32 ? 4 : K == MOE_Q4 ? 32 : K == MOE_Q8 ? 16 : 8;
+    const int64_t n_chunks = wa.cols / E;
+    float acc[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = 0;
+    for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)CUDA_WARP * U) {
+        uint4 cv[NR][U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < NR; j++) {
+                int64_t ci = c0 + (int64_t)u * CUDA_WARP;
+                cv[j][u] = ci < n_chunks ? cuda_moe_ld((const uint4 *)row[j] + ci) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t ci = c0 + (int64_t)u * CUDA_WARP;
+            if (ci >= n_chunks) continue;
+#pragma unroll
+            for (int j = 0; j < NR; j++)
+                acc[j] += cuda_moe_chunk_dot<K>(cv[j][u], row[j], ci * E, j % 2 ? wb : wa, x[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NR; j++) out[j] = cuda_warp_sum(acc[j]);
+}
+
+/* h [top_k, inter]: h[k][r] = silu(gate_e . x) * (up_e . x), e = ids[k]; a warp item is
+ * (k, CUDA_MOE1_R consecutive rows). */
+template <int K>
+static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
+    cuda_moe_gate_up1_kernel(struct cuda_moe_set set, float *__restrict__ h, const float *__restrict__ x,
+                             const int32_t *__restrict__ ids, int top_k)
+{
+    int lane = threadIdx.x % CUDA_WARP;
+    const int64_t inter = set.gate.rows, groups = (inter + CUDA_MOE1_R - 1) / CUDA_MOE1_R,
+                  n_items = (int64_t)top_k * groups;
+    for (int64_t it = (int64_t)blockIdx.x * CUDA_MOE_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
+         it += (int64_t)gridDim.x * CUDA_MOE_WARPS) {
+        int k = (int)(it / groups);
+        int64_t r0 = it % groups * CUDA_MOE1_R;
+        int e = ids[k];
+        if (e < 0 || e >= set.n_experts) continue; /* adds nothing (down skips the slot) */
+        const uint8_t *g = (const uint8_t *)set.gate_data[e], *u = (const uint8_t *)set.up_data[e];
+        const uint8_t *rows[2 * CUDA_MOE1_R];
+        const float *xs[2 * CUDA_MOE1_R];
+#pragma unroll
+        for (int i = 0; i < CUDA_MOE1_R; i++) {
+            int64_t r = min(r0 + i, inter - 1); /* past the end: row inter - 1 again, unused */
+            rows[2 * i] = g + (size_t)r * set.gate.row_bytes;
+            rows[2 * i + 1] = u + (size_t)r * set.up.row_bytes;
+            xs[2 * i] = xs[2 * i + 1] = x;
+        }
+        float o[2 * CUDA_MOE1_R];
+        cuda_moe_multi_dot<K, 2 * CUDA_MOE1_R, 4>(set.gate, set.up, rows, xs, lane, o);
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < CUDA_MOE1_R; i++)
+                if (r0 + i < inter) h[(int64_t)k * inter + r0 + i] = cuda_moe_silu(o[2 * i]) * o[2 * i + 1];
+    }
+}
+
+/* out[r] = sum_k w[k] * (down_e . h[k]), e = ids[k], in k order; a warp item is one row r. */
+template <int K>
+static __global__ void __launch_bounds__(CUDA_MOE_THREADS, 2) /* 2 blocks an SM: the 256 blocks of a 2048-row down in one wave */
+    cuda_moe_down1_kernel(struct cuda_moe_set set, const float *__restrict__ h, const int32_t *__restrict__ ids,
+                          const float *__restrict__ w, float *__restrict__ out, int top_k)
+{
+    int lane = threadIdx.x % CUDA_WARP;
+    const int64_t hidden = set.down.rows, inter = set.down.cols;
+    for (int64_t r = (int64_t)blockIdx.x * CUDA_MOE_WARPS + threadIdx.x / CUDA_WARP; r < hidden;
+         r += (int64_t)gridDim.x * CUDA_MOE_WARPS) {
+        float acc = 0;
+        for (int k0 = 0; k0 < top_k; k0 += CUDA_MOE1_KB) {
+            const uint8_t *rows[CUDA_MOE1_KB];
+            const float *hs[CUDA_MOE1_KB];
+            bool ok[CUDA_MOE1_KB];
+#pragma unroll
+            for (int j = 0; j < CUDA_MOE1_KB; j++) {
+                int k = min(k0 + j, top_k - 1), e = ids[k];
+                ok[j] = k0 + j < top_k && e >= 0 && e < set.n_experts;
+                rows[j] = (const uint8_t *)set.down_data[ok[j] ? e : 0] + (size_t)r * set.down.row_bytes;
+                hs[j] = h + (int64_t)k * inter;
+            }
+            float y[CUDA_MOE1_KB];
+            cuda_moe_multi_dot<K, CUDA_MOE1_KB, 2>(set.down, set.down, rows, hs, lane, y);
+#pragma unroll
+            for (int j = 0; j < CUDA_MOE1_KB; j++)
+                if (ok[j]) acc += w[k0 + j] * y[j];
+        }
+        if (lane == 0) out[r] = acc;
+    }
+}
+
 /* Counting sort of the slots by expert (one block); ids outside [0, n_experts) are left out
  * (a routing bug: their slots then add nothing, see combine). */
 static __global__ void __launch_bounds__(CUDA_MOE_SORT_THREADS)
@@ -266,19 +381,51 @@ static void cuda_moe_go(cudaStream_t s, const struct cuda_moe_set *set, int kd,
         cuda_moe_down_kernel<MOE_SCALAR><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, *ws);
 }
 
+/* The one-token path's two launches; blocks as the sorted path's (at most n_sms x
+ * CUDA_MOE_BLOCKS_PER_SM, surplus warps exit). */
+template <int KG>
+static void cuda_moe_go1(cudaStream_t s, const struct cuda_moe_set *set, int kd, const struct cuda_moe_ws *ws,
+                         const int32_t *ids, const float *w, float *out, int top_k, int n_sms)
+{
+    int64_t cap = (int64_t)(n_sms > 0 ? n_sms : 1) * CUDA_MOE_BLOCKS_PER_SM;
+    int64_t items1 = (int64_t)top_k * ((set->gate.rows + CUDA_MOE1_R - 1) / CUDA_MOE1_R);
+    int64_t b1 = (items1 + CUDA_MOE_WARPS - 1) / CUDA_MOE_WARPS, b2 = (set->down.rows + CUDA_MOE_WARPS - 1) / CUDA_MOE_WARPS;
+    b1 = b1 < 1 ? 1 : b1 > cap ? cap : b1;
+    b2 = b2 < 1 ? 1 : b2 > cap ? cap : b2;
+    cuda_moe_gate_up1_kernel<KG><<<(unsigned)b1, CUDA_MOE_THREADS, 0, s>>>(*set, ws->h, ws->x, ids, top_k);
+    const float *h = ws->h;
+    switch (kd) {
+    case MOE_F32: cuda_moe_down1_kernel<MOE_F32><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, h, ids, w, out, top_k); break;
+    case MOE_F16: cuda_moe_down1_kernel<MOE_F16><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, h, ids, w, out, top_k); break;
+    case MOE_BF16: cuda_moe_down1_kernel<MOE_BF16><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, h, ids, w, out, top_k); break;
+    case MOE_Q4: cuda_moe_down1_kernel<MOE_Q4><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, h, ids, w, out, top_k); break;
+    default: cuda_moe_down1_kernel<MOE_Q8><<<(unsigned)b2, CUDA_MOE_THREADS, 0, s>>>(*set, h, ids, w, out, top_k); break;
+    }
+}
+
 extern "C" int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set,
                                   const struct cuda_moe_ws *ws, const int32_t *ids, const float *w,
-                                  float *out, int n, int top_k, int n_sms)
+                                  float *out, int n, int top_k, int one, int n_sms)
 {
     if (n <= 0) return (int)cudaGetLastError();
     if (set->n_experts > CUDA_MOE_MAX_EXPERTS) return (int)cudaErrorInvalidValue;
     int n_slots = n * top_k;
-    cuda_moe_sort_kernel<<<1, CUDA_MOE_SORT_THREADS, 0, s>>>(ids, n_slots, set->n_experts, *ws);
     int al_x = (uintptr_t)ws->x % 16 == 0 && set->gate.cols % 4 == 0;
     int al_h = (uintptr_t)ws->h % 16 == 0 && set->down.cols % 4 == 0;
     int kg = cuda_moe_kind_of(&set->gate, al_x), ku = cuda_moe_kind_of(&set->up, al_x);
     int kd = cuda_moe_kind_of(&set->down, al_h);
     if (ku != kg) kg = MOE_SCALAR; /* gate and up are read by one kernel: one kind for both */
+    if (one && n == 1 && kg != MOE_SCALAR && kd != MOE_SCALAR) {
+        switch (kg) {
+        case MOE_F32: cuda_moe_go1<MOE_F32>(s, set, kd, ws, ids, w, out, top_k, n_sms); break;
+        case MOE_F16: cuda_moe_go1<MOE_F16>(s, set, kd, ws, ids, w, out, top_k, n_sms); break;
+        case MOE_BF16: cuda_moe_go1<MOE_BF16>(s, set, kd, ws, ids, w, out, top_k, n_sms); break;
+        case MOE_Q4: cuda_moe_go1<MOE_Q4>(s, set, kd, ws, ids, w, out, top_k, n_sms); break;
+        default: cuda_moe_go1<MOE_Q8>(s, set, kd, ws, ids, w, out, top_k, n_sms); break;
+        }
+        return (int)cudaGetLastError();
+    }
+    cuda_moe_sort_kernel<<<1, CUDA_MOE_SORT_THREADS, 0, s>>>(ids, n_slots, set->n_experts, *ws);
     int64_t max_act = n_slots < set->n_experts ? n_slots : set->n_experts;
     switch (kg) {
     case MOE_F32:

@@ -1596,6 +1596,57 @@ static void test_moe_experts_case(enum dtype dt, int bits, int gs, int E, int K,
     free(scale);
 }
 
+/* moe_experts of n tokens (x [n, H], ids / w [n, K] on the host) into got [n, H]. */
+static void moe_run(const struct test_moe_w *mw, int n, int K, const float *x, const int32_t *ids, const float *w,
+                    float *got)
+{
+    int H = mw->H, I = mw->I;
+    size_t scratch = backend_moe_scratch_floats(n, H, I, K);
+    float *dx = dev_from(x, sizeof(float) * (size_t)n * H), *dout = dev_alloc(sizeof(float) * (size_t)n * H);
+    int32_t *dids = dev_from(ids, sizeof(int32_t) * (size_t)n * K);
+    float *dw = dev_from(w, sizeof(float) * (size_t)n * K), *ds = dev_alloc(scratch * 4);
+    struct backend_moe m = {
+        .x = dx, .out = dout, .n = n, .hidden = H, .inter = I, .n_experts = mw->E, .top_k = K,
+        .ids = dids, .w = dw, .gate = mw->g, .up = mw->u, .down = mw->d, .scratch = ds,
+    };
+    step_begin();
+    be->ops->moe_experts(be, &m);
+    step_end();
+    dev_to(got, dout, sizeof(float) * (size_t)n * H);
+    dev_free(dx, sizeof(float) * (size_t)n * H);
+    dev_free(dout, sizeof(float) * (size_t)n * H);
+    dev_free(dids, sizeof(int32_t) * (size_t)n * K);
+    dev_free(dw, sizeof(float) * (size_t)n * K);
+    dev_free(ds, scratch * 4);
+}
+
+/* Batch invariance of the experts: a token alone (n = 1: cuda_moe.cu's unsorted path) must give
+ * the bits it gets as row 1 of a batch of 3 (the sorted path, sharing experts with row 0). */
+static void test_moe_invariant_case(enum dtype dt, int bits, int gs, int E, int K, int H, int I)
+{
+    const int n = 3;
+    struct test_moe_w mw;
+    moe_w_make(&mw, dt, bits, gs, E, H, I, 1);
+    float *x = rnd_vec((size_t)n * H, 1.0f);
+    int32_t ids[3 * 16];
+    float w[3 * 16];
+    CAIRN_ASSERT(K <= 16);
+    moe_route_rnd(n, E, K, ids, w);
+    ids[0] = ids[K + K - 1]; /* row 0 shares an expert with row 1 (ids stay distinct in row 0) */
+    for (int k = 1; k < K; k++)
+        if (ids[k] == ids[0]) ids[k] = ids[K + K - 1] == ids[K] ? ids[K + 1] : ids[K];
+    float *all = malloc(sizeof(float) * (size_t)n * H), *one = malloc(sizeof(float) * (size_t)H);
+    moe_run(&mw, n, K, x, ids, w, all);
+    moe_run(&mw, 1, K, x + H, ids + K, w + K, one);
+    CHECK_MSG(memcmp(one, all + H, sizeof(float) * (size_t)H) == 0,
+              "moe_experts batch-invariant %s%d E=%d K=%d %dx%d: n = 1 is not bitwise row 1 of n = 3",
+              dtype_name(dt), bits, E, K, H, I);
+    moe_w_free(&mw);
+    free(x);
+    free(all);
+    free(one);
+}
+
 /* A decode-like MoE step (route, experts, the shared expert's sigmoid gate) five times with new
  * router logits each time, so every step picks other experts: with graphs on the first runs
  * eagerly, the second is captured, the rest replay the graph, and each step must match the
@@ -1689,6 +1740,20 @@ static void test_moe(void)
     /* more tokens than CUDA_MOE_DEVICE_MAX_N: grouped on the host, per-expert GEMMs */
     test_moe_experts_case(DTYPE_BF16, 0, 0, 4, 2, 64, 96, 1, 150);
     test_moe_experts_case(DTYPE_Q, 4, 32, 6, 2, 64, 96, 0, 130);
+    /* one token (the unsorted path) in every kind it takes, top_k over its 8 experts a pass,
+     * an odd count of chunks per lane, and a layout it leaves to the sorted path (scalar) */
+    test_moe_experts_case(DTYPE_F32, 0, 0, 5, 3, 40, 24, 0, 1);
+    test_moe_experts_case(DTYPE_F16, 0, 0, 6, 2, 264, 40, 1, 1);
+    test_moe_experts_case(DTYPE_BF16, 0, 0, 16, 10, 520, 200, 1, 1);
+    test_moe_experts_case(DTYPE_Q, 8, 64, 5, 3, 128, 64, 0, 1);
+    test_moe_experts_case(DTYPE_Q, 4, 32, 12, 9, 96, 160, 1, 1);
+    test_moe_experts_case(DTYPE_BF16, 0, 0, 4, 2, 36, 20, 0, 1);
+    test_moe_invariant_case(DTYPE_BF16, 0, 0, 9, 8, 2048, 768); /* the 30B-A3B shape */
+    test_moe_invariant_case(DTYPE_BF16, 0, 0, 16, 10, 520, 200);
+    test_moe_invariant_case(DTYPE_F32, 0, 0, 6, 3, 40, 24);
+    test_moe_invariant_case(DTYPE_F16, 0, 0, 6, 2, 264, 40);
+    test_moe_invariant_case(DTYPE_Q, 4, 64, 12, 4, 256, 128);
+    test_moe_invariant_case(DTYPE_Q, 8, 32, 8, 3, 128, 96);
     test_moe_graph();
 }
 
