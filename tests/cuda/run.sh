@@ -25,7 +25,7 @@
 # ../shared/oracle/models), CAIRN_TOKDIR (the Qwen3 tokenizer folder for the serve check),
 # CAIRN_CUDA_TOL (a fixed tolerance instead of the bf16 reference's), CAIRN_BF16_REF (a TSV that
 # bf16_reference.py wrote on this GPU before: used instead of running it again, to save device
-# time), CAIRN_CUDA_MODELS (space-separated oracle model names: only those in step 3),
+# time; tests/cuda/bf16_reference_h200.tsv is the H200's, measured in session 11), CAIRN_CUDA_MODELS (space-separated oracle model names: only those in step 3),
 # OUT (logs and summary.txt go there when set). Exit: 0 all passed, 1 a failure, 77 no GPU.
 set -u
 cd "${CAIRN_SRC:-$(dirname "$0")/../..}"
