@@ -1552,50 +1552,6 @@ static void moe_route_rnd(int n, int E, int K, int32_t *ids, float *w)
         for (int t = 0; t < n; t += 2) ids[t * K] = 0, ids[t * K + 1] = 1 + t % (E - 1);
 }
 
-static void test_moe_experts_case(enum dtype dt, int bits, int gs, int E, int K, int H, int I, int stacked, int n)
-{
-    struct test_moe_w mw;
-    moe_w_make(&mw, dt, bits, gs, E, H, I, stacked);
-    float *x = rnd_vec((size_t)n * H, 1.0f);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * K);
-    float *w = malloc(sizeof(float) * (size_t)n * K);
-    moe_route_rnd(n, E, K, ids, w);
-    size_t scratch = backend_moe_scratch_floats(n, H, I, K);
-    float *dx = dev_from(x, sizeof(float) * (size_t)n * H), *dout = dev_alloc(sizeof(float) * (size_t)n * H);
-    int32_t *dids = dev_from(ids, sizeof(int32_t) * (size_t)n * K);
-    float *dw = dev_from(w, sizeof(float) * (size_t)n * K), *ds = dev_alloc(scratch * 4);
-    struct backend_moe m = {
-        .x = dx, .out = dout, .n = n, .hidden = H, .inter = I, .n_experts = E, .top_k = K,
-        .ids = dids, .w = dw, .gate = mw.g, .up = mw.u, .down = mw.d, .scratch = ds,
-    };
-    step_begin();
-    be->ops->moe_experts(be, &m);
-    step_end();
-    float *got = malloc(sizeof(float) * (size_t)n * H);
-    dev_to(got, dout, sizeof(float) * (size_t)n * H);
-    double *want = malloc(sizeof(double) * (size_t)n * H), *scale = malloc(sizeof(double) * (size_t)n * H);
-    moe_ref(&mw, n, K, x, ids, w, want, scale);
-    char what[96];
-    snprintf(what, sizeof(what), "moe_experts %s%s E=%d K=%d %dx%d %s n=%d", dtype_name(dt),
-             dt == DTYPE_Q ? (bits == 4 ? "4" : bits == 8 ? "8" : "?") : "", E, K, H, I,
-             stacked ? "stacked" : "per-expert", n);
-    /* a decode-sized batch: f32 products and sums (cuda_moe.cu); more: the GEMM path's bf16
-     * inputs, twice over (gate/up then down) */
-    check_close(what, got, want, scale, (size_t)n * H, n > CUDA_MOE_DEVICE_MAX_N ? 2e-2 : 1e-4);
-    dev_free(dx, sizeof(float) * (size_t)n * H);
-    dev_free(dout, sizeof(float) * (size_t)n * H);
-    dev_free(dids, sizeof(int32_t) * (size_t)n * K);
-    dev_free(dw, sizeof(float) * (size_t)n * K);
-    dev_free(ds, scratch * 4);
-    moe_w_free(&mw);
-    free(x);
-    free(ids);
-    free(w);
-    free(got);
-    free(want);
-    free(scale);
-}
-
 /* moe_experts of n tokens (x [n, H], ids / w [n, K] on the host) into got [n, H]. */
 static void moe_run(const struct test_moe_w *mw, int n, int K, const float *x, const int32_t *ids, const float *w,
                     float *got)
@@ -1618,6 +1574,34 @@ static void moe_run(const struct test_moe_w *mw, int n, int K, const float *x, c
     dev_free(dids, sizeof(int32_t) * (size_t)n * K);
     dev_free(dw, sizeof(float) * (size_t)n * K);
     dev_free(ds, scratch * 4);
+}
+
+static void test_moe_experts_case(enum dtype dt, int bits, int gs, int E, int K, int H, int I, int stacked, int n)
+{
+    struct test_moe_w mw;
+    moe_w_make(&mw, dt, bits, gs, E, H, I, stacked);
+    float *x = rnd_vec((size_t)n * H, 1.0f);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n * K);
+    float *w = malloc(sizeof(float) * (size_t)n * K);
+    moe_route_rnd(n, E, K, ids, w);
+    float *got = malloc(sizeof(float) * (size_t)n * H);
+    moe_run(&mw, n, K, x, ids, w, got);
+    double *want = malloc(sizeof(double) * (size_t)n * H), *scale = malloc(sizeof(double) * (size_t)n * H);
+    moe_ref(&mw, n, K, x, ids, w, want, scale);
+    char what[96];
+    snprintf(what, sizeof(what), "moe_experts %s%s E=%d K=%d %dx%d %s n=%d", dtype_name(dt),
+             dt == DTYPE_Q ? (bits == 4 ? "4" : bits == 8 ? "8" : "?") : "", E, K, H, I,
+             stacked ? "stacked" : "per-expert", n);
+    /* a decode-sized batch: f32 products and sums (cuda_moe.cu); more: the GEMM path's bf16
+     * inputs, twice over (gate/up then down) */
+    check_close(what, got, want, scale, (size_t)n * H, n > CUDA_MOE_DEVICE_MAX_N ? 2e-2 : 1e-4);
+    moe_w_free(&mw);
+    free(x);
+    free(ids);
+    free(w);
+    free(got);
+    free(want);
+    free(scale);
 }
 
 /* Batch invariance of the experts: a token alone (n = 1: cuda_moe.cu's unsorted path) must give
