@@ -756,8 +756,10 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     int exact_gemv = CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_ATTN_EXACT_ROWS));
     c->exact_rows_mma = !c->mma_max_rows ? exact_gemv : c->mma_min_rows > 1 ? 1 : c->mma_max_rows;
     be->exact_rows = c->attn_mode == CUDA_ATTN_TILED ? 1 : c->exact_rows_mma;
-    s = getenv("CAIRN_CUDA_MOE"); /* "host": every moe_experts call groups on the host; "old": */
-    c->moe_host_only = s && strcmp(s, "host") == 0; /* one token sorted as a batch (cuda_moe.cu) */
+    /* CAIRN_CUDA_MOE: "host", every moe_experts call groups on the host; "old", one token is
+     * sorted as a batch instead of taking the unsorted path (cuda_moe.cu) */
+    s = getenv("CAIRN_CUDA_MOE");
+    c->moe_host_only = s && strcmp(s, "host") == 0;
     c->moe_old = s && strcmp(s, "old") == 0;
     s = getenv("CAIRN_CUDA_MEM_LIMIT");
     if (s && *s && !cairn_parse_size(s, &c->mem_limit)) {
