@@ -126,6 +126,17 @@ static __device__ __forceinline__ void cuda_pdl_trigger(void)
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* A load of data an earlier kernel wrote (activations, the residual), in a kernel launched with
+ * cuda_launch_pdl. Never __ldg / ld.global.nc there: the non-coherent path promises the data is
+ * read-only for the whole life of the kernel, and a PDL kernel lives while its predecessor still
+ * writes, so the compiler may hoist such a load above cuda_pdl_wait and the read-only cache may
+ * keep a stale line. Seen on the H200 (session 12): with two processes on the GPU the BF16 GEMV
+ * read the normed x before the RMSNorm kernel had written it (a wrong answer in test_cuda_ops,
+ * never with CAIRN_CUDA_PDL=0). ld.global.ca is an ordinary load (still cached in L1, which the
+ * GEMV's warps share x through), ordered after the wait like any other. Weights, norm weights
+ * and other read-only tensors keep __ldg. */
+static __device__ __forceinline__ float4 cuda_ld_dep(const float4 *p) { return __ldca(p); }
+
 static inline int cuda_pdl_enabled(void)
 {
     static int on = -1; /* per translation unit; the environment does not change */

@@ -124,7 +124,8 @@ static __device__ __forceinline__ void cuda_mma_stage(float (&acc)[MT][NT][4], c
         uint32_t xb[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            float4 v0 = __ldg(xp[nt] + (c + u) * 8), v1 = __ldg(xp[nt] + (c + u) * 8 + 1);
+            /* x: an earlier kernel's, never through the read-only path (cuda_common.cuh) */
+            float4 v0 = cuda_ld_dep(xp[nt] + (c + u) * 8), v1 = cuda_ld_dep(xp[nt] + (c + u) * 8 + 1);
             xb[nt][0] = cuda_mma_pack<F16>(v0.x, v0.y);
             xb[nt][1] = cuda_mma_pack<F16>(v0.z, v0.w);
             xb[nt][2] = cuda_mma_pack<F16>(v1.x, v1.y);

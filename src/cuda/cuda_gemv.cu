@@ -150,7 +150,7 @@ static __device__ __forceinline__ void cuda_gemv_chunk_dot(const uint4 *c, int64
         float xv[E];
 #pragma unroll
         for (int q = 0; q < E / 4; q++) {
-            float4 v = __ldg(xp + q);
+            float4 v = cuda_ld_dep(xp + q); /* x: an earlier kernel's (cuda_common.cuh) */
             xv[4 * q] = v.x;
             xv[4 * q + 1] = v.y;
             xv[4 * q + 2] = v.z;
@@ -379,8 +379,8 @@ static __device__ __forceinline__ void cuda_gemvq_stage(const float *__restrict_
         for (int q = 0; q < SB; q++) {
             int64_t s = base + (int64_t)q * THREADS + threadIdx.x;
             if (s < total) {
-                a[q] = __ldg((const float4 *)x + 2 * s);
-                b[q] = __ldg((const float4 *)x + 2 * s + 1);
+                a[q] = cuda_ld_dep((const float4 *)x + 2 * s); /* an earlier kernel's (cuda_common.cuh) */
+                b[q] = cuda_ld_dep((const float4 *)x + 2 * s + 1);
                 if (NORM) {
                     const float4 *gp = (const float4 *)(g + (s % slots_row) * 8);
                     ga[q] = __ldg(gp);
