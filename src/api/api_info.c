@@ -187,9 +187,10 @@ char *api_info_status(struct api *a, int *status)
         json_object_set_new(m, "generated_tokens", json_integer((json_int_t)st.n_generated_tokens));
         json_object_set_new(m, "preemptions", json_integer((json_int_t)st.n_preemptions));
         json_object_set_new(m, "speculative",
-                            json_pack("{s:I,s:I,s:I,s:I,s:f}", "drafted", (json_int_t)st.n_spec_drafted, "accepted",
+                            json_pack("{s:I,s:I,s:I,s:I,s:I,s:f}", "drafted", (json_int_t)st.n_spec_drafted, "accepted",
                                       (json_int_t)st.n_spec_accepted, "verify_steps", (json_int_t)st.n_spec_steps,
-                                      "parks", (json_int_t)st.n_spec_parks, "step_cost_slope", st.spec_cost_slope));
+                                      "parks", (json_int_t)st.n_spec_parks, "head_rows",
+                                      (json_int_t)st.n_spec_head_rows, "step_cost_slope", st.spec_cost_slope));
         /* restore vs recompute of prefix hits in the lower tiers (kv/kv_restore.h) */
         json_object_set_new(
             m, "prefix_restore",

@@ -293,6 +293,7 @@ struct engine_stats {
     uint64_t n_spec_accepted; /* of which accepted */
     uint64_t n_spec_steps;    /* sequence-steps that verified a draft */
     uint64_t n_spec_parks;    /* times a request parked (its drafts stopped paying) */
+    uint64_t n_spec_head_rows; /* positions the MTP head ran (catch-up and chained steps) */
     double spec_cost_slope;   /* measured cost of one more token in a step, relative to a
                                * one-token step (spec_ctl.h) */
     /* prefix restore from the lower tiers (kv_cache.h, kv_restore.h) */

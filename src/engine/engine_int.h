@@ -118,7 +118,7 @@ struct engine {
     double decode_step_s;
     uint64_t n_decode_step_tokens;
     struct spec_cost spec_cost;  /* step-cost fit (spec_ctl.h) */
-    uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_spec_parks;
+    uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_spec_parks, n_spec_head_rows;
     double t_plan_s, t_issue_s, t_wait_s, t_sample_s, t_detok_s, t_emit_s; /* engine_stats */
     uint64_t n_rows_device, n_rows_host;
 };

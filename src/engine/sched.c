@@ -793,6 +793,7 @@ static void sched_publish_stats(struct engine *e)
     st->n_spec_accepted = e->n_spec_accepted;
     st->n_spec_steps = e->n_spec_steps;
     st->n_spec_parks = e->n_spec_parks;
+    st->n_spec_head_rows = e->n_spec_head_rows;
     st->spec_cost_slope = e->spec_extra_rows ? spec_cost_slope(&e->spec_cost) : 0;
     st->t_plan_s = e->t_plan_s;
     st->t_issue_s = e->t_issue_s;

@@ -249,6 +249,12 @@ void spec_ctl_observe(struct spec_ctl *c, const struct spec_cost *cost, int k, i
     }
 }
 
+int spec_ctl_parked_left(const struct spec_ctl *c)
+{
+    if (c->state != SPEC_CTL_PARKED) return -1;
+    return c->wait > 0 ? c->wait : 0;
+}
+
 void spec_ctl_decoded(struct spec_ctl *c, int n)
 {
     if (c->state != SPEC_CTL_PARKED || n <= 0) return;

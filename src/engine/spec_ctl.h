@@ -129,6 +129,9 @@ int spec_ctl_plan(const struct spec_ctl *c, const struct spec_cost *cost, int n_
 void spec_ctl_observe(struct spec_ctl *c, const struct spec_cost *cost, int k, int n_accepted);
 /* n tokens were decoded without a draft (advances a parked request's cooldown). */
 void spec_ctl_decoded(struct spec_ctl *c, int n);
+/* PARKED: the tokens left before the probe (>= 0); else -1. A drafter that keeps state (the MTP
+ * head's KV) is fed only over the last stretch before the probe. */
+int spec_ctl_parked_left(const struct spec_ctl *c);
 /* Current acceptance estimate. */
 double spec_ctl_alpha(const struct spec_ctl *c);
 /* max over k in [1, k_max] of gain(k) for acceptance alpha; *best_k gets the argmax (may be NULL).

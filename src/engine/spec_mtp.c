@@ -53,6 +53,10 @@ void spec_mtp_want_hidden(struct engine *e, struct engine_seq *s, struct model_s
     m->hidden = NULL;
     struct spec_seq *p = s->spec;
     if (!e->mtp || !p || !p->use_mtp || m->n_tokens == 0) return;
+    /* a decode (one committed token, no draft) whose plan did not want the head this step: not
+     * fed (spec_mtp.h); prefill chunks always are, verify chunks were planned */
+    int prefill = m->pos0 < s->n_prompt;
+    if (!prefill && m->n_tokens == 1 && p->head_step != e->n_steps + 1) return;
     CAIRN_ASSERT(row >= 0 && row + m->n_tokens <= e->opts.max_batch_tokens);
     m->n_hidden = m->n_tokens;
     m->hidden = e->mtp->hidden + (size_t)row * (size_t)e->mtp->H;
@@ -60,6 +64,14 @@ void spec_mtp_want_hidden(struct engine *e, struct engine_seq *s, struct model_s
     p->h_pos0 = m->pos0;
     p->h_n = m->n_tokens;
     p->h_step = e->n_steps + 1; /* the step this forward will be counted as */
+}
+
+/* One head step over seqs (counted in n_spec_head_rows: what feeding the head costs). */
+static int spec_mtp_run(struct engine *e, const struct model_mtp_seq *seqs, int n, struct cairn_err *err)
+{
+    for (int i = 0; i < n; i++)
+        e->n_spec_head_rows += (uint64_t)seqs[i].n_tokens;
+    return e->ops.mtp_forward(e->ops.ctx, &e->pool, seqs, n, err);
 }
 
 static int spec_mtp_argmax(const float *v, int n)
@@ -106,7 +118,7 @@ static void spec_mtp_flush(struct engine *e, struct engine_seq *s)
     };
     p->b_n = 0;
     struct cairn_err err = {0};
-    if (e->ops.mtp_forward(e->ops.ctx, &e->pool, &q, 1, &err) != CAIRN_OK)
+    if (spec_mtp_run(e, &q, 1, &err) != CAIRN_OK)
         LOG_WARN("engine", "request %llu: MTP catch-up of a parked stretch failed: %s",
                  (unsigned long long)s->id, err.msg);
 }
@@ -179,7 +191,7 @@ void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
     }
     if (n == 0) return;
     struct cairn_err err = {0};
-    int rc = e->ops.mtp_forward(e->ops.ctx, &e->pool, x->seqs, n, &err);
+    int rc = spec_mtp_run(e, x->seqs, n, &err);
     if (rc != CAIRN_OK) {
         LOG_WARN("engine", "MTP head step failed, no drafts this step: %s", err.msg);
         for (int i = 0; i < n_decodes; i++)
@@ -226,7 +238,7 @@ void spec_mtp_draft(struct engine *e, int n_decodes, int *want)
         m = c; /* the others keep the d drafts they have */
         if (m == 0) break;
         double t0 = cairn_now();
-        rc = e->ops.mtp_forward(e->ops.ctx, &e->pool, x->seqs, m, &err);
+        rc = spec_mtp_run(e, x->seqs, m, &err);
         /* the drafting cost the controllers' break-even charges per drafted token */
         spec_cost_observe_draft(&e->spec_cost, cairn_now() - t0);
         if (rc != CAIRN_OK) {

@@ -18,13 +18,18 @@
  *   blocks: allocated with them, shared and cached with them, and rolled back with them. Chained
  *   steps write positions the verify will overwrite; rejected drafts' positions are rewritten by
  *   the next catch-up before anything reads them.
- * - A sequence that does not draft in a step (parked, or its break-even said no) does not run
- *   the head for it: its hidden rows wait in a backlog of SPEC_MTP_BACKLOG positions, caught up
- *   as one chunk when it fills or before the sequence's next draft, so the head's KV stays whole
- *   at a fraction of the per-step cost (one head step per SPEC_MTP_BACKLOG tokens, batched like
- *   a prefill chunk). Sequences that never speculate (opted out) do
- *   not: blocks they publish carry no head KV, so a speculating request that reuses
- *   such a prefix drafts worse there (never wrongly: drafts are only proposals).
+ * - Who feeds the head. Prefill chunks always do (the head's KV over the prompt is what copying
+ *   drafts need). A decode does only in a step whose plan wanted the head for it (it drafts now,
+ *   or will once the hidden state of this step is in) or in the last SPEC_MTP_BACKLOG tokens of
+ *   a park before its probe (spec_sched.c sets head_step). A decode priced out (its break-even
+ *   said no) or early in a park asks nothing of the forward and runs no head step: on the GPU,
+ *   where a head step costs more than a graph-replayed target step, feeding it anyway cost 7 %
+ *   of decode speed for drafts never made (session 12). Those positions get no head KV, like
+ *   the blocks of requests that never speculate (opted out): a draft attending to them is worse,
+ *   never wrong (drafts are only proposals).
+ * - Rows of a fed sequence that does not draft in that step (the warm-up before a probe, a step
+ *   whose blocks ran out) wait in a backlog of SPEC_MTP_BACKLOG positions, caught up as one
+ *   chunk when it fills or before the sequence's next draft.
  * - Scheduler thread only. Buffers are sized at engine_create: nothing allocated per step. */
 #ifndef CAIRN_ENGINE_SPEC_MTP_H
 #define CAIRN_ENGINE_SPEC_MTP_H

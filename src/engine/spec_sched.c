@@ -198,6 +198,11 @@ int spec_sched_plan(struct engine *e, int n_decodes, int budget)
         if (!p) continue;
         CAIRN_ASSERT(e->chunk[i] == 1 && s->n_tokens - s->n_computed == 1);
         int k = spec_ctl_plan(&p->ctl, &e->spec_cost, n_decodes);
+        /* the head is fed this step (its hidden rows asked of the forward) only when drafting
+         * pays now or a probe is near: a decode priced out or parked costs it nothing */
+        int left = spec_ctl_parked_left(&p->ctl);
+        if (p->use_mtp && (k > 0 || (left >= 0 && left <= SPEC_MTP_BACKLOG)))
+            p->head_step = e->n_steps + 1;
         /* up to k + 1 tokens are emitted: they must fit the request */
         k = CAIRN_MIN(k, s->cap_tokens - s->n_tokens - 1);
         k = CAIRN_MIN(k, CAIRN_MIN(budget - used, rows_left));

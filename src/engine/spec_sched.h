@@ -49,6 +49,8 @@ struct spec_seq {
     int h_row, h_pos0, h_n;        /* MTP: the last forward's hidden-state rows of this sequence
                                     * (rows h_row.. of spec_mtp.hidden = positions h_pos0..) */
     uint64_t h_step;               /* MTP: the engine step (n_steps) they are from */
+    uint64_t head_step;            /* MTP: the step (n_steps + 1 at planning) whose plan wanted the
+                                    * head for this decode (spec_mtp.h: who feeds the head) */
     float *backlog;                /* MTP, parked: hidden rows whose catch-up waits, host
                                     * [SPEC_MTP_BACKLOG, hidden_size] (cairn_mem), or NULL */
     int b_pos0, b_n;               /* their positions b_pos0 .. b_pos0 + b_n - 1 */

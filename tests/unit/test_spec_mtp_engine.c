@@ -12,7 +12,8 @@
  * are accepted in full, cut and rejected; the head's own positions go through the KV rollback.
  * Also: the head unscripted (its own drafts only; some of them recomputed from scratch outside the
  * engine must come out the same), auto picking the head, a tight KV pool
- * (preemption while drafting), and a model without mtp.* weights: --speculative mtp is refused
+ * (preemption while drafting), a head priced out (decodes then do not feed it: it runs over the
+ * prompts only), and a model without mtp.* weights: --speculative mtp is refused
  * with a clear error, auto serves it (with n-grams), and a request asking mtp there is refused. */
 #include "base/mem.h"
 #include "kv/kv_pool.h"
@@ -230,6 +231,8 @@ static void check_obs(struct model *m, const struct obs *o, const char *name)
     kv_pool_free(&kv);
 }
 
+static void run_priced_out(struct model *m, const char *name, int32_t p[N_REQ][200], const int *len);
+
 static void run_model(const char *name)
 {
     char dir[1024], rel[256];
@@ -286,7 +289,54 @@ static void run_model(const char *name)
     check_run(e, name, "tight pool", p, len, n, 0, ref, &accepted, &drafted);
     CHECK(accepted > 0);
     engine_destroy(e);
+    run_priced_out(m, name, p, len);
     model_free(m);
+}
+
+/* A head that never pays (each drafted token priced at a whole step): decodes do not feed it.
+ * Two requests of 200 tokens (more than SPEC_MTP_BACKLOG, which a parked stretch used to fill
+ * and catch up) give the tokens of speculation off, draft nothing, and the head runs at most
+ * over their prompts (these short ones wait in the backlog and never run). */
+static void run_priced_out(struct model *m, const char *name, int32_t p[N_REQ][200], const int *len)
+{
+    enum { N = 2, GEN = 200 };
+    static struct collect ref[N], got[N];
+    int prompt_rows = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        struct engine_opts o;
+        oracle_engine_opts(&o, 16, 64ull << 20, 8);
+        o.speculative = pass ? ENGINE_SPEC_MTP : ENGINE_SPEC_OFF;
+        o.spec_cost_slope = 0.05;
+        o.spec_draft_cost = 1.0; /* a drafted token costs a step: never pays (spec_ctl.h) */
+        struct engine *e = oracle_engine_create(m, &o);
+        struct collect *out = pass ? got : ref;
+        struct cairn_err err = {0};
+        for (int i = 0; i < N; i++) {
+            struct engine_request r = collect_request(&out[i], p[i], len[i], GEN);
+            r.ignore_eos = 1;
+            CHECK_MSG(engine_submit(e, &r, NULL, &err) == CAIRN_OK, "%s", err.msg);
+            if (pass) prompt_rows += len[i];
+        }
+        CHECK(collect_wait(out, N));
+        collect_wait_idle(e, N);
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        if (pass) {
+            CHECK_EQ_INT(st.n_spec_drafted, 0);
+            CHECK_MSG(st.n_spec_head_rows <= (uint64_t)prompt_rows,
+                      "%s priced out: the head ran %llu positions for prompts of %d", name,
+                      (unsigned long long)st.n_spec_head_rows, prompt_rows);
+            printf("%s, head priced out: head ran %llu positions (prompts %d, %d generated)\n", name,
+                   (unsigned long long)st.n_spec_head_rows, prompt_rows, N * GEN);
+        }
+        engine_destroy(e);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(got[i].n_tokens, GEN);
+        CHECK_MSG(got[i].n_tokens == ref[i].n_tokens &&
+                      memcmp(got[i].tokens, ref[i].tokens, sizeof(int32_t) * (size_t)GEN) == 0,
+                  "%s priced out: request %d: tokens differ", name, i);
+    }
 }
 
 /* The oracle checkpoint has no mtp.* weights. */
