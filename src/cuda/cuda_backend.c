@@ -746,8 +746,10 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
-    s = getenv("CAIRN_CUDA_ATTN_DEC"); /* "legacy": the decode attention kernel before tuning */
-    c->attn_dec_tuned = !(s && strcmp(s, "legacy") == 0);
+    s = getenv("CAIRN_CUDA_ATTN_DEC"); /* decode attention: "fast" (opt-in), "legacy" (older) */
+    c->attn_dec = s && strcmp(s, "legacy") == 0 ? CUDA_ATTN_DEC_LEGACY
+                  : s && strcmp(s, "fast") == 0 ? CUDA_ATTN_DEC_FAST
+                                                : CUDA_ATTN_DEC_TUNED;
     /* the matmuls (the tensor-core kernel or the GEMV) and attention (per-row split plan) are
      * batch-invariant up to this many rows, unless the tiled kernels are forced (they take small
      * steps too). With the tensor-core kernel from n = 1: its 16 rows while every weight is one

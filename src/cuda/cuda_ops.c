@@ -157,7 +157,7 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
         c->attn_tiles_cap = tiles;
     }
     (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, c->attn_mode,
-                                                c->attn_dec_tuned, ws, c->attn_tiles_host,
+                                                c->attn_dec, ws, c->attn_tiles_host,
                                                 c->attn_counters, CUDA_ATTN_COUNTERS));
 }
 

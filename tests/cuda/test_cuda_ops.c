@@ -829,9 +829,10 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
                            const int *ctx, const int *rows)
 {
     const int n_layers = 2, layer = 1;
-    int bt_stride = 0, n_blocks = 0, n_tok = 0, n_kvtok = 0;
+    int bt_stride = 0, n_blocks = 0, n_tok = 0, n_kvtok = 0, max_ctx = 0;
     for (int s = 0; s < n_seqs; s++) {
         int nb = (ctx[s] + block_size - 1) / block_size;
+        max_ctx = CAIRN_MAX(max_ctx, ctx[s]);
         bt_stride = CAIRN_MAX(bt_stride, nb);
         n_blocks += nb;
         n_tok += rows[s];
@@ -906,7 +907,7 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     }
     size_t qn = (size_t)n_tok * n_heads * hd;
     float *q = rnd_vec(qn, 1.0f), *got = malloc(qn * 4);
-    double *want = malloc(qn * sizeof(double)), *p = malloc(sizeof(double) * 4096);
+    double *want = malloc(qn * sizeof(double)), *p = malloc(sizeof(double) * (size_t)max_ctx);
     float scale = 1.0f / sqrtf((float)hd);
     int group = n_heads / n_kv;
     int flash = attn_flash_expected(kdt, hd, group, n_tok, n_seqs);
@@ -969,9 +970,10 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     }
     dev_to(got, dout, qn * 4);
     char what[160];
-    const char *mode = getenv("CAIRN_CUDA_ATTN");
-    snprintf(what, sizeof(what), "attention[%s] %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d", mode ? mode : "auto",
-             dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs, n_tok);
+    const char *mode = getenv("CAIRN_CUDA_ATTN"), *dec = getenv("CAIRN_CUDA_ATTN_DEC");
+    snprintf(what, sizeof(what), "attention[%s, dec %s] %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d",
+             mode ? mode : "auto", dec ? dec : "tuned", dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs,
+             n_tok);
     check_close(what, got, want, NULL, qn, flash ? ATTN_FLASH_TOL : 2e-5);
     free(qref);
 
@@ -1003,19 +1005,25 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     free(p);
 }
 
-/* Reopens the backend with CAIRN_CUDA_ATTN=mode (NULL: the default). */
-static void reopen_with_attn(const char *mode)
+/* Reopens the backend with the variable `name` = value (NULL: unset, the default). */
+static void reopen_with_env(const char *name, const char *value)
 {
     struct cairn_err err;
     be->ops->destroy(be);
     be = NULL;
-    if (mode) setenv("CAIRN_CUDA_ATTN", mode, 1);
-    else unsetenv("CAIRN_CUDA_ATTN");
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
     int st = cuda_backend_open(0, &be, &err);
     if (st != CAIRN_OK) {
         fprintf(stderr, "reopen: %s\n", err.msg);
         exit(1);
     }
+}
+
+/* Reopens the backend with CAIRN_CUDA_ATTN=mode (NULL: the default). */
+static void reopen_with_attn(const char *mode)
+{
+    reopen_with_env("CAIRN_CUDA_ATTN", mode);
 }
 
 static void test_attention(void)
@@ -1077,8 +1085,11 @@ static void test_attn_prefill(void)
 
 /* The decode kernel (BF16 KV, head_dim 64/128, 1/2/4/8 query heads per KV head): contexts of
  * one position, of one partial pass, of several passes per split and of many splits; a batch
- * where some rows need one split and others many; a short chunk (3 rows) through split-K. */
-static void test_attn_decode(void)
+ * where some rows need one split and others many; a short chunk (3 rows) through split-K; the
+ * model shapes (8B, 1B, Qwen3-30B-A3B) about the context where the fast version's fixed
+ * one-pass splits end (32 passes: 1024 positions at head_dim 128, 2048 at 64), and a long
+ * context of many passes per split. */
+static void test_attn_decode_case(void)
 {
     const int ctx3[3] = {1, 600, 77}, rows3[3] = {1, 1, 1};
     test_attn_case(DTYPE_BF16, 64, 8, 2, 16, 3, ctx3, rows3);
@@ -1095,6 +1106,29 @@ static void test_attn_decode(void)
         rows8[i] = 1;
     }
     test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 8, ctx8, rows8);
+    const int ctxm[3] = {600, 1, 33}, rowsm[3] = {1, 1, 1};
+    test_attn_case(DTYPE_BF16, 128, 32, 4, 16, 3, ctxm, rowsm); /* group 8 */
+    const int ctxf[2] = {1024, 640}, ctxp[3] = {1025, 97, 1024}, rowsp[3] = {1, 1, 1};
+    test_attn_case(DTYPE_BF16, 128, 32, 8, 16, 2, ctxf, rowsp); /* fixed one-pass splits */
+    test_attn_case(DTYPE_BF16, 128, 32, 8, 16, 3, ctxp, rowsp); /* per-row splits */
+    const int ctx1b[2] = {2048, 5}, ctx1p[2] = {2049, 2048};
+    test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 2, ctx1b, rowsp);
+    test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 2, ctx1p, rowsp);
+    const int ctxl[1] = {20000};
+    test_attn_case(DTYPE_BF16, 64, 8, 2, 16, 1, ctxl, rowsp); /* 10 passes per split, 32 splits */
+    const int ctxg[3] = {300, 700, 3}, rowsg[3] = {2, 1, 3}; /* rows of sequence r are not row r */
+    test_attn_case(DTYPE_BF16, 128, 16, 4, 16, 3, ctxg, rowsg);
+}
+
+/* test_attn_decode_case with each version of the decode kernel (CAIRN_CUDA_ATTN_DEC). */
+static void test_attn_decode(void)
+{
+    static const char *const decs[] = {NULL, "fast", "legacy"};
+    for (int i = 0; i < 3; i++) {
+        reopen_with_env("CAIRN_CUDA_ATTN_DEC", decs[i]);
+        test_attn_decode_case();
+    }
+    reopen_with_env("CAIRN_CUDA_ATTN_DEC", NULL);
 }
 
 /* ---- batch invariance of attention (issue 20: greedy equal with and without speculation) ----
@@ -1285,6 +1319,12 @@ static void test_attn_invariance(void)
         test_attn_invariance_case(kdt, 64, 8, 2);   /* group 4, hd 64 (the demo's shape) */
         test_attn_invariance_case(kdt, 80, 4, 4);   /* the generic split-K kernel */
     }
+    test_attn_invariance_case(DTYPE_BF16, 128, 32, 4); /* group 8 */
+    /* the fast decode kernel too (CAIRN_CUDA_ATTN_DEC=fast) */
+    reopen_with_env("CAIRN_CUDA_ATTN_DEC", "fast");
+    test_attn_invariance_case(DTYPE_BF16, 128, 32, 8);
+    test_attn_invariance_case(DTYPE_BF16, 64, 8, 2);
+    reopen_with_env("CAIRN_CUDA_ATTN_DEC", NULL);
 }
 
 /* ---- CUDA graphs ----
