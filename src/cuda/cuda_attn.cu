@@ -63,6 +63,9 @@ struct cuda_attn_args {
     const int32_t *seq_off;
     const int32_t *block_tables;
     int bt_stride;
+    int bt_min;       /* the fast decode kernel: entries every sequence's table row surely holds
+                       * (cuda_k_attention's bt_min): its loads before the context is known stay
+                       * below this */
     int n_seqs;
     int n_heads;
     int group;
@@ -260,9 +263,13 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_combine_ke
  *    most CUDA_ATTN_ROW_SPLITS passes, where every row's split is one pass anyway; larger
  *    steps), the first pass's block-table entries, q and seq_off are loaded together with the
  *    row's position (the table of sequence r guessed, checked against seq_off, reloaded if
- *    wrong), not after it (a programmatic dependent launch that read them before
- *    cuda_pdl_wait gave wrong results with graphs on the H200, for a sequence alone: not
- *    understood, not kept);
+ *    wrong), not after it. The plan is the context bucket's, so the pass may lie past the
+ *    row's real context, and a graph replays the launch for any context in the bucket: these
+ *    early loads index the table at most at bt_min - 1 (entries every row surely holds: a
+ *    graph's record drops the stride of a sequence alone, cuda_graph.c), and the entries of
+ *    positions at or past bt_min * block_size are loaded again once the context is known. A
+ *    block reads K/V only for positions below its row's context, so a table entry past it
+ *    (padding, garbage) is never used;
  *  - the next pass's block-table entries are loaded while the current pass computes, so a pass
  *    waits on its K/V alone; positions past the split are not loaded at all;
  *  - the combine loads max, sum and acc (float4) of CUDA_DEC_COMBINE splits at once and folds
@@ -360,7 +367,7 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
     int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     int warp = tid / CUDA_WARP, lane = tid % CUDA_WARP, sub = lane % geo::lpp, pw = lane / geo::lpp;
     cuda_pdl_trigger(); /* the o_proj GEMV may launch and load weights (cuda_common.cuh) */
-    int blk[CUDA_DEC_U]; /* fast: the block of each of this lane's positions in the current pass */
+    int blk[CUDA_DEC_U] = {}; /* fast: the block of each of this lane's positions in the pass */
     int guess = min(r, a.n_seqs - 1), so_lo = 0, so_hi = 0;
     float qv[G][8];
     if (fast) { /* all of these before the position is in (see the comment above) */
@@ -368,9 +375,9 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
         if (a.split_len) {
             const int32_t *bt = a.block_tables + (int64_t)guess * a.bt_stride;
 #pragma unroll
-            for (int u = 0; u < CUDA_DEC_U; u++) {
-                int p = sp * a.split_len + cuda_dec_lpos<HD>(u, warp, pw); /* the index is clamped to the row; */
-                blk[u] = __ldg(bt + min(p / kv.block_size, a.bt_stride - 1)); /* used if p < ctx */
+            for (int u = 0; u < CUDA_DEC_U; u++) { /* clamped into the entries every row holds */
+                int p = sp * a.split_len + cuda_dec_lpos<HD>(u, warp, pw);
+                blk[u] = __ldg(bt + min(p / kv.block_size, a.bt_min - 1));
             }
         }
     }
@@ -387,11 +394,12 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
     const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
     const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
     const uint8_t *vbase = (const uint8_t *)kv.v + (size_t)a.layer * kv.layer_block_bytes;
-    if (fast && !(a.split_len && s == guess)) { /* the first pass's blocks, now */
+    if (fast) { /* the first pass's blocks the early loads did not get right, now */
+        bool early = a.split_len && s == guess; /* blk holds row s's entries below bt_min */
 #pragma unroll
         for (int u = 0; u < CUDA_DEC_U; u++) {
-            int p = p_begin + cuda_dec_lpos<HD>(u, warp, pw);
-            blk[u] = p < p_end ? __ldg(bt + p / kv.block_size) : 0;
+            int p = p_begin + cuda_dec_lpos<HD>(u, warp, pw), i = p / kv.block_size;
+            if (p < p_end && (!early || i >= a.bt_min)) blk[u] = __ldg(bt + i);
         }
     }
     if (!fast) cuda_dec_load_q<HD, G>(a, r, kvh, sub, qv); /* where the older versions load it */
@@ -788,8 +796,8 @@ extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx,
 }
 
 extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, int max_ctx,
-                                int n_sms, int mode, int dec, float *ws, int32_t *tiles_host,
-                                int *counters, size_t n_counters)
+                                int bt_min, int n_sms, int mode, int dec, float *ws,
+                                int32_t *tiles_host, int *counters, size_t n_counters)
 {
     if (at->n_tokens <= 0) return (int)cudaGetLastError();
     if (at->kv->head_dim > CUDA_ATTN_MAX_HEAD_DIM || at->n_heads > 65535)
@@ -803,6 +811,7 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
     a.seq_off = at->seq_off;
     a.block_tables = at->block_tables;
     a.bt_stride = at->bt_stride;
+    a.bt_min = bt_min < 1 ? 1 : bt_min; /* a row with positions holds one entry at least */
     a.n_seqs = at->n_seqs;
     a.n_heads = at->n_heads;
     a.group = at->n_heads / at->kv->n_kv_heads;

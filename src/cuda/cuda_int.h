@@ -211,6 +211,9 @@ void cuda_graphs_invalidate(struct cuda_impl *c);
  * context bucket its split plan is made from (the longest context rounded up). */
 int cuda_attn_split_path(struct cuda_impl *c, const struct backend_attn *a);
 int cuda_attn_ctx_bucket(const struct backend_attn *a);
+/* Block-table entries every sequence's row of `a` surely holds in any step in the same bucket
+ * (what a graph of it may be replayed for): cuda_k_attention's bt_min. */
+int cuda_attn_bt_min(const struct backend_attn *a);
 
 /* cuda_matmul.c */
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n);
