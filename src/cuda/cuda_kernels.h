@@ -149,11 +149,11 @@ size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms,
 /* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list).
  * counters: n_counters device ints, zero, left zero (the decode kernel's split counts, one per
  * (row, KV head); steps with more take the generic split-K kernels). */
-/* dec: the version of the decode kernel (CAIRN_CUDA_ATTN_DEC): TUNED (the default) has its
+/* dec: the version of the decode kernel (CAIRN_CUDA_ATTN_DEC): FAST (the default) waits on
+ * fewer dependent memory round trips per block (cuda_attn.cu); TUNED ("tuned") has its
  * registers capped so that 4 blocks fit an SM and finds a decode row's sequence without a
- * search; FAST ("fast", opt-in until checked on the GPU with graphs) waits on fewer dependent
- * memory round trips per block (cuda_attn.cu); LEGACY ("legacy") is the kernel before tuning. Legacy and tuned give the same bits; fast the same
- * plans, its combine rounds differently. */
+ * search; LEGACY ("legacy") is the kernel before tuning. Legacy and tuned give the same bits;
+ * fast the same plans, its combine rounds differently. */
 enum cuda_attn_dec { CUDA_ATTN_DEC_LEGACY = 0, CUDA_ATTN_DEC_TUNED, CUDA_ATTN_DEC_FAST };
 /* bt_min: block-table entries every sequence's row surely holds in every step this launch may be
  * replayed for (cuda_attn_bt_min); the fast decode kernel reads no entry past it before it

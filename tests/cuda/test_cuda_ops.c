@@ -972,7 +972,7 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     char what[160];
     const char *mode = getenv("CAIRN_CUDA_ATTN"), *dec = getenv("CAIRN_CUDA_ATTN_DEC");
     snprintf(what, sizeof(what), "attention[%s, dec %s] %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d",
-             mode ? mode : "auto", dec ? dec : "tuned", dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs,
+             mode ? mode : "auto", dec ? dec : "default", dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs,
              n_tok);
     check_close(what, got, want, NULL, qn, flash ? ATTN_FLASH_TOL : 2e-5);
     free(qref);
@@ -1123,7 +1123,7 @@ static void test_attn_decode_case(void)
 /* test_attn_decode_case with each version of the decode kernel (CAIRN_CUDA_ATTN_DEC). */
 static void test_attn_decode(void)
 {
-    static const char *const decs[] = {NULL, "fast", "legacy"};
+    static const char *const decs[] = {NULL, "tuned", "legacy"};
     for (int i = 0; i < 3; i++) {
         reopen_with_env("CAIRN_CUDA_ATTN_DEC", decs[i]);
         test_attn_decode_case();
@@ -1531,8 +1531,8 @@ static void test_attn_invariance(void)
         test_attn_invariance_case(kdt, 80, 4, 4);   /* the generic split-K kernel */
     }
     test_attn_invariance_case(DTYPE_BF16, 128, 32, 4); /* group 8 */
-    /* the fast decode kernel too (CAIRN_CUDA_ATTN_DEC=fast) */
-    reopen_with_env("CAIRN_CUDA_ATTN_DEC", "fast");
+    /* the tuned decode kernel too (CAIRN_CUDA_ATTN_DEC=tuned; the default is fast) */
+    reopen_with_env("CAIRN_CUDA_ATTN_DEC", "tuned");
     test_attn_invariance_case(DTYPE_BF16, 128, 32, 8);
     test_attn_invariance_case(DTYPE_BF16, 64, 8, 2);
     reopen_with_env("CAIRN_CUDA_ATTN_DEC", NULL);
