@@ -22,6 +22,9 @@
  *   CAIRN_CUDA_ATTN=auto|split|tiled  attention kernel: auto (default) takes the tiled prefill
  *                              kernel for steps of >= 8 rows per sequence, split-K otherwise;
  *                              split or tiled force one (tiled still needs head_dim <= 128)
+ *   CAIRN_CUDA_ATTN_DEC=fast|tuned|legacy  the split-K decode kernel (BF16 KV, head_dim 64/128):
+ *                              fast (default) or the earlier tuned and legacy versions, for
+ *                              comparison (cuda_attn.cu)
  *   CAIRN_CUDA_SYNC=1          wait for the GPU after every kernel launch, so that a fault is
  *                              reported with the launch that caused it (debugging; slow; no
  *                              graphs then)

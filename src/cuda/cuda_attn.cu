@@ -56,11 +56,16 @@ static __host__ __device__ __forceinline__ int cuda_attn_row_split_len(int ctx, 
 struct cuda_attn_args {
     const float *q;
     float *out;       /* n_splits == 1: the output */
-    float *part;      /* n_splits > 1: [n_tokens][n_heads][n_splits][head_dim + 2] */
+    float *part;      /* n_splits > 1: [n_tokens][n_heads][n_splits][head_dim + 2]; the fast
+                       * decode kernel: [n_tokens][n_heads][n_splits][head_dim], then part_ml */
+    float *part_ml;   /* the fast decode kernel: [n_tokens][n_heads][n_splits] (max, sum) */
     const int32_t *pos;
     const int32_t *seq_off;
     const int32_t *block_tables;
     int bt_stride;
+    int bt_min;       /* the fast decode kernel: entries every sequence's table row surely holds
+                       * (cuda_k_attention's bt_min): its loads before the context is known stay
+                       * below this */
     int n_seqs;
     int n_heads;
     int group;
@@ -250,7 +255,29 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_combine_ke
  * flight at once), scores are reduced over the hd / 8 lanes by shuffles, the pass's max and sum
  * per head over the block (cuda_attn_fold), and p.v accumulated in registers. The last split
  * block of a (row, KV head) to finish combines the partials (a counter per (row, KV head) in
- * `counters`, zero between calls), so decode attention is one launch. */
+ * `counters`, zero between calls), so decode attention is one launch.
+ * Versions (enum cuda_attn_dec, CAIRN_CUDA_ATTN_DEC): at batch 1 a block has one pass to do, so
+ * its time is the chain of memory round trips it waits on, not bandwidth. The fast version
+ * shortens that chain; the tuned and legacy ones stay for comparison:
+ *  - with a split length fixed for the step (batch-invariant steps whose longest row needs at
+ *    most CUDA_ATTN_ROW_SPLITS passes, where every row's split is one pass anyway; larger
+ *    steps), the first pass's block-table entries, q and seq_off are loaded together with the
+ *    row's position (the table of sequence r guessed, checked against seq_off, reloaded if
+ *    wrong), not after it. The plan is the context bucket's, so the pass may lie past the
+ *    row's real context, and a graph replays the launch for any context in the bucket: these
+ *    early loads index the table at most at bt_min - 1 (entries every row surely holds: a
+ *    graph's record drops the stride of a sequence alone, cuda_graph.c), and the entries of
+ *    positions at or past bt_min * block_size are loaded again once the context is known. A
+ *    block reads K/V only for positions below its row's context, so a table entry past it
+ *    (padding, garbage) is never used;
+ *  - the next pass's block-table entries are loaded while the current pass computes, so a pass
+ *    waits on its K/V alone; positions past the split are not loaded at all;
+ *  - the combine loads max, sum and acc (float4) of CUDA_DEC_COMBINE splits at once and folds
+ *    them with a running max in split order, where the others wait on 2 x n_splits dependent
+ *    loads. The order depends on the row's own split count only: batch invariance holds.
+ * H200, graphs on, tuned -> fast: 8B BF16 tg128 after pp512 198.9 -> 209.9 tok/s (GPU 4,995 ->
+ * 4,737 us a step), after pp4096 181.9 -> 195.5; 1B 879 -> 926; the kernel alone (bench-engine
+ * --attn-sweep, 16/8 heads of 128, one step each) 15.3 -> 12.8 us at context 530. */
 #define CUDA_DEC_THREADS 128
 #define CUDA_DEC_WARPS (CUDA_DEC_THREADS / CUDA_WARP)
 #define CUDA_DEC_U 4 /* positions per lane per pass */
@@ -258,6 +285,7 @@ static __global__ void __launch_bounds__(CUDA_ATTN_THREADS) cuda_attn_combine_ke
  * registers left 3: a 64-row step of the 8B, 512 blocks, ran 1.3 waves of 396 slots); a group of
  * 8 would spill. */
 #define CUDA_DEC_MIN_BLOCKS 4
+#define CUDA_DEC_COMBINE 8 /* fast: splits whose partials the combine loads at once */
 
 template <int HD> struct cuda_dec_geom {
     static constexpr int lpp = HD / 8;                           /* lanes per position */
@@ -265,30 +293,60 @@ template <int HD> struct cuda_dec_geom {
     static constexpr int pass = CUDA_DEC_WARPS * ppw * CUDA_DEC_U; /* positions per pass */
 };
 
-template <int HD, int G, bool TUNED>
-static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
-                                         (TUNED && G <= 4) ? CUDA_DEC_MIN_BLOCKS : 1)
-    cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
+/* fast: the combine of the last split block: out[r, h] = sum_k e^(m_k - M) acc_k / sum_k
+ * e^(m_k - M) l_k, folded CUDA_DEC_COMBINE splits at a time in split order (all of a group's
+ * loads in flight together). */
+template <int HD, int G>
+static __device__ void cuda_dec_combine(const struct cuda_attn_args &a, int r, int kvh, int n_valid)
 {
-    typedef cuda_dec_geom<HD> geo;
-    __shared__ float red[2][CUDA_DEC_WARPS][G];
-    __shared__ float accs[CUDA_DEC_WARPS][G][HD];
-    __shared__ int last;
-    const struct backend_kv_view &kv = a.kv;
-    int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
-    int warp = tid / CUDA_WARP, lane = tid % CUDA_WARP, sub = lane % geo::lpp, pw = lane / geo::lpp;
-    cuda_pdl_trigger(); /* the o_proj GEMV may launch and load weights (cuda_common.cuh) */
-    int ctx = a.pos[r] + 1;
-    int split_len = a.split_len ? a.split_len : cuda_attn_row_split_len(ctx, geo::pass);
-    int n_valid = min((ctx + split_len - 1) / split_len, a.n_splits);
-    if (sp >= n_valid) return; /* the combine counts only the splits that hold positions */
-    int p_begin = sp * split_len, p_end = min(ctx, p_begin + split_len);
-    int s = TUNED ? cuda_attn_seq_of_guess(a.seq_off, a.n_seqs, r)
-                  : cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
-    const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
-    const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
-    const uint8_t *vbase = (const uint8_t *)kv.v + (size_t)a.layer * kv.layer_block_bytes;
-    float qv[G][8];
+    for (int c = threadIdx.x; c < G * HD / 4; c += CUDA_DEC_THREADS) {
+        int g = c / (HD / 4), d4 = c % (HD / 4);
+        int64_t rh = (int64_t)r * a.n_heads + kvh * G + g;
+        const float4 *pa = (const float4 *)(a.part + rh * a.n_splits * HD) + d4;
+        const float2 *pm = (const float2 *)(a.part_ml + rh * a.n_splits * 2);
+        float M = -INFINITY, L = 0;
+        float4 v = make_float4(0, 0, 0, 0);
+        for (int k0 = 0; k0 < n_valid; k0 += CUDA_DEC_COMBINE) {
+            float4 t[CUDA_DEC_COMBINE];
+            float2 ml[CUDA_DEC_COMBINE];
+#pragma unroll
+            for (int j = 0; j < CUDA_DEC_COMBINE; j++) {
+                bool in = k0 + j < n_valid;
+                t[j] = in ? __ldcg(pa + (int64_t)(k0 + j) * (HD / 4)) : make_float4(0, 0, 0, 0);
+                ml[j] = in ? __ldcg(pm + k0 + j) : make_float2(-INFINITY, 0);
+            }
+            float mg = M;
+#pragma unroll
+            for (int j = 0; j < CUDA_DEC_COMBINE; j++) mg = fmaxf(mg, ml[j].x);
+            /* mg is finite: split k0 holds positions; the first group scales the zeros by 0 */
+            float corr = expf(M - mg);
+            L *= corr;
+            v.x *= corr, v.y *= corr, v.z *= corr, v.w *= corr;
+#pragma unroll
+            for (int j = 0; j < CUDA_DEC_COMBINE; j++) {
+                float e = expf(ml[j].x - mg); /* 0 past n_valid */
+                L = fmaf(e, ml[j].y, L);
+                v.x = fmaf(e, t[j].x, v.x), v.y = fmaf(e, t[j].y, v.y);
+                v.z = fmaf(e, t[j].z, v.z), v.w = fmaf(e, t[j].w, v.w);
+            }
+            M = mg;
+        }
+        float *o = a.out + rh * HD + d4 * 4;
+        o[0] = v.x / L, o[1] = v.y / L, o[2] = v.z / L, o[3] = v.w / L;
+    }
+}
+
+/* Position u of a lane's pass, from the pass's first position. */
+template <int HD> static __device__ __forceinline__ int cuda_dec_lpos(int u, int warp, int pw)
+{
+    return (u * CUDA_DEC_WARPS + warp) * cuda_dec_geom<HD>::ppw + pw;
+}
+
+/* The lane's 8 dims of q for the G heads of KV head kvh. */
+template <int HD, int G>
+static __device__ __forceinline__ void cuda_dec_load_q(const struct cuda_attn_args &a, int r, int kvh,
+                                                       int sub, float (&qv)[G][8])
+{
 #pragma unroll
     for (int g = 0; g < G; g++) {
         const float4 *q4 = (const float4 *)(a.q + ((int64_t)r * a.n_heads + kvh * G + g) * HD + sub * 8);
@@ -296,6 +354,58 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
         qv[g][0] = lo.x, qv[g][1] = lo.y, qv[g][2] = lo.z, qv[g][3] = lo.w;
         qv[g][4] = hi.x, qv[g][5] = hi.y, qv[g][6] = hi.z, qv[g][7] = hi.w;
     }
+}
+
+template <int HD, int G, int VER>
+static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
+                                         (VER != CUDA_ATTN_DEC_LEGACY && G <= 4) ? CUDA_DEC_MIN_BLOCKS : 1)
+    cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
+{
+    typedef cuda_dec_geom<HD> geo;
+    constexpr bool fast = VER == CUDA_ATTN_DEC_FAST;
+    __shared__ float red[2][CUDA_DEC_WARPS][G];
+    __shared__ float accs[CUDA_DEC_WARPS][G][HD];
+    __shared__ int last;
+    const struct backend_kv_view &kv = a.kv;
+    int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    int warp = tid / CUDA_WARP, lane = tid % CUDA_WARP, sub = lane % geo::lpp, pw = lane / geo::lpp;
+    cuda_pdl_trigger(); /* the o_proj GEMV may launch and load weights (cuda_common.cuh) */
+    int blk[CUDA_DEC_U] = {}; /* fast: the block of each of this lane's positions in the pass */
+    int guess = min(r, a.n_seqs - 1), so_lo = 0, so_hi = 0;
+    float qv[G][8];
+    if (fast) { /* all of these before the position is in (see the comment above) */
+        so_lo = a.seq_off[guess], so_hi = a.seq_off[guess + 1];
+        if (a.split_len) {
+            const int32_t *bt = a.block_tables + (int64_t)guess * a.bt_stride;
+#pragma unroll
+            for (int u = 0; u < CUDA_DEC_U; u++) { /* clamped into the entries every row holds */
+                int p = sp * a.split_len + cuda_dec_lpos<HD>(u, warp, pw);
+                blk[u] = __ldg(bt + min(p / kv.block_size, a.bt_min - 1));
+            }
+        }
+    }
+    int ctx = a.pos[r] + 1;
+    if (fast) cuda_dec_load_q<HD, G>(a, r, kvh, sub, qv);
+    int split_len = a.split_len ? a.split_len : cuda_attn_row_split_len(ctx, geo::pass);
+    int n_valid = min((ctx + split_len - 1) / split_len, a.n_splits);
+    if (sp >= n_valid) return; /* the combine counts only the splits that hold positions */
+    int p_begin = sp * split_len, p_end = min(ctx, p_begin + split_len);
+    int s;
+    if (fast) s = so_lo <= r && r < so_hi ? guess : cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
+    else if (VER == CUDA_ATTN_DEC_TUNED) s = cuda_attn_seq_of_guess(a.seq_off, a.n_seqs, r);
+    else s = cuda_attn_seq_of(a.seq_off, a.n_seqs, r);
+    const int32_t *bt = a.block_tables + (int64_t)s * a.bt_stride;
+    const uint8_t *kbase = (const uint8_t *)kv.k + (size_t)a.layer * kv.layer_block_bytes;
+    const uint8_t *vbase = (const uint8_t *)kv.v + (size_t)a.layer * kv.layer_block_bytes;
+    if (fast) { /* the first pass's blocks the early loads did not get right, now */
+        bool early = a.split_len && s == guess; /* blk holds row s's entries below bt_min */
+#pragma unroll
+        for (int u = 0; u < CUDA_DEC_U; u++) {
+            int p = p_begin + cuda_dec_lpos<HD>(u, warp, pw), i = p / kv.block_size;
+            if (p < p_end && (!early || i >= a.bt_min)) blk[u] = __ldg(bt + i);
+        }
+    }
+    if (!fast) cuda_dec_load_q<HD, G>(a, r, kvh, sub, qv); /* where the older versions load it */
     float m_run[G], l_run[G], acc[G][8];
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -310,13 +420,27 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
         bool ok[CUDA_DEC_U];
 #pragma unroll
         for (int u = 0; u < CUDA_DEC_U; u++) {
-            int p = c0 + (u * CUDA_DEC_WARPS + warp) * geo::ppw + pw;
+            int p = c0 + cuda_dec_lpos<HD>(u, warp, pw);
             ok[u] = p < p_end;
-            int pp = ok[u] ? p : p_begin;
-            size_t off = (size_t)bt[pp / kv.block_size] * kv.block_bytes +
-                         ((size_t)(pp % kv.block_size) * kv.n_kv_heads + kvh) * HD * 2 + (size_t)sub * 16;
-            kc[u] = __ldg((const uint4 *)(kbase + off));
-            vc[u] = __ldg((const uint4 *)(vbase + off));
+            if (fast) {
+                size_t off = (size_t)blk[u] * kv.block_bytes +
+                             ((size_t)(p % kv.block_size) * kv.n_kv_heads + kvh) * HD * 2 + (size_t)sub * 16;
+                kc[u] = ok[u] ? __ldg((const uint4 *)(kbase + off)) : make_uint4(0, 0, 0, 0);
+                vc[u] = ok[u] ? __ldg((const uint4 *)(vbase + off)) : make_uint4(0, 0, 0, 0);
+            } else {
+                int pp = ok[u] ? p : p_begin;
+                size_t off = (size_t)bt[pp / kv.block_size] * kv.block_bytes +
+                             ((size_t)(pp % kv.block_size) * kv.n_kv_heads + kvh) * HD * 2 + (size_t)sub * 16;
+                kc[u] = __ldg((const uint4 *)(kbase + off));
+                vc[u] = __ldg((const uint4 *)(vbase + off));
+            }
+        }
+        if (fast) { /* the next pass's blocks, in flight while this pass computes */
+#pragma unroll
+            for (int u = 0; u < CUDA_DEC_U; u++) {
+                int p = c0 + geo::pass + cuda_dec_lpos<HD>(u, warp, pw);
+                blk[u] = p < p_end ? __ldg(bt + p / kv.block_size) : 0;
+            }
         }
         float sc[CUDA_DEC_U][G], mx[G];
 #pragma unroll
@@ -411,6 +535,12 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
         int64_t rh = (int64_t)r * a.n_heads + kvh * G + g;
         if (single) {
             a.out[rh * HD + d] = v / l_run[g];
+        } else if (fast) {
+            a.part[(rh * a.n_splits + sp) * HD + d] = v;
+            if (d == 0) {
+                a.part_ml[2 * (rh * a.n_splits + sp)] = m_run[g];
+                a.part_ml[2 * (rh * a.n_splits + sp) + 1] = l_run[g];
+            }
         } else {
             float *pp = a.part + (rh * a.n_splits + sp) * (HD + 2);
             pp[d] = v;
@@ -429,20 +559,23 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int i = tid; i < G * HD; i += CUDA_DEC_THREADS) {
-        int g = i / HD, d = i % HD;
-        const float *pp = a.part + ((int64_t)r * a.n_heads + kvh * G + g) * a.n_splits * (HD + 2);
-        float M = -INFINITY;
-        for (int k = 0; k < n_valid; k++) M = fmaxf(M, __ldcg(pp + (int64_t)k * (HD + 2) + HD));
-        float L = 0, v = 0;
-        for (int k = 0; k < n_valid; k++) {
-            const float *q = pp + (int64_t)k * (HD + 2);
-            float e = expf(__ldcg(q + HD) - M);
-            L += e * __ldcg(q + HD + 1);
-            v += e * __ldcg(q + d);
+    if (fast)
+        cuda_dec_combine<HD, G>(a, r, kvh, n_valid);
+    else
+        for (int i = tid; i < G * HD; i += CUDA_DEC_THREADS) {
+            int g = i / HD, d = i % HD;
+            const float *pp = a.part + ((int64_t)r * a.n_heads + kvh * G + g) * a.n_splits * (HD + 2);
+            float M = -INFINITY;
+            for (int k = 0; k < n_valid; k++) M = fmaxf(M, __ldcg(pp + (int64_t)k * (HD + 2) + HD));
+            float L = 0, v = 0;
+            for (int k = 0; k < n_valid; k++) {
+                const float *q = pp + (int64_t)k * (HD + 2);
+                float e = expf(__ldcg(q + HD) - M);
+                L += e * __ldcg(q + HD + 1);
+                v += e * __ldcg(q + d);
+            }
+            a.out[((int64_t)r * a.n_heads + kvh * G + g) * HD + d] = v / L;
         }
-        a.out[((int64_t)r * a.n_heads + kvh * G + g) * HD + d] = v / L;
-    }
     if (tid == 0) *cnt = 0; /* ready for the next call */
 }
 
@@ -488,24 +621,16 @@ static void cuda_attn_decode_plan(int n_tokens, int n_kv, int hd, int max_ctx, i
     if (*n_splits < 1) *n_splits = 1;
 }
 
-template <int HD, bool TUNED>
+template <int HD, int VER>
 static void cuda_attn_decode_launch(cudaStream_t s, const struct cuda_attn_args &a, int n_tokens,
                                     int n_kv, int *counters)
 {
     dim3 grid((unsigned)n_tokens, (unsigned)n_kv, (unsigned)a.n_splits);
     switch (a.group) {
-    case 1:
-        cuda_attn_decode_kernel<HD, 1, TUNED><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters);
-        break;
-    case 2:
-        cuda_attn_decode_kernel<HD, 2, TUNED><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters);
-        break;
-    case 4:
-        cuda_attn_decode_kernel<HD, 4, TUNED><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters);
-        break;
-    default:
-        cuda_attn_decode_kernel<HD, 8, TUNED><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters);
-        break;
+    case 1: cuda_attn_decode_kernel<HD, 1, VER><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
+    case 2: cuda_attn_decode_kernel<HD, 2, VER><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
+    case 4: cuda_attn_decode_kernel<HD, 4, VER><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
+    default: cuda_attn_decode_kernel<HD, 8, VER><<<grid, CUDA_DEC_THREADS, 0, s>>>(a, counters); break;
     }
 }
 
@@ -674,8 +799,8 @@ extern "C" size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx,
 }
 
 extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, int max_ctx,
-                                int n_sms, int mode, int tuned, float *ws, int32_t *tiles_host,
-                                int *counters, size_t n_counters)
+                                int bt_min, int n_sms, int mode, int dec, float *ws,
+                                int32_t *tiles_host, int *counters, size_t n_counters)
 {
     if (at->n_tokens <= 0) return (int)cudaGetLastError();
     if (at->kv->head_dim > CUDA_ATTN_MAX_HEAD_DIM || at->n_heads > 65535)
@@ -684,10 +809,12 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
     a.q = at->q;
     a.out = at->out;
     a.part = ws;
+    a.part_ml = NULL;
     a.pos = at->pos;
     a.seq_off = at->seq_off;
     a.block_tables = at->block_tables;
     a.bt_stride = at->bt_stride;
+    a.bt_min = bt_min < 1 ? 1 : bt_min; /* a row with positions holds one entry at least */
     a.n_seqs = at->n_seqs;
     a.n_heads = at->n_heads;
     a.group = at->n_heads / at->kv->n_kv_heads;
@@ -725,16 +852,23 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
         cuda_attn_decode_plan(at->n_tokens, n_kv, at->kv->head_dim, max_ctx, n_sms, &a.n_splits,
                               &a.split_len);
         if (a.n_splits > 65535 || n_kv > 65535) return (int)cudaErrorInvalidValue;
-        if (!tuned) {
-            if (at->kv->head_dim == 64)
-                cuda_attn_decode_launch<64, false>(s, a, at->n_tokens, n_kv, counters);
-            else
-                cuda_attn_decode_launch<128, false>(s, a, at->n_tokens, n_kv, counters);
+        int hd = at->kv->head_dim, pass = hd == 64 ? cuda_dec_geom<64>::pass : cuda_dec_geom<128>::pass;
+        if (dec == CUDA_ATTN_DEC_FAST) {
+            /* every row's split one pass, fixed, so that blocks need not wait for the position
+             * to find their first pass (cuda_attn_row_split_len is one pass for any context up
+             * to CUDA_ATTN_ROW_SPLITS passes: the same splits, the same bits) */
+            if (a.split_len == 0 && (max_ctx + pass - 1) / pass <= CUDA_ATTN_ROW_SPLITS) a.split_len = pass;
+            if (a.n_splits > 1) a.part_ml = ws + (size_t)at->n_tokens * at->n_heads * a.n_splits * hd;
+        }
+        if (dec == CUDA_ATTN_DEC_FAST) {
+            if (hd == 64) cuda_attn_decode_launch<64, CUDA_ATTN_DEC_FAST>(s, a, at->n_tokens, n_kv, counters);
+            else cuda_attn_decode_launch<128, CUDA_ATTN_DEC_FAST>(s, a, at->n_tokens, n_kv, counters);
+        } else if (dec == CUDA_ATTN_DEC_TUNED) {
+            if (hd == 64) cuda_attn_decode_launch<64, CUDA_ATTN_DEC_TUNED>(s, a, at->n_tokens, n_kv, counters);
+            else cuda_attn_decode_launch<128, CUDA_ATTN_DEC_TUNED>(s, a, at->n_tokens, n_kv, counters);
         } else {
-            if (at->kv->head_dim == 64)
-                cuda_attn_decode_launch<64, true>(s, a, at->n_tokens, n_kv, counters);
-            else
-                cuda_attn_decode_launch<128, true>(s, a, at->n_tokens, n_kv, counters);
+            if (hd == 64) cuda_attn_decode_launch<64, CUDA_ATTN_DEC_LEGACY>(s, a, at->n_tokens, n_kv, counters);
+            else cuda_attn_decode_launch<128, CUDA_ATTN_DEC_LEGACY>(s, a, at->n_tokens, n_kv, counters);
         }
         return (int)cudaGetLastError();
     }

@@ -746,8 +746,16 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
-    s = getenv("CAIRN_CUDA_ATTN_DEC"); /* "legacy": the decode attention kernel before tuning */
-    c->attn_dec_tuned = !(s && strcmp(s, "legacy") == 0);
+    s = getenv("CAIRN_CUDA_ATTN_DEC"); /* decode attention: "fast" (the default), "tuned", "legacy" */
+    c->attn_dec = CUDA_ATTN_DEC_FAST;
+    if (s && *s) {
+        if (strcmp(s, "tuned") == 0) c->attn_dec = CUDA_ATTN_DEC_TUNED;
+        else if (strcmp(s, "legacy") == 0) c->attn_dec = CUDA_ATTN_DEC_LEGACY;
+        else if (strcmp(s, "fast") != 0) {
+            st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_ATTN_DEC must be fast, tuned or legacy, not \"%s\"", s);
+            goto cleanup;
+        }
+    }
     /* the matmuls (the tensor-core kernel or the GEMV) and attention (per-row split plan) are
      * batch-invariant up to this many rows, unless the tiled kernels are forced (they take small
      * steps too). With the tensor-core kernel from n = 1: its 16 rows while every weight is one

@@ -81,8 +81,7 @@ struct cuda_impl {
     int fuse_silu;              /* ... and SwiGLU into gate/up's epilogue (CAIRN_CUDA_FUSE_SILU=0) */
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
-    int attn_dec_tuned;         /* the tuned decode attention kernel (cuda_k_attention);
-                                 * CAIRN_CUDA_ATTN_DEC=legacy: 0 */
+    int attn_dec;               /* enum cuda_attn_dec, CAIRN_CUDA_ATTN_DEC (cuda_k_attention) */
     int32_t *attn_tiles_host;   /* attention: the tiled kernel's tile list, grown on demand */
     size_t attn_tiles_cap;      /* ints it holds */
     int *attn_counters;         /* device: CUDA_ATTN_COUNTERS ints, zero between attention calls */
@@ -212,6 +211,9 @@ void cuda_graphs_invalidate(struct cuda_impl *c);
  * context bucket its split plan is made from (the longest context rounded up). */
 int cuda_attn_split_path(struct cuda_impl *c, const struct backend_attn *a);
 int cuda_attn_ctx_bucket(const struct backend_attn *a);
+/* Block-table entries every sequence's row of `a` surely holds in any step in the same bucket
+ * (what a graph of it may be replayed for): cuda_k_attention's bt_min. */
+int cuda_attn_bt_min(const struct backend_attn *a);
 
 /* cuda_matmul.c */
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n);

@@ -149,11 +149,17 @@ size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms,
 /* tiles_host: host scratch of 2 * (n_tokens + n_seqs) ints (the tiled kernel's tile list).
  * counters: n_counters device ints, zero, left zero (the decode kernel's split counts, one per
  * (row, KV head); steps with more take the generic split-K kernels). */
-/* tuned (0 with CAIRN_CUDA_ATTN_DEC=legacy): the decode kernel with its registers capped so that
- * 4 blocks fit an SM, and a decode row's sequence found without a search; 0: the kernel before
- * that, for comparison (the same plans, the same bits). */
-int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int n_sms, int mode,
-                     int tuned, float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
+/* dec: the version of the decode kernel (CAIRN_CUDA_ATTN_DEC): FAST (the default) waits on
+ * fewer dependent memory round trips per block (cuda_attn.cu); TUNED ("tuned") has its
+ * registers capped so that 4 blocks fit an SM and finds a decode row's sequence without a
+ * search; LEGACY ("legacy") is the kernel before tuning. Legacy and tuned give the same bits;
+ * fast the same plans, its combine rounds differently. */
+enum cuda_attn_dec { CUDA_ATTN_DEC_LEGACY = 0, CUDA_ATTN_DEC_TUNED, CUDA_ATTN_DEC_FAST };
+/* bt_min: block-table entries every sequence's row surely holds in every step this launch may be
+ * replayed for (cuda_attn_bt_min); the fast decode kernel reads no entry past it before it
+ * knows a row's context. */
+int cuda_k_attention(cudaStream_t s, const struct backend_attn *a, int max_ctx, int bt_min, int n_sms,
+                     int mode, int dec, float *ws, int32_t *tiles_host, int *counters, size_t n_counters);
 /* Whether cuda_k_attention takes the tiled prefill kernel for this step (else split-K). */
 int cuda_attn_tiled(const struct backend_attn *a, int mode);
 /* Device ints the backend keeps zeroed for cuda_k_attention's counters. */

@@ -117,6 +117,18 @@ int cuda_attn_ctx_bucket(const struct backend_attn *a)
     return (max_ctx + CUDA_ATTN_CTX_BUCKET - 1) / CUDA_ATTN_CTX_BUCKET * CUDA_ATTN_CTX_BUCKET;
 }
 
+/* Several sequences: the stride (model_stage pads every row to it, and the graph record keeps
+ * it). A sequence alone: the record drops the stride (it grows every block_size positions,
+ * which would end the graph), so the launch may be replayed for any context in the bucket, the
+ * shortest of which is bucket - CUDA_ATTN_CTX_BUCKET + 1 positions. */
+int cuda_attn_bt_min(const struct backend_attn *a)
+{
+    if (a->n_seqs != 1) return a->bt_stride;
+    int lo = cuda_attn_ctx_bucket(a) - CUDA_ATTN_CTX_BUCKET + 1, bs = a->kv->block_size;
+    int n = lo < 1 ? 1 : (lo + bs - 1) / bs;
+    return CAIRN_MAX(n, a->bt_stride); /* eager: the real stride */
+}
+
 int cuda_attn_split_path(struct cuda_impl *c, const struct backend_attn *a)
 {
     return a->n_tokens > 0 && a->kv->head_dim <= CUDA_ATTN_HEAD_DIM_MAX && !cuda_attn_tiled(a, c->attn_mode);
@@ -156,8 +168,8 @@ void cuda_op_attention(struct backend *be, const struct backend_attn *a)
         c->attn_tiles_host = t;
         c->attn_tiles_cap = tiles;
     }
-    (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, c->n_sms, c->attn_mode,
-                                                c->attn_dec_tuned, ws, c->attn_tiles_host,
+    (void)cuda_check_launch(c, cuda_k_attention(c->stream, a, max_ctx, cuda_attn_bt_min(a), c->n_sms,
+                                                c->attn_mode, c->attn_dec, ws, c->attn_tiles_host,
                                                 c->attn_counters, CUDA_ATTN_COUNTERS));
 }
 

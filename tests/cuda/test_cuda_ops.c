@@ -829,9 +829,10 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
                            const int *ctx, const int *rows)
 {
     const int n_layers = 2, layer = 1;
-    int bt_stride = 0, n_blocks = 0, n_tok = 0, n_kvtok = 0;
+    int bt_stride = 0, n_blocks = 0, n_tok = 0, n_kvtok = 0, max_ctx = 0;
     for (int s = 0; s < n_seqs; s++) {
         int nb = (ctx[s] + block_size - 1) / block_size;
+        max_ctx = CAIRN_MAX(max_ctx, ctx[s]);
         bt_stride = CAIRN_MAX(bt_stride, nb);
         n_blocks += nb;
         n_tok += rows[s];
@@ -906,7 +907,7 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     }
     size_t qn = (size_t)n_tok * n_heads * hd;
     float *q = rnd_vec(qn, 1.0f), *got = malloc(qn * 4);
-    double *want = malloc(qn * sizeof(double)), *p = malloc(sizeof(double) * 4096);
+    double *want = malloc(qn * sizeof(double)), *p = malloc(sizeof(double) * (size_t)max_ctx);
     float scale = 1.0f / sqrtf((float)hd);
     int group = n_heads / n_kv;
     int flash = attn_flash_expected(kdt, hd, group, n_tok, n_seqs);
@@ -969,9 +970,10 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     }
     dev_to(got, dout, qn * 4);
     char what[160];
-    const char *mode = getenv("CAIRN_CUDA_ATTN");
-    snprintf(what, sizeof(what), "attention[%s] %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d", mode ? mode : "auto",
-             dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs, n_tok);
+    const char *mode = getenv("CAIRN_CUDA_ATTN"), *dec = getenv("CAIRN_CUDA_ATTN_DEC");
+    snprintf(what, sizeof(what), "attention[%s, dec %s] %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d",
+             mode ? mode : "auto", dec ? dec : "default", dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs,
+             n_tok);
     check_close(what, got, want, NULL, qn, flash ? ATTN_FLASH_TOL : 2e-5);
     free(qref);
 
@@ -1003,19 +1005,25 @@ static void test_attn_case(enum dtype kdt, int hd, int n_heads, int n_kv, int bl
     free(p);
 }
 
-/* Reopens the backend with CAIRN_CUDA_ATTN=mode (NULL: the default). */
-static void reopen_with_attn(const char *mode)
+/* Reopens the backend with the variable `name` = value (NULL: unset, the default). */
+static void reopen_with_env(const char *name, const char *value)
 {
     struct cairn_err err;
     be->ops->destroy(be);
     be = NULL;
-    if (mode) setenv("CAIRN_CUDA_ATTN", mode, 1);
-    else unsetenv("CAIRN_CUDA_ATTN");
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
     int st = cuda_backend_open(0, &be, &err);
     if (st != CAIRN_OK) {
         fprintf(stderr, "reopen: %s\n", err.msg);
         exit(1);
     }
+}
+
+/* Reopens the backend with CAIRN_CUDA_ATTN=mode (NULL: the default). */
+static void reopen_with_attn(const char *mode)
+{
+    reopen_with_env("CAIRN_CUDA_ATTN", mode);
 }
 
 static void test_attention(void)
@@ -1077,8 +1085,11 @@ static void test_attn_prefill(void)
 
 /* The decode kernel (BF16 KV, head_dim 64/128, 1/2/4/8 query heads per KV head): contexts of
  * one position, of one partial pass, of several passes per split and of many splits; a batch
- * where some rows need one split and others many; a short chunk (3 rows) through split-K. */
-static void test_attn_decode(void)
+ * where some rows need one split and others many; a short chunk (3 rows) through split-K; the
+ * model shapes (8B, 1B, Qwen3-30B-A3B) about the context where the fast version's fixed
+ * one-pass splits end (32 passes: 1024 positions at head_dim 128, 2048 at 64), and a long
+ * context of many passes per split. */
+static void test_attn_decode_case(void)
 {
     const int ctx3[3] = {1, 600, 77}, rows3[3] = {1, 1, 1};
     test_attn_case(DTYPE_BF16, 64, 8, 2, 16, 3, ctx3, rows3);
@@ -1095,6 +1106,246 @@ static void test_attn_decode(void)
         rows8[i] = 1;
     }
     test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 8, ctx8, rows8);
+    const int ctxm[3] = {600, 1, 33}, rowsm[3] = {1, 1, 1};
+    test_attn_case(DTYPE_BF16, 128, 32, 4, 16, 3, ctxm, rowsm); /* group 8 */
+    const int ctxf[2] = {1024, 640}, ctxp[3] = {1025, 97, 1024}, rowsp[3] = {1, 1, 1};
+    test_attn_case(DTYPE_BF16, 128, 32, 8, 16, 2, ctxf, rowsp); /* fixed one-pass splits */
+    test_attn_case(DTYPE_BF16, 128, 32, 8, 16, 3, ctxp, rowsp); /* per-row splits */
+    const int ctx1b[2] = {2048, 5}, ctx1p[2] = {2049, 2048};
+    test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 2, ctx1b, rowsp);
+    test_attn_case(DTYPE_BF16, 64, 32, 8, 16, 2, ctx1p, rowsp);
+    const int ctxl[1] = {20000};
+    test_attn_case(DTYPE_BF16, 64, 8, 2, 16, 1, ctxl, rowsp); /* 10 passes per split, 32 splits */
+    const int ctxg[3] = {300, 700, 3}, rowsg[3] = {2, 1, 3}; /* rows of sequence r are not row r */
+    test_attn_case(DTYPE_BF16, 128, 16, 4, 16, 3, ctxg, rowsg);
+}
+
+/* test_attn_decode_case with each version of the decode kernel (CAIRN_CUDA_ATTN_DEC). */
+static void test_attn_decode(void)
+{
+    static const char *const decs[] = {NULL, "tuned", "legacy"};
+    for (int i = 0; i < 3; i++) {
+        reopen_with_env("CAIRN_CUDA_ATTN_DEC", decs[i]);
+        test_attn_decode_case();
+    }
+    reopen_with_env("CAIRN_CUDA_ATTN_DEC", NULL);
+}
+
+/* ---- decode attention replayed for other contexts (what CUDA graphs do) ----
+ * A graph of a decode step is captured once and replayed while the contexts change within
+ * their bucket (cuda_attn_ctx_bucket): the launch's split plan is the bucket's (for a context
+ * up to 255 positions longer than the real one), the real lengths are device data, and the
+ * record drops the block-table stride of a sequence alone. Each case runs n_steps steps over the same
+ * buffers, step i with the contexts ctx[i * n_seqs + s] (one bucket) and `rows` query rows per
+ * sequence (its last positions), each checked against the host reference of its own inputs:
+ * with graphs on, step 0 runs eagerly, step 1 is captured, the others replay it for shorter
+ * and longer contexts. A sequence's table row holds its blocks up to the step's context and
+ * garbage (huge block ids) past it, up to the stride of the longest step. zero_stride passes a
+ * sequence alone with bt_stride 0, as the graph record does, with graphs off too. */
+static void test_attn_replay_case(enum dtype kdt, int hd, int n_heads, int n_kv, int block_size, int n_seqs,
+                                  int rows, int n_steps, const int *ctx, int zero_stride)
+{
+    const int n_layers = 2, layer = 1;
+    int *cap = calloc((size_t)n_seqs, sizeof(int)), *t0 = malloc(sizeof(int) * (size_t)n_seqs);
+    int bt_stride = 0, n_blocks = 3, n_kvtok = 0, max_cap = 0; /* 3 blocks no table names */
+    for (int s = 0; s < n_seqs; s++) {
+        for (int i = 0; i < n_steps; i++) cap[s] = CAIRN_MAX(cap[s], ctx[i * n_seqs + s]);
+        int nb = (cap[s] + block_size - 1) / block_size;
+        bt_stride = CAIRN_MAX(bt_stride, nb);
+        n_blocks += nb;
+        t0[s] = n_kvtok;
+        n_kvtok += cap[s];
+        max_cap = CAIRN_MAX(max_cap, cap[s]);
+    }
+    struct backend_kv_view kv = {
+        .n_blocks = n_blocks, .n_layers = n_layers, .block_size = block_size, .n_kv_heads = n_kv,
+        .head_dim = hd, .dtype = kdt,
+    };
+    kv.layer_block_bytes = (size_t)block_size * n_kv * hd * dtype_size(kdt);
+    kv.block_bytes = kv.layer_block_bytes * n_layers;
+    size_t pool_bytes = kv.block_bytes * (size_t)n_blocks;
+    kv.k = dev_alloc(pool_bytes);
+    kv.v = dev_alloc(pool_bytes);
+    /* each sequence's blocks: a shuffled permutation of the pool */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(rnd_u32() % (uint32_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *blocks = malloc(sizeof(int32_t) * (size_t)n_seqs * bt_stride); /* [s][j] */
+    for (int s = 0, used = 0; s < n_seqs; s++)
+        for (int j = 0; j < bt_stride; j++)
+            blocks[s * bt_stride + j] = j < (cap[s] + block_size - 1) / block_size ? perm[used++] : -1;
+    int kv_f = n_kv * hd;
+    float *k = rnd_vec((size_t)n_kvtok * kv_f, 1.0f), *v = rnd_vec((size_t)n_kvtok * kv_f, 1.0f);
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)n_kvtok);
+    for (int s = 0; s < n_seqs; s++)
+        for (int p = 0; p < cap[s]; p++) {
+            slots[t0[s] + p] = blocks[s * bt_stride + p / block_size] * block_size + p % block_size;
+            if (kdt == DTYPE_BF16) /* the values the pool holds */
+                for (int e = 0; e < kv_f; e++) {
+                    size_t i = (size_t)(t0[s] + p) * kv_f + e;
+                    k[i] = bf16_to_f32(f32_to_bf16(k[i]));
+                    v[i] = bf16_to_f32(f32_to_bf16(v[i]));
+                }
+        }
+    float *dk = dev_from(k, sizeof(float) * (size_t)n_kvtok * kv_f);
+    float *dv = dev_from(v, sizeof(float) * (size_t)n_kvtok * kv_f);
+    int32_t *dslots = dev_from(slots, sizeof(int32_t) * (size_t)n_kvtok);
+    step_begin();
+    be->ops->kv_store(be, &kv, layer, dslots, n_kvtok, dk, dv);
+    step_end();
+
+    /* the step's buffers, host and device, the same in every step (a graph's record holds them) */
+    int n_tok = n_seqs * rows;
+    size_t qn = (size_t)n_tok * n_heads * hd;
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_tok), *seq_off = malloc(sizeof(int32_t) * (size_t)(n_seqs + 1));
+    int32_t *ctx_len = malloc(sizeof(int32_t) * (size_t)n_seqs), *bt = malloc(sizeof(int32_t) * (size_t)n_seqs * bt_stride);
+    float *got = malloc(qn * 4), *nan = malloc(qn * 4);
+    double *want = malloc(qn * sizeof(double)), *p = malloc(sizeof(double) * (size_t)max_cap);
+    for (size_t i = 0; i < qn; i++) nan[i] = NAN;
+    for (int s = 0; s <= n_seqs; s++) seq_off[s] = s * rows;
+    float *dq = dev_alloc(qn * 4), *dout = dev_alloc(qn * 4);
+    int32_t *dpos = dev_alloc(sizeof(int32_t) * (size_t)n_tok), *dso = dev_from(seq_off, sizeof(int32_t) * (size_t)(n_seqs + 1));
+    int32_t *dbt = dev_alloc(sizeof(int32_t) * (size_t)n_seqs * bt_stride);
+    struct backend_attn a = {
+        .q = dq, .out = dout, .n_tokens = n_tok, .n_seqs = n_seqs, .n_heads = n_heads, .pos = dpos,
+        .seq_off = dso, .block_tables = dbt, .bt_stride = n_seqs == 1 && zero_stride ? 0 : bt_stride,
+        .seq_off_host = seq_off, .ctx_len_host = ctx_len, .kv = &kv, .layer = layer, .scale = 1.0f / sqrtf((float)hd),
+    };
+    const char *dec = getenv("CAIRN_CUDA_ATTN_DEC");
+    int group = n_heads / n_kv;
+    uint64_t l0 = 0, c0 = 0, e0 = 0, l1, c1, e1;
+    for (int step = -1; step < n_steps; step++) { /* step -1: step 0's inputs, unchecked */
+        const int *cs = ctx + (step < 0 ? 0 : step) * n_seqs;
+        for (int s = 0; s < n_seqs; s++) {
+            CAIRN_ASSERT(cs[s] >= rows);
+            ctx_len[s] = cs[s];
+            for (int i = 0; i < rows; i++) pos[s * rows + i] = cs[s] - rows + i;
+            int nb = (cs[s] + block_size - 1) / block_size;
+            for (int j = 0; j < bt_stride; j++) /* past the context: ids far past the pool */
+                bt[s * bt_stride + j] = j < nb ? blocks[s * bt_stride + j] : 0x3fffff00 + j;
+        }
+        float *q = rnd_vec(qn, 1.0f);
+        struct cairn_err err;
+        CHECK(be->ops->buf_upload(be, dq, q, qn * 4, &err) == CAIRN_OK);
+        CHECK(be->ops->buf_upload(be, dpos, pos, sizeof(int32_t) * (size_t)n_tok, &err) == CAIRN_OK);
+        CHECK(be->ops->buf_upload(be, dbt, bt, sizeof(int32_t) * (size_t)n_seqs * bt_stride, &err) == CAIRN_OK);
+        CHECK(be->ops->buf_upload(be, dout, nan, qn * 4, &err) == CAIRN_OK);
+        step_begin();
+        be->ops->attention(be, &a);
+        step_end();
+        if (step < 0) { /* the workspace has grown (which drops the graphs); drop them again so
+                         * that step 0 runs eagerly, step 1 is captured, the others replay */
+            dev_free(dev_alloc(256), 256);
+            cuda_graphs_counts(be, &l0, &c0, &e0);
+            free(q);
+            continue;
+        }
+        dev_to(got, dout, qn * 4);
+        for (int r = 0; r < n_tok; r++)
+            for (int h = 0; h < n_heads; h++) {
+                int s = r / rows, kvh = h / group;
+                const float *qr = q + ((size_t)r * n_heads + h) * hd;
+                double m = -INFINITY, l = 0, *o = want + ((size_t)r * n_heads + h) * hd;
+                for (int pp = 0; pp <= pos[r]; pp++) {
+                    const float *kr = k + ((size_t)(t0[s] + pp) * n_kv + kvh) * hd;
+                    double dot = 0;
+                    for (int d = 0; d < hd; d++) dot += (double)qr[d] * kr[d];
+                    p[pp] = dot * a.scale;
+                    m = fmax(m, p[pp]);
+                }
+                for (int d = 0; d < hd; d++) o[d] = 0;
+                for (int pp = 0; pp <= pos[r]; pp++) {
+                    const float *vr = v + ((size_t)(t0[s] + pp) * n_kv + kvh) * hd;
+                    double e = exp(p[pp] - m);
+                    l += e;
+                    for (int d = 0; d < hd; d++) o[d] += e * vr[d];
+                }
+                for (int d = 0; d < hd; d++) o[d] /= l;
+            }
+        char what[192];
+        snprintf(what, sizeof(what), "attention replay [dec %s] %s hd=%d heads=%d/%d bs=%d seqs=%d rows=%d%s step %d ctx0=%d",
+                 dec ? dec : "default", dtype_name(kdt), hd, n_heads, n_kv, block_size, n_seqs, rows,
+                 a.bt_stride ? "" : " stride 0", step, cs[0]);
+        check_close(what, got, want, NULL, qn, 2e-5);
+        free(q);
+    }
+    cuda_graphs_counts(be, &l1, &c1, &e1);
+    const char *env = getenv("CAIRN_CUDA_GRAPHS");
+    if (!(env && strcmp(env, "0") == 0)) { /* the steps after the capture were replays */
+        CHECK_EQ_INT((long long)(e1 - e0), 1);
+        CHECK_EQ_INT((long long)(c1 - c0), 1);
+        CHECK_EQ_INT((long long)(l1 - l0), n_steps - 2);
+    }
+    dev_free(dq, qn * 4);
+    dev_free(dout, qn * 4);
+    dev_free(dpos, sizeof(int32_t) * (size_t)n_tok);
+    dev_free(dso, sizeof(int32_t) * (size_t)(n_seqs + 1));
+    dev_free(dbt, sizeof(int32_t) * (size_t)n_seqs * bt_stride);
+    dev_free(dk, sizeof(float) * (size_t)n_kvtok * kv_f);
+    dev_free(dv, sizeof(float) * (size_t)n_kvtok * kv_f);
+    dev_free(dslots, sizeof(int32_t) * (size_t)n_kvtok);
+    dev_free(kv.k, pool_bytes);
+    dev_free(kv.v, pool_bytes);
+    free(cap);
+    free(t0);
+    free(perm);
+    free(blocks);
+    free(k);
+    free(v);
+    free(slots);
+    free(pos);
+    free(seq_off);
+    free(ctx_len);
+    free(bt);
+    free(got);
+    free(nan);
+    free(want);
+    free(p);
+}
+
+/* The replay cases for both KV dtypes (F32: the generic split-K kernel): contexts in one bucket
+ * shorter and longer than the captured step's, up to the bucket's end and down to its first
+ * position, hd 64 and 128, one sequence (with its stride and with 0, as the graph record
+ * passes it) and several, a 4-row verify chunk, a step of more rows than CUDA_ATTN_EXACT_ROWS
+ * (a plan for throughput), buckets with the fast kernel's fixed one-pass splits and beyond. */
+static void test_attn_replay_cases(int with_f32)
+{
+    for (int i = 0; i < 2; i++) {
+        enum dtype kdt = i ? DTYPE_F32 : DTYPE_BF16;
+        if (i && !with_f32) break;
+        const int c1[6] = {600, 530, 700, 513, 768, 640}; /* bucket 768 */
+        for (int z = 0; z < 2; z++) test_attn_replay_case(kdt, 128, 32, 8, 16, 1, 1, 6, c1, z);
+        const int c2[5] = {130, 100, 256, 1, 190}; /* bucket 256 */
+        test_attn_replay_case(kdt, 64, 8, 2, 5, 1, 1, 5, c2, 1);
+        const int c3[4] = {1500, 1300, 1536, 1281}; /* bucket 1536: hd 64 fixed splits */
+        test_attn_replay_case(kdt, 64, 32, 8, 16, 1, 1, 4, c3, 1);
+        const int c4[4] = {900, 800, 1024, 769}; /* a 4-row chunk, group 8 */
+        test_attn_replay_case(kdt, 128, 16, 2, 16, 1, 4, 4, c4, 1);
+        const int c5[4 * 3] = {600, 40, 300, 530, 41, 301, 700, 1, 299, 768, 100, 513};
+        test_attn_replay_case(kdt, 128, 32, 8, 16, 3, 1, 4, c5, 0);
+        const int c6[3 * 3] = {2100, 5, 700, 2200, 6, 701, 2049, 300, 2}; /* bucket 2304: per-row splits */
+        test_attn_replay_case(kdt, 64, 32, 8, 16, 3, 1, 3, c6, 0);
+        enum { NB = CUDA_ATTN_EXACT_ROWS + 4, NS = 4 };
+        int c7[NS * NB];
+        for (int st = 0; st < NS; st++)
+            for (int s = 0; s < NB; s++) c7[st * NB + s] = s == 0 ? 260 + 80 * st : 1 + (37 * s + 11 * st) % 500;
+        test_attn_replay_case(kdt, 128, 8, 2, 16, NB, 1, NS, c7, 0);
+    }
+}
+
+/* The replay cases with each version of the decode kernel (F32 KV once: it takes none). */
+static void test_attn_replay(void)
+{
+    static const char *const decs[] = {"fast", "tuned", "legacy"};
+    for (int i = 0; i < 3; i++) {
+        reopen_with_env("CAIRN_CUDA_ATTN_DEC", decs[i]);
+        test_attn_replay_cases(i == 0);
+    }
+    reopen_with_env("CAIRN_CUDA_ATTN_DEC", NULL);
 }
 
 /* ---- batch invariance of attention (issue 20: greedy equal with and without speculation) ----
@@ -1285,6 +1536,12 @@ static void test_attn_invariance(void)
         test_attn_invariance_case(kdt, 64, 8, 2);   /* group 4, hd 64 (the demo's shape) */
         test_attn_invariance_case(kdt, 80, 4, 4);   /* the generic split-K kernel */
     }
+    test_attn_invariance_case(DTYPE_BF16, 128, 32, 4); /* group 8 */
+    /* the tuned decode kernel too (CAIRN_CUDA_ATTN_DEC=tuned; the default is fast) */
+    reopen_with_env("CAIRN_CUDA_ATTN_DEC", "tuned");
+    test_attn_invariance_case(DTYPE_BF16, 128, 32, 8);
+    test_attn_invariance_case(DTYPE_BF16, 64, 8, 2);
+    reopen_with_env("CAIRN_CUDA_ATTN_DEC", NULL);
 }
 
 /* ---- CUDA graphs ----
@@ -2565,6 +2822,7 @@ int main(int argc, char **argv)
     test_attention();
     test_attn_prefill();
     test_attn_decode();
+    test_attn_replay();
     test_attn_invariance();
     test_graphs();
     test_moe();
