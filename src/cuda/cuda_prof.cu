@@ -95,7 +95,10 @@ extern "C" void cuda_prof_end(void *region, cudaStream_t s, enum cuda_prof_kind 
  * launch to one recorded before the step's last wait (the graph, or the eager replay, plus the
  * sampling kernel and its copies), and the rest of the wall time (waking up after the GPU,
  * copies back). Summed by the step's token rows and by how its ops ran (graph launch or not),
- * printed to stderr at exit. Each step pays two event records and one extra event query.
+ * printed to stderr at exit: every step is kept (row counts up to CUDA_PROF_STEP_EXACT each,
+ * larger ones in buckets of 1/16 of an octave), and steps with no launch or no GPU time are counted
+ * with their wall time, so the lines add up to the steps' whole time. Each step pays two event
+ * records and one extra event query.
  * CAIRN_CUDA_PROF_STEPS=ROWS[,ROWS...]:SKIP:COUNT brackets graph-launched steps of each ROWS
  * token rows, from the SKIP-th such step (counted per row count) on, COUNT of them, with
  * cudaProfilerStart/Stop: `ncu
@@ -103,11 +106,13 @@ extern "C" void cuda_prof_end(void *region, cudaStream_t s, enum cuda_prof_kind 
 #include <cuda_profiler_api.h>
 #include <time.h>
 
-#define CUDA_PROF_STEP_KEYS 64
-#define CUDA_PROF_STEP_ROWS 8 /* row counts CAIRN_CUDA_PROF_STEPS may name */
+#define CUDA_PROF_STEP_ROWS 8      /* row counts CAIRN_CUDA_PROF_STEPS may name */
+#define CUDA_PROF_STEP_EXACT 256   /* row counts summed one by one (a decode step's, up to 256 running) */
+#define CUDA_PROF_STEP_SUB 16      /* buckets per octave above that */
+#define CUDA_PROF_STEP_OCTAVES 12  /* 256 .. 2^20 rows; more go to the last bucket */
+#define CUDA_PROF_STEP_BUCKETS (CUDA_PROF_STEP_EXACT + CUDA_PROF_STEP_SUB * CUDA_PROF_STEP_OCTAVES + 1)
 
 struct cuda_prof_step_sum {
-    int rows, graph; /* key */
     long n;
     double host_us, gpu_us, wall_us;
 };
@@ -124,8 +129,38 @@ struct cuda_prof_step {
 static pthread_once_t cuda_step_once = PTHREAD_ONCE_INIT;
 static int cuda_step_enabled;
 static int cuda_step_rows[CUDA_PROF_STEP_ROWS], cuda_step_n_rows, cuda_step_skip, cuda_step_count;
-static struct cuda_prof_step_sum cuda_step_sums[CUDA_PROF_STEP_KEYS];
-static int cuda_step_n_sums;
+static struct cuda_prof_step_sum cuda_step_sums[CUDA_PROF_STEP_BUCKETS][2]; /* [bucket][graph] */
+static long cuda_step_n_untimed;     /* steps with no launch or no GPU time (events failed) */
+static double cuda_step_untimed_us;  /* their wall time */
+
+/* Bucket of a step of `rows` token rows (>= 1) and the row range [*lo, *hi] it holds. */
+static int cuda_step_bucket(int rows)
+{
+    if (rows <= CUDA_PROF_STEP_EXACT) return rows < 1 ? 0 : rows - 1;
+    int k = 0;
+    while (k < CUDA_PROF_STEP_OCTAVES && rows >= (CUDA_PROF_STEP_EXACT << (k + 1))) k++;
+    if (k == CUDA_PROF_STEP_OCTAVES) return CUDA_PROF_STEP_BUCKETS - 1;
+    int base = CUDA_PROF_STEP_EXACT << k, width = base / CUDA_PROF_STEP_SUB;
+    return CUDA_PROF_STEP_EXACT + k * CUDA_PROF_STEP_SUB + (rows - base) / width;
+}
+
+static void cuda_step_bucket_range(int b, int *lo, int *hi)
+{
+    if (b < CUDA_PROF_STEP_EXACT) {
+        *lo = *hi = b + 1;
+        return;
+    }
+    if (b == CUDA_PROF_STEP_BUCKETS - 1) {
+        *lo = CUDA_PROF_STEP_EXACT << CUDA_PROF_STEP_OCTAVES;
+        *hi = -1;
+        return;
+    }
+    int k = (b - CUDA_PROF_STEP_EXACT) / CUDA_PROF_STEP_SUB, j = (b - CUDA_PROF_STEP_EXACT) % CUDA_PROF_STEP_SUB;
+    int base = CUDA_PROF_STEP_EXACT << k, width = base / CUDA_PROF_STEP_SUB;
+    *lo = base + j * width;
+    *hi = *lo + width - 1;
+    if (*lo <= CUDA_PROF_STEP_EXACT) *lo = CUDA_PROF_STEP_EXACT + 1; /* 256 itself is exact */
+}
 
 static double cuda_prof_now_us(void)
 {
@@ -134,18 +169,33 @@ static double cuda_prof_now_us(void)
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+/* One line per bucket and way of running: rows, graph/eager, steps, their total wall seconds,
+ * then the mean split (sort on field 9 for where the time went), and a total. */
 static void cuda_step_report(void)
 {
-    for (int i = 0; i < cuda_step_n_sums; i++) {
-        const struct cuda_prof_step_sum *s = &cuda_step_sums[i];
-        double n = (double)s->n;
-        fprintf(stderr,
-                "cuda step profile: %4d rows %-6s %6ld steps: wall %8.1f us = host before launch "
-                "%7.1f + "
-                "GPU %8.1f + after %6.1f\n",
-                s->rows, s->graph ? "graph" : "eager", s->n, s->wall_us / n, s->host_us / n,
-                s->gpu_us / n, (s->wall_us - s->host_us - s->gpu_us) / n);
-    }
+    long n_all = cuda_step_n_untimed;
+    double wall_all = cuda_step_untimed_us;
+    for (int b = 0; b < CUDA_PROF_STEP_BUCKETS; b++)
+        for (int g = 0; g < 2; g++) {
+            const struct cuda_prof_step_sum *s = &cuda_step_sums[b][g];
+            if (!s->n) continue;
+            int lo, hi;
+            cuda_step_bucket_range(b, &lo, &hi);
+            char rows[32];
+            if (lo == hi) snprintf(rows, sizeof(rows), "%d", lo);
+            else if (hi < 0) snprintf(rows, sizeof(rows), "%d+", lo);
+            else snprintf(rows, sizeof(rows), "%d-%d", lo, hi);
+            double n = (double)s->n;
+            n_all += s->n;
+            wall_all += s->wall_us;
+            fprintf(stderr,
+                    "cuda step profile: rows %-11s %-5s %6ld steps, %8.3f s: wall %8.1f us = host before "
+                    "launch %7.1f + GPU %8.1f + after %6.1f\n",
+                    rows, g ? "graph" : "eager", s->n, s->wall_us / 1e6, s->wall_us / n, s->host_us / n,
+                    s->gpu_us / n, (s->wall_us - s->host_us - s->gpu_us) / n);
+        }
+    fprintf(stderr, "cuda step profile: total %ld steps, %.3f s of wall (%ld untimed: no launch or no GPU "
+            "time, %.3f s)\n", n_all, wall_all / 1e6, cuda_step_n_untimed, cuda_step_untimed_us / 1e6);
 }
 
 static void cuda_step_init(void)
@@ -242,23 +292,15 @@ extern "C" void cuda_prof_step_end(void *prof)
     if (!p) return;
     if (p->ncu_on) (void)cudaProfilerStop();
     float ms = 0;
-    if (!p->launched || !p->marked || cudaEventSynchronize(p->e1) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, p->e0, p->e1) != cudaSuccess)
-        return;
+    int timed = p->launched && p->marked && cudaEventSynchronize(p->e1) == cudaSuccess &&
+                cudaEventElapsedTime(&ms, p->e0, p->e1) == cudaSuccess;
     double wall = cuda_prof_now_us() - p->t_begin;
     pthread_mutex_lock(&cuda_prof_lock);
-    int k = 0;
-    while (k < cuda_step_n_sums &&
-           (cuda_step_sums[k].rows != p->rows || cuda_step_sums[k].graph != p->graph))
-        k++;
-    if (k == cuda_step_n_sums && k < CUDA_PROF_STEP_KEYS) {
-        memset(&cuda_step_sums[k], 0, sizeof(cuda_step_sums[k]));
-        cuda_step_sums[k].rows = p->rows;
-        cuda_step_sums[k].graph = p->graph;
-        cuda_step_n_sums++;
-    }
-    if (k < cuda_step_n_sums) {
-        struct cuda_prof_step_sum *sum = &cuda_step_sums[k];
+    if (!timed) {
+        cuda_step_n_untimed++;
+        cuda_step_untimed_us += wall;
+    } else {
+        struct cuda_prof_step_sum *sum = &cuda_step_sums[cuda_step_bucket(p->rows)][p->graph ? 1 : 0];
         sum->n++;
         sum->host_us += p->t_launch - p->t_begin;
         sum->gpu_us += 1e3 * ms;
