@@ -12,7 +12,11 @@ the wall time from the first submit to the last token, TTFT (submit -> first tok
 gaps between a stream's tokens) at p50 / p90 / p99, and errors by HTTP status. Then where the
 server's time went, from /api/status read before and after the run (and once a second during
 it): steps, token rows per step, decode-only vs prefill-carrying steps, the host phases, peak
-running / waiting / KV blocks, preemptions.
+running / waiting / KV blocks, preemptions. With a cairn that has the scheduler's accounting
+(/api/status steps.thread_s ...), also the scheduler thread's whole time (idle, between steps,
+before / in / after the forward), every step by kind and by token rows, and what preemption
+cost (readmissions, recomputed rows, evictions); one line of it per status poll (--poll
+seconds) during the run, so a run cut by a timeout still says where its time went.
 
 Stdlib only (asyncio with raw sockets: one connection per request, HTTP/1.1, chunked SSE),
 spread over P forked client processes (a slice of the requests each, started together on a
@@ -194,14 +198,52 @@ def model_entry(st, name):
     return ms[0] if ms else {}
 
 
-def poll_status(args, stop, peak):
-    """Peaks of the engine's queue and KV use while the run goes (one GET a second)."""
-    while not stop.wait(1.0):
+def dget(m, *path):
+    for k in path:
+        m = (m or {}).get(k, 0)
+    return m or 0
+
+
+def poll_line(t, m0, m1):
+    """One line on the interval between two /api/status reads of the model (m0 may be {})."""
+    def d(*path):
+        return dget(m1, *path) - dget(m0, *path)
+
+    dt = d("steps", "thread_s", "elapsed") or 1e-9
+    kv = m1.get("kv_blocks", {})
+    line = (f"  [{t:6.1f} s] running {m1.get('running', 0)} waiting {m1.get('waiting', 0)} | KV used "
+            f"{kv.get('used', 0)} cached {kv.get('cached', 0)} free {kv.get('free', 0)} | out "
+            f"{d('generated_tokens') / dt:.0f} tok/s, prompt {d('steps', 'rows', 'prefill') / dt:.0f} rows/s")
+    if not dget(m1, "steps", "thread_s"):
+        return line
+    kinds = [d("steps", "by_kind", k, "steps") for k in ("decode", "prefill", "mixed")]
+    fwd = sum(d("steps", "by_kind", k, "forward_s") for k in ("decode", "prefill", "mixed"))
+    n = sum(kinds)
+    return (line + f" | {n} steps d/p/m {kinds[0]}/{kinds[1]}/{kinds[2]}, "
+            f"{(d('steps', 'rows', 'decode') + d('steps', 'rows', 'verify') + d('steps', 'rows', 'prefill')) / max(n, 1):.0f}"
+            f" rows/step | thread {dt:.1f} s: forward {100 * fwd / dt:.0f}%, pre "
+            f"{100 * d('steps', 'thread_s', 'pre') / dt:.0f}%, post {100 * d('steps', 'thread_s', 'post') / dt:.0f}%, "
+            f"between {100 * d('steps', 'thread_s', 'between') / dt:.0f}%, idle "
+            f"{100 * d('steps', 'thread_s', 'idle') / dt:.0f}% | preempt {d('preemptions')} readmit "
+            f"{d('steps', 'sched', 'readmissions')} recomputed {d('steps', 'rows', 'recomputed')} evicted "
+            f"{d('steps', 'sched', 'evicted_blocks')}")
+
+
+def poll_status(args, stop, peak, t_ref, m0):
+    """Peaks of the engine's queue and KV use while the run goes, and a line on each interval
+    (one GET every --poll seconds; the first interval starts at m0, the read before the run)."""
+    prev = m0
+    while not stop.wait(args.poll):
         m = model_entry(get_status(args), args.model)
+        if not m:
+            continue
         for k, v in (("running", m.get("running", 0)), ("waiting", m.get("waiting", 0)),
                      ("kv_used", m.get("kv_blocks", {}).get("used", 0))):
             peak[k] = max(peak.get(k, 0), v)
         peak["kv_total"] = m.get("kv_blocks", {}).get("total", 0)
+        if prev:
+            print(poll_line(time.perf_counter() - t_ref, prev, m), flush=True)
+        prev = m
 
 
 def server_report(m0, m1, wall, peak):
@@ -234,6 +276,45 @@ def server_report(m0, m1, wall, peak):
            f"  server: peak running {peak.get('running', 0)}, waiting {peak.get('waiting', 0)}, KV blocks "
            f"used {peak.get('kv_used', 0)} of {peak.get('kv_total', 0)}; preemptions {d('preemptions')}; "
            f"requests done {d('requests_done')}"]
+    if not dget(m1, "steps", "thread_s"):
+        return out
+    # the scheduler's accounting: the thread's whole time, every step
+    el = d("steps", "thread_s", "elapsed") or 1e-9
+    fwd = phases["issue"] + phases["wait"]
+    th = {k: d("steps", "thread_s", k) for k in ("idle", "between", "steps", "pre", "post")}
+    out.append(f"  sched: thread {el:.2f} s = idle {th['idle']:.2f} ({100 * th['idle'] / el:.0f}%) + between steps "
+               f"{th['between']:.2f} ({100 * th['between'] / el:.0f}%) + steps {th['steps']:.2f} "
+               f"({100 * th['steps'] / el:.0f}%: before the forward {th['pre']:.2f}, forward {fwd:.2f}, after "
+               f"{th['post']:.2f})")
+    for k in ("decode", "prefill", "mixed"):
+        n = d("steps", "by_kind", k, "steps")
+        if not n:
+            continue
+        rows, ctx, f, w = (d("steps", "by_kind", k, x) for x in ("rows", "ctx", "forward_s", "wall_s"))
+        out.append(f"  sched: {k:7s} steps {n:6d}, {rows / n:7.1f} rows/step ({ctx / n:9.0f} KV positions), "
+                   f"forward {1e3 * f / n:8.2f} ms, "
+                   f"step {1e3 * w / n:8.2f} ms, {w:7.2f} s ({100 * w / el:.0f}% of the thread)")
+    rb0 = {(b["rows_min"]): b for b in dget(m0, "steps", "by_rows") or []}
+    for b in dget(m1, "steps", "by_rows") or []:
+        a = rb0.get(b["rows_min"], {})
+        n = b["steps"] - a.get("steps", 0)
+        if not n:
+            continue
+        w = b["wall_s"] - a.get("wall_s", 0)
+        f = b["forward_s"] - a.get("forward_s", 0)
+        rows = b["rows"] - a.get("rows", 0)
+        hi = b["rows_max"] if b["rows_max"] >= 0 else "inf"
+        out.append(f"  sched: rows {b['rows_min']:5d}-{hi!s:5s} {n:6d} steps, {rows / n:7.1f} rows/step, "
+                   f"forward {1e3 * f / n:8.2f} ms, step {1e3 * w / n:8.2f} ms, {w:7.2f} s "
+                   f"({100 * w / el:.0f}%), {rows / w if w > 0 else 0:.0f} rows/s")
+    out.append(f"  sched: rows decode {d('steps', 'rows', 'decode')}, verify {d('steps', 'rows', 'verify')}, "
+               f"prefill {d('steps', 'rows', 'prefill')} (of which recomputed after preemption "
+               f"{d('steps', 'rows', 'recomputed')}); preemptions {d('preemptions')} releasing "
+               f"{d('steps', 'sched', 'preempted_blocks')} blocks ({d('steps', 'sched', 'repreemptions')} of a sequence "
+               f"preempted before), readmissions {d('steps', 'sched', 'readmissions')} "
+               f"({d('steps', 'sched', 'readmit_same_step')} in the same step), admissions deferred for KV "
+               f"{d('steps', 'sched', 'admit_deferred')}, empty passes {d('steps', 'sched', 'empty_passes')}, "
+               f"cached blocks evicted {d('steps', 'sched', 'evicted_blocks')}")
     return out
 
 
@@ -255,6 +336,8 @@ def main():
                     help="client processes (0: min(8, cores / 2)); one Python process parses "
                          "only some 10^4 SSE events/s")
     ap.add_argument("--json", default="", help="also write the figures to this file")
+    ap.add_argument("--poll", type=float, default=2.0,
+                    help="seconds between /api/status reads during the run (peaks, one line each)")
     ap.add_argument("--no-warmup", dest="warmup", action="store_false",
                     help="no untimed 4-token request first (it loads the model)")
     args = ap.parse_args()
@@ -274,7 +357,7 @@ def main():
     n_procs = max(1, min(args.procs or min(8, (os.cpu_count() or 2) // 2), args.n))
     m0 = model_entry(get_status(args), args.model)
     stop, peak = threading.Event(), {}
-    poller = threading.Thread(target=poll_status, args=(args, stop, peak), daemon=True)
+    poller = threading.Thread(target=poll_status, args=(args, stop, peak, time.perf_counter(), m0), daemon=True)
     poller.start()
     ctx = multiprocessing.get_context("fork")
     barrier, q = ctx.Barrier(n_procs), ctx.Queue()
@@ -321,7 +404,7 @@ def main():
     print("  TTFT ms p50 %.1f p90 %.1f p99 %.1f" % tuple(fig["ttft_ms"].values()))
     print("  ITL  ms p50 %.2f p90 %.2f p99 %.2f" % tuple(fig["itl_ms"].values()))
     lines = server_report(m0, m1, wall, peak)
-    print("\n".join(lines))
+    print("\n".join(lines), flush=True)
     if args.json:
         fig["server"] = {"before": m0, "after": m1, "peak": peak}
         with open(args.json, "w") as f:

@@ -122,6 +122,52 @@ static json_t *api_info_tiers_json(const struct kv_tiers_stats *ts)
     return o;
 }
 
+/* engine_step_sum as {"steps", "rows", "ctx", "forward_s", "wall_s"} */
+static json_t *api_info_step_sum(const struct engine_step_sum *k)
+{
+    return json_pack("{s:I,s:I,s:I,s:f,s:f}", "steps", (json_int_t)k->n_steps, "rows", (json_int_t)k->n_rows,
+                     "ctx", (json_int_t)k->n_ctx, "forward_s", k->forward_s, "wall_s", k->wall_s);
+}
+
+/* The scheduler's accounting (engine.h's engine_sched_acct), merged into "steps": the thread's
+ * time (elapsed = idle + between + steps), steps by kind and by rows (every step), the rows,
+ * and what preemption and eviction cost. */
+static void api_info_acct_json(json_t *steps, const struct engine_stats *st)
+{
+    const struct engine_sched_acct *a = &st->acct;
+    static const char *const kinds[ENGINE_STEP_N_KINDS] = {"decode", "prefill", "mixed"};
+    json_object_set_new(steps, "thread_s",
+                        json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "elapsed", a->t_elapsed_s, "idle", a->t_idle_s,
+                                  "between", a->t_between_s, "steps", a->t_steps_s, "pre", a->t_pre_s, "post",
+                                  a->t_post_s));
+    json_t *by_kind = json_object();
+    for (int k = 0; k < ENGINE_STEP_N_KINDS; k++) json_object_set_new(by_kind, kinds[k], api_info_step_sum(&a->kind[k]));
+    json_object_set_new(steps, "by_kind", by_kind);
+    json_t *by_rows = json_array();
+    for (int b = 0; b < ENGINE_STEP_ROW_BUCKETS; b++) {
+        if (!a->by_rows[b].n_steps) continue;
+        int lo, hi;
+        engine_step_row_range(b, &lo, &hi);
+        json_t *o = api_info_step_sum(&a->by_rows[b]);
+        json_object_set_new(o, "rows_min", json_integer(lo));
+        json_object_set_new(o, "rows_max", json_integer(hi));
+        json_array_append_new(by_rows, o);
+    }
+    json_object_set_new(steps, "by_rows", by_rows);
+    json_object_set_new(steps, "rows",
+                        json_pack("{s:I,s:I,s:I,s:I}", "decode", (json_int_t)a->n_rows_decode, "verify",
+                                  (json_int_t)a->n_rows_verify, "prefill", (json_int_t)a->n_rows_prefill,
+                                  "recomputed", (json_int_t)a->n_rows_recomputed));
+    json_object_set_new(steps, "sched",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "empty_passes", (json_int_t)a->n_empty_passes,
+                                  "repreemptions", (json_int_t)a->n_repreemptions,
+                                  "evicted_blocks", (json_int_t)st->n_evictions,
+                                  "preempted_blocks", (json_int_t)a->n_preempted_blocks, "readmissions",
+                                  (json_int_t)a->n_readmissions, "readmit_same_step",
+                                  (json_int_t)a->n_readmit_same_step, "admit_deferred",
+                                  (json_int_t)a->n_admit_deferred));
+}
+
 char *api_info_health(struct api *a)
 {
     struct api_model_desc *d = calloc(API_INFO_MAX_MODELS, sizeof(*d));
@@ -204,13 +250,14 @@ char *api_info_status(struct api *a, int *status)
         /* where the scheduler's time went, summed since start: steps that decoded only vs the
          * rest (prefill chunks, mixed), and the host phases of every step (engine.h); two reads'
          * difference is a run's share (bench/http_load.py prints it) */
-        json_object_set_new(
-            m, "steps",
+        json_t *steps =
             json_pack("{s:I,s:f,s:I,s:{s:f,s:f,s:f,s:f,s:f,s:f},s:I,s:I}", "count", (json_int_t)st.n_steps,
                       "decode_only_s", st.decode_step_s, "decode_only_tokens", (json_int_t)st.n_decode_step_tokens,
                       "host_s", "plan", st.t_plan_s, "issue", st.t_issue_s, "wait", st.t_wait_s, "sample",
                       st.t_sample_s, "detok", st.t_detok_s, "emit", st.t_emit_s, "rows_sampled_device",
-                      (json_int_t)st.n_rows_device, "rows_sampled_host", (json_int_t)st.n_rows_host));
+                      (json_int_t)st.n_rows_device, "rows_sampled_host", (json_int_t)st.n_rows_host);
+        api_info_acct_json(steps, &st);
+        json_object_set_new(m, "steps", steps);
         struct kv_tiers_stats ts;
         if (loaded && a->be.tier_stats && a->be.tier_stats(a->be.ctx, idx, &ts))
             json_object_set_new(m, "tiers", api_info_tiers_json(&ts));

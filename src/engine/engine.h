@@ -262,6 +262,49 @@ int engine_submit(struct engine *e, const struct engine_request *req, uint64_t *
  * Unknown or finished ids are ignored. Thread-safe. */
 void engine_cancel(struct engine *e, uint64_t id);
 
+/* The scheduler's accounting (sched_acct.c): every step and the time between steps, so that a
+ * run's wall time is covered whole. A step's token rows are what its forward computed (decodes,
+ * verified drafts, prefill chunks, recomputation after preemption alike). */
+enum engine_step_kind {
+    ENGINE_STEP_DECODE = 0, /* decode (and verify) rows only */
+    ENGINE_STEP_PREFILL,    /* prefill chunks only */
+    ENGINE_STEP_MIXED,      /* both */
+    ENGINE_STEP_N_KINDS
+};
+#define ENGINE_STEP_ROW_BUCKETS 14 /* steps by token rows: [1], [2, 3], [4, 7] ... [8192, inf) */
+struct engine_step_sum {
+    uint64_t n_steps;
+    uint64_t n_rows;          /* token rows computed */
+    uint64_t n_ctx;           /* KV positions the steps' sequences spanned (what attention reads) */
+    double forward_s;         /* in ops.forward */
+    double wall_s;            /* the whole step: packing, the forward, sampling and events */
+};
+struct engine_sched_acct {
+    /* seconds of the scheduler thread since it started: elapsed = idle + between + steps */
+    double t_elapsed_s;
+    double t_idle_s;          /* asleep: nothing running, queued or to fetch */
+    double t_between_s;       /* awake outside steps: the inbox, cancels, stats, the lock, passes
+                               * that scheduled nothing */
+    double t_steps_s;         /* steps: t_pre_s + the forward (t_issue_s + t_wait_s) + t_post_s */
+    double t_pre_s;           /* before the forward: packing, admissions, the batch, row set-up */
+    double t_post_s;          /* after it: sampling, detok, stop rules, events, publishing */
+    struct engine_step_sum kind[ENGINE_STEP_N_KINDS];
+    struct engine_step_sum by_rows[ENGINE_STEP_ROW_BUCKETS];
+    uint64_t n_rows_decode;   /* decode rows (one token of a running sequence) */
+    uint64_t n_rows_verify;   /* rows of speculative verifies (1 + drafts each) */
+    uint64_t n_rows_prefill;  /* prefill-chunk rows, recomputation included */
+    uint64_t n_rows_recomputed; /* of which positions a preemption had dropped (computed again) */
+    uint64_t n_empty_passes;  /* passes with work that scheduled nothing (memory, fetches) */
+    uint64_t n_preempted_blocks; /* blocks released by preemptions */
+    uint64_t n_readmissions;  /* admissions of a preempted sequence */
+    uint64_t n_readmit_same_step; /* ... in the step that preempted it (thrash) */
+    uint64_t n_repreemptions; /* preemptions of a sequence preempted before (thrash) */
+    uint64_t n_admit_deferred; /* passes whose queue head waited for KV room (the admission gate) */
+};
+/* The bucket of a step of `rows` token rows in engine_sched_acct.by_rows; its row range. */
+int engine_step_row_bucket(int rows);
+void engine_step_row_range(int bucket, int *lo, int *hi);
+
 struct engine_stats {
     int n_running;
     int n_waiting;
@@ -315,6 +358,7 @@ struct engine_stats {
     double t_emit_s;          /* TOKEN/DONE callbacks (the API's side), block publishing */
     uint64_t n_rows_device;   /* rows sampled by the backend */
     uint64_t n_rows_host;     /* rows sampled on the host */
+    struct engine_sched_acct acct; /* where the scheduler thread's time went, per step */
 };
 void engine_get_stats(struct engine *e, struct engine_stats *st);
 /* 1 once a step failed with CAIRN_ERR_DEVICE (the device stalled past the backend's step timeout

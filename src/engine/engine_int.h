@@ -46,7 +46,11 @@ struct engine_seq {
     const char *error_msg;     /* static text for ENGINE_FINISH_ERROR from sampling, or NULL */
     int admitted_once;         /* cached_tokens counted */
     int cancelled;
-    uint64_t order;            /* admission order, for preemption (newest first) */
+    uint64_t order;            /* admission order (newest last) */
+    int n_computed_peak;       /* most positions it ever held KV for: below it, a prefill row
+                                * recomputes what a preemption dropped (engine_sched_acct) */
+    int n_preempted;           /* times preempted */
+    uint64_t preempt_step;     /* engine.n_steps when it was last preempted */
     struct engine_usage usage;
     double t_submit, t_first_sched, t_first_token;
     int slot;                  /* index of its logits row this step */
@@ -121,7 +125,21 @@ struct engine {
     uint64_t n_spec_drafted, n_spec_accepted, n_spec_steps, n_spec_parks, n_spec_head_rows;
     double t_plan_s, t_issue_s, t_wait_s, t_sample_s, t_detok_s, t_emit_s; /* engine_stats */
     uint64_t n_rows_device, n_rows_host;
+    struct engine_sched_acct acct; /* sched_acct.c */
+    double t_sched_start;      /* when the scheduler thread started (cairn_now) */
 };
+
+/* One step's token rows for the accounting (sched_acct.c). */
+struct engine_step_rows {
+    int n_decode, n_verify, n_prefill;
+    int n_recomputed;          /* prefill rows below their sequence's n_computed_peak */
+    int64_t n_ctx;             /* KV positions its sequences span (pos0 + chunk, summed) */
+};
+/* Adds a step: its rows, the time before its forward, in it and after it. */
+void engine_acct_step(struct engine *e, const struct engine_step_rows *r, double t_pre, double t_forward,
+                      double t_post);
+/* Fills elapsed and between and copies the accounting to *out (sched_publish_stats, mu held). */
+void engine_acct_publish(struct engine *e, struct engine_sched_acct *out);
 
 void *engine_sched_main(void *arg);
 /* kv_fetch_done_fn for the engine's cache (ctx = the engine): wakes the scheduler. */

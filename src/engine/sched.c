@@ -19,6 +19,8 @@
  *   by running sequences), the newest running sequence (highest id) not yet in this step is
  *   preempted: its blocks are released (full ones stay cached, so it usually comes back cheaply)
  *   and it goes back to the FRONT of the waiting queue with its tokens, to be recomputed.
+ * - Accounting (sched_acct.c): every step's rows by kind and its time before, in and after the
+ *   forward, and the thread's time outside steps (engine_stats.acct, /api/status steps).
  * - After the forward, newly full blocks are published to the prefix index (switching to an
  *   identical published twin when there is one); hybrid models snapshot the recurrent state when a
  *   prefill chunk ends on a block boundary (chunks are cut at the prompt's last full block
@@ -297,6 +299,11 @@ static struct engine_seq *sched_pick_victim(struct engine *e)
 
 static void sched_preempt(struct engine *e, struct engine_seq *s)
 {
+    if (s->n_computed > s->n_computed_peak) s->n_computed_peak = s->n_computed;
+    if (s->n_preempted) e->acct.n_repreemptions++;
+    s->n_preempted++;
+    s->preempt_step = e->n_steps;
+    e->acct.n_preempted_blocks += (uint64_t)s->n_blocks;
     sched_running_remove(e, s);
     sched_release_blocks(e, s);
     engine_seq_state_put(e, s);
@@ -407,6 +414,10 @@ static void sched_count_admission(struct engine *e, struct engine_seq *s)
 {
     e->n_prefix_lookups++;
     if (s->n_published > 0) e->n_prefix_hits++;
+    if (s->n_preempted) {
+        e->acct.n_readmissions++;
+        if (s->preempt_step == e->n_steps) e->acct.n_readmit_same_step++;
+    }
     if (!s->admitted_once) {
         s->usage.cached_tokens = s->n_computed;
         e->n_cached_tokens += (uint64_t)s->n_computed;
@@ -578,7 +589,7 @@ int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enu
 
 static void sched_step(struct engine *e)
 {
-    double t_plan0 = cairn_now();
+    double t_plan0 = cairn_now(), t_step0 = t_plan0;
     int budget = e->opts.max_batch_tokens;
     int n_sched = 0;
     int n_decode = 0, n_prefill = 0;
@@ -634,6 +645,7 @@ static void sched_step(struct engine *e)
             /* keep waiting; drop what it holds so cached blocks stay evictable */
             sched_release_blocks(e, s);
             engine_seq_state_put(e, s);
+            e->acct.n_admit_deferred++;
             break;
         }
         sched_count_admission(e, s);
@@ -643,12 +655,16 @@ static void sched_step(struct engine *e)
         sched_add(e, s, c, &n_sched);
         budget -= c;
     }
-    if (n_sched == 0) return;
+    if (n_sched == 0) {
+        if (e->n_running || e->wait_head) e->acct.n_empty_passes++;
+        return;
+    }
 
     /* build the batch (a preempted sequence may have left a hole: none can, since only
      * unscheduled sequences are preempted) */
     size_t V = (size_t)e->info.vocab_size;
     int n_rows = 0, n_step_tokens = 0;
+    struct engine_step_rows rows = {0};
     for (int i = 0; i < n_sched; i++) {
         struct engine_seq *s = e->sched[i];
         struct model_seq *m = &e->batch[i];
@@ -677,6 +693,10 @@ static void sched_step(struct engine *e)
         n_step_tokens += c;
         if (c == 1 + nd && m->n_logits) n_decode++;
         else n_prefill += c;
+        rows.n_ctx += s->n_computed + c;
+        if (nd) rows.n_verify += c;
+        else if (c == 1 && m->n_logits) rows.n_decode++;
+        else rows.n_prefill += c;
     }
     CAIRN_ASSERT(n_rows <= e->n_logit_rows);
     /* let engine_submit see the queue as it is now, not as it was before admissions */
@@ -695,6 +715,7 @@ static void sched_step(struct engine *e)
     e->n_steps++;
     if (rc == CAIRN_ERR_DEVICE) {
         sched_fail_all(e, err.msg[0] ? err.msg : cairn_status_str(rc));
+        engine_acct_step(e, &rows, t0 - t_step0, dt, cairn_now() - t0 - dt);
         return;
     }
     if (rc) {
@@ -704,6 +725,7 @@ static void sched_step(struct engine *e)
             sched_running_remove(e, s);
             sched_finish(e, s, ENGINE_FINISH_ERROR, err.msg[0] ? err.msg : cairn_status_str(rc));
         }
+        engine_acct_step(e, &rows, t0 - t_step0, dt, cairn_now() - t0 - dt);
         return;
     }
     if (n_prefill == 0) spec_sched_observe_step(e, n_step_tokens, dt);
@@ -729,6 +751,10 @@ static void sched_step(struct engine *e)
             continue;
         }
         if (c == 1 && had_logits) n_decode_tokens++;
+        if (s->n_computed_peak > s->n_computed) { /* recomputing what a preemption dropped */
+            int redo = s->n_computed_peak - s->n_computed;
+            rows.n_recomputed += redo < c ? redo : c;
+        }
         s->n_computed += c;
         if (e->info.state_bytes && s->n_computed % bs == 0 && !(c == 1 && had_logits)) {
             int b = s->blocks[s->n_computed / bs - 1];
@@ -747,10 +773,12 @@ static void sched_step(struct engine *e)
         if (n_decode) e->decode_tok_s = 0.8 * e->decode_tok_s + 0.2 * (n_decode_tokens / dt);
         if (n_prefill) e->prefill_tok_s = 0.8 * e->prefill_tok_s + 0.2 * (n_prefill / dt);
     }
+    double t_end = cairn_now();
     if (n_prefill == 0) {
-        e->decode_step_s += cairn_now() - t0;
+        e->decode_step_s += t_end - t0;
         e->n_decode_step_tokens += (uint64_t)n_decode_tokens;
     }
+    engine_acct_step(e, &rows, t0 - t_step0, dt, t_end - t0 - dt);
 }
 
 /* ---- thread ---- */
@@ -803,6 +831,7 @@ static void sched_publish_stats(struct engine *e)
     st->t_emit_s = e->t_emit_s;
     st->n_rows_device = e->n_rows_device;
     st->n_rows_host = e->n_rows_host;
+    engine_acct_publish(e, &st->acct);
     e->n_waiting_seen = e->n_waiting + e->n_fetching;
 }
 
@@ -810,11 +839,14 @@ void *engine_sched_main(void *arg)
 {
     struct engine *e = arg;
     pthread_mutex_lock(&e->mu);
+    e->t_sched_start = cairn_now();
     sched_publish_stats(e);
     for (;;) {
+        double t_wait0 = cairn_now();
         while (!e->stopping && !e->inbox_head && !e->n_cancel && e->clear_req == e->clear_done &&
                e->n_running == 0 && !e->wait_head && !e->fetch_ready)
             pthread_cond_wait(&e->cv, &e->mu);
+        e->acct.t_idle_s += cairn_now() - t_wait0;
         e->fetch_ready = 0; /* the fetching list is looked at below */
         /* take the inbox */
         struct engine_seq *in = e->inbox_head;

@@ -953,6 +953,21 @@ static void test_hybrid_preemption(void)
     engine_destroy(e);
 }
 
+static void test_step_row_buckets(void)
+{
+    int lo, hi;
+    CHECK_EQ_INT(engine_step_row_bucket(1), 0);
+    CHECK_EQ_INT(engine_step_row_bucket(2), 1);
+    CHECK_EQ_INT(engine_step_row_bucket(3), 1);
+    CHECK_EQ_INT(engine_step_row_bucket(256), 8);
+    CHECK_EQ_INT(engine_step_row_bucket(4095), 11);
+    CHECK_EQ_INT(engine_step_row_bucket(1 << 20), ENGINE_STEP_ROW_BUCKETS - 1);
+    engine_step_row_range(8, &lo, &hi);
+    CHECK(lo == 256 && hi == 511);
+    engine_step_row_range(ENGINE_STEP_ROW_BUCKETS - 1, &lo, &hi);
+    CHECK(lo == 1 << (ENGINE_STEP_ROW_BUCKETS - 1) && hi == -1);
+}
+
 int main(void)
 {
     test_concurrent_greedy();
@@ -970,5 +985,6 @@ int main(void)
     test_tiers(0);
     test_tiers(sizeof(uint64_t));
     test_hybrid_preemption();
+    test_step_row_buckets();
     return test_summary("test_engine_sched");
 }
