@@ -12,8 +12,9 @@
 # Env: DEVICE (cuda), MODEL_CONFIG (bench/configs/llama-3.1-8b.json), N_REQ (1000), PROMPT_MIN,
 # PROMPT_MAX, OUT_MIN, OUT_MAX, MAX_RUNNING (256), MAX_BATCH_TOKENS (4096; 512 on the CPU),
 # KV_SIZE (the serve's KV budget: 80G on a GPU, 256 x 2,500 tokens x 128 KiB = 84G worst case), N_TOKENS (32768), HOT_SIZE (16G), PARTS
-# (load,tiers), POLL (5: seconds between the load's /api/status lines). LOG_DIR defaults to
-# $OUT, else SCRATCH/logs. The model is synthesized once into
+# (load,tiers), POLL (5: seconds between the load's /api/status lines). CAIRN_ENGINE_SCHED=legacy
+# passes through to the server (session 11's admission and preemption, for an A/B). LOG_DIR
+# defaults to $OUT, else SCRATCH/logs. The model is synthesized once into
 # SCRATCH/model (random weights, the demo tokenizer padded to the vocabulary: nothing outside
 # the tree is needed).
 set -uo pipefail

@@ -166,6 +166,7 @@ static void api_info_acct_json(json_t *steps, const struct engine_stats *st)
                                   (json_int_t)a->n_readmissions, "readmit_same_step",
                                   (json_int_t)a->n_readmit_same_step, "admit_deferred",
                                   (json_int_t)a->n_admit_deferred));
+    json_object_set_new(json_object_get(steps, "sched"), "growth_ratio", json_real(a->growth_ratio));
 }
 
 char *api_info_health(struct api *a)

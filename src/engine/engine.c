@@ -57,6 +57,8 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     int rc = CAIRN_OK;
     e->ops = *ops;
     e->info = *ops->info(ops->ctx);
+    const char *sched_env = getenv("CAIRN_ENGINE_SCHED"); /* "legacy": session 11's scheduler (A/B) */
+    e->sched_legacy = sched_env && strcmp(sched_env, "legacy") == 0;
     e->opts = *opts_in;
     struct engine_opts *o = &e->opts;
     engine_opts_fill(o);

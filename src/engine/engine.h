@@ -300,6 +300,7 @@ struct engine_sched_acct {
     uint64_t n_readmit_same_step; /* ... in the step that preempted it (thrash) */
     uint64_t n_repreemptions; /* preemptions of a sequence preempted before (thrash) */
     uint64_t n_admit_deferred; /* passes whose queue head waited for KV room (the admission gate) */
+    double growth_ratio;      /* the gate's expected share of running outputs still to come */
 };
 /* The bucket of a step of `rows` token rows in engine_sched_acct.by_rows; its row range. */
 int engine_step_row_bucket(int rows);

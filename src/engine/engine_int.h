@@ -127,6 +127,9 @@ struct engine {
     uint64_t n_rows_device, n_rows_host;
     struct engine_sched_acct acct; /* sched_acct.c */
     double t_sched_start;      /* when the scheduler thread started (cairn_now) */
+    double growth_ratio;       /* expected share of running outputs still to come (sched.c) */
+    int sched_legacy;          /* CAIRN_ENGINE_SCHED=legacy: session 11's admission and preemption
+                                * (no KV gate, newest victim, prefills preempt), for A/B runs */
 };
 
 /* One step's token rows for the accounting (sched_acct.c). */

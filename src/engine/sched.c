@@ -15,10 +15,17 @@
  *   fetch thread reads its chain, and the others keep stepping; when the job is done it goes
  *   back to the head of the queue and the match installs the fetched blocks. RAM-tier (hot)
  *   hits are copied here, on this thread: a memcpy or an upload, no I/O.
- * - Blocks are allocated for the tokens a step processes. When none is left (every block is held
- *   by running sequences), the newest running sequence (highest id) not yet in this step is
- *   preempted: its blocks are released (full ones stay cached, so it usually comes back cheaply)
- *   and it goes back to the FRONT of the waiting queue with its tokens, to be recomputed.
+ * - Blocks are allocated for the tokens a step processes. Admission is gated (vLLM / SGLang
+ *   style): the queue's head is admitted only if the free and evictable blocks cover what it
+ *   owes (the rest of its prompt and its expected output) plus what the running sequences owe
+ *   and a 1% watermark (sched_blocks_reserved; the expected share of outputs, growth_ratio,
+ *   adapts to preemptions). No admission happens in a step that preempted. Only a decode that
+ *   cannot get a block preempts (a prefill chunk shrinks to the blocks there are, or waits,
+ *   unless the step would be empty): the running sequence not yet in this step with the fewest
+ *   positions computed (the newest on a tie) is preempted: its blocks are released (full ones
+ *   stay cached, so it usually comes back cheaply) and it goes back to the FRONT of the waiting
+ *   queue with its tokens, to be recomputed. CAIRN_ENGINE_SCHED=legacy keeps session 11's way
+ *   (admitted when its first chunk fits, newest preempted, prefills preempt too) for A/B runs.
  * - Accounting (sched_acct.c): every step's rows by kind and its time before, in and after the
  *   forward, and the thread's time outside steps (engine_stats.acct, /api/status steps).
  * - After the forward, newly full blocks are published to the prefix index (switching to an
@@ -286,13 +293,21 @@ static void sched_fail_all(struct engine *e, const char *reason)
 
 /* ---- block allocation and preemption ---- */
 
-/* Newest (highest id) running sequence that is not in this step's batch, or NULL. */
+/* The running sequence, not in this step's batch and holding blocks, whose preemption costs
+ * least: the fewest positions computed (what it may have to recompute), the newest on a tie.
+ * Legacy (CAIRN_ENGINE_SCHED=legacy): the newest (highest id). NULL if there is none. */
 static struct engine_seq *sched_pick_victim(struct engine *e)
 {
     struct engine_seq *v = NULL;
     for (int i = 0; i < e->n_running; i++) {
         struct engine_seq *s = e->running[i];
-        if (s->slot < 0 && (!v || s->id > v->id)) v = s;
+        if (s->slot >= 0) continue;
+        if (e->sched_legacy) {
+            if (!v || s->id > v->id) v = s;
+        } else if (s->n_blocks > 0 &&
+                   (!v || s->n_computed < v->n_computed || (s->n_computed == v->n_computed && s->order > v->order))) {
+            v = s;
+        }
     }
     return v;
 }
@@ -314,8 +329,8 @@ static void sched_preempt(struct engine *e, struct engine_seq *s)
 
 enum { SCHED_ALLOC_OK = 0, SCHED_ALLOC_SELF_PREEMPTED, SCHED_ALLOC_IMPOSSIBLE };
 
-/* Makes s hold blocks for positions [0, upto). May preempt newer unscheduled sequences; if s is
- * itself the newest candidate it is preempted (SELF_PREEMPTED). When s is the only holder and
+/* Makes s hold blocks for positions [0, upto). May preempt unscheduled sequences (the cheapest
+ * first: sched_pick_victim); if s is itself the cheapest it is preempted (SELF_PREEMPTED). When s is the only holder and
  * still cannot fit, IMPOSSIBLE. `may_preempt` = 0 (new admissions) never preempts: it fails
  * with SELF_PREEMPTED after undoing nothing (the caller releases). */
 static int sched_alloc_upto(struct engine *e, struct engine_seq *s, int upto, int may_preempt)
@@ -332,7 +347,7 @@ static int sched_alloc_upto(struct engine *e, struct engine_seq *s, int upto, in
         struct engine_seq *v = sched_pick_victim(e);
         /* s is running and unscheduled (slot < 0) here, so v != NULL */
         if (v == s || !v) {
-            /* s is the newest candidate; if nothing else holds blocks, it can never fit */
+            /* s is the cheapest candidate; if nothing else holds blocks, it can never fit */
             int others = 0;
             for (int i = 0; i < e->n_running; i++)
                 if (e->running[i] != s && e->running[i]->n_blocks > 0) others = 1;
@@ -346,6 +361,44 @@ static int sched_alloc_upto(struct engine *e, struct engine_seq *s, int upto, in
 }
 
 /* ---- admission ---- */
+
+/* The expected share of a running sequence's output still to come (sched_blocks_owed), as
+ * SGLang estimates it: it starts at SCHED_GROWTH_INIT, decays by SCHED_GROWTH_DECAY every step
+ * without a preemption down to SCHED_GROWTH_MIN (requests that stop early leave room), and rises
+ * by SCHED_GROWTH_BUMP at each step that preempted (the estimate was short), up to 1. */
+#define SCHED_GROWTH_INIT 0.7
+#define SCHED_GROWTH_MIN 0.1
+#define SCHED_GROWTH_DECAY 0.001
+#define SCHED_GROWTH_BUMP 0.1
+#define SCHED_GROWTH_CLIP 4096 /* tokens of a sequence's output counted at most */
+
+/* Blocks s still needs for its known tokens and for the output it is expected to add: what
+ * admitting or keeping it commits of the pool. The expected output is growth_ratio of what its
+ * max_tokens leaves (at most SCHED_GROWTH_CLIP tokens: a request without max_tokens may run to
+ * the context's end, and seldom does), and at least one block, capped at its last position. */
+static int sched_blocks_owed(const struct engine *e, const struct engine_seq *s)
+{
+    int bs = e->opts.block_size;
+    int left = s->cap_tokens - s->n_tokens;
+    int grow = (int)(e->growth_ratio * (double)(left < SCHED_GROWTH_CLIP ? left : SCHED_GROWTH_CLIP));
+    if (grow < bs) grow = bs;
+    int upto = grow < left ? s->n_tokens + grow : s->cap_tokens;
+    int owed = (upto + bs - 1) / bs - s->n_blocks;
+    return owed > 0 ? owed : 0;
+}
+
+/* The admission gate's reserve: the blocks the running sequences still owe (the rest of their
+ * prompts, their expected growth) and a watermark of 1% of the pool. A sequence is admitted only
+ * if the free and evictable blocks cover this plus what it owes itself, so that admissions seldom
+ * make running sequences preempt one another (session 11's scheduler admitted whatever fit its
+ * first chunk: then prefill chunks and decodes preempted, the preempted came back at the queue's
+ * head and were preempted again, recomputing what they lost). */
+static int sched_blocks_reserved(const struct engine *e)
+{
+    int n = e->pool.n_blocks / 100;
+    for (int i = 0; i < e->n_running; i++) n += sched_blocks_owed(e, e->running[i]);
+    return n;
+}
 
 /* Phases 1-2 of an admission: plans the prefix of the queue's head s and, when blocks to restore
  * are on disk, starts their fetch. Returns 1 if s now waits for it (the caller moves it to the
@@ -590,6 +643,7 @@ int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enu
 static void sched_step(struct engine *e)
 {
     double t_plan0 = cairn_now(), t_step0 = t_plan0;
+    uint64_t n_preempt0 = e->n_preemptions;
     int budget = e->opts.max_batch_tokens;
     int n_sched = 0;
     int n_decode = 0, n_prefill = 0;
@@ -613,12 +667,22 @@ static void sched_step(struct engine *e)
     }
     /* (A') drafts of speculating decodes, once every decode has its token */
     if (e->spec_extra_rows && (n_sched || e->mtp)) budget -= spec_sched_plan(e, n_sched, budget);
-    /* (B) prefill chunks of running sequences */
+    /* (B) prefill chunks of running sequences. They preempt nobody (only a decode that cannot get
+     * a block does) unless the step would be empty: a chunk shrinks to the blocks there are, and
+     * when there are none the older prefills wait for the decodes to free some (the newer ones
+     * would find none either). Legacy: a chunk preempts like a decode. */
+    int bs = e->opts.block_size;
     for (int i = 0; i < e->n_running && budget > 0; i++) {
         struct engine_seq *s = e->running[i];
         if (s->slot >= 0 || s->n_tokens - s->n_computed <= 1) continue;
+        int may_preempt = e->sched_legacy || n_sched == 0;
         int c = sched_chunk(e, s, budget);
-        int r = sched_alloc_upto(e, s, s->n_computed + c, 1);
+        if (!may_preempt) {
+            int fit = (s->n_blocks + kv_cache_n_available(&e->cache)) * bs - s->n_computed;
+            if (fit <= 0) break;
+            if (fit < c) c = sched_chunk(e, s, fit);
+        }
+        int r = sched_alloc_upto(e, s, s->n_computed + c, may_preempt);
         if (r == SCHED_ALLOC_IMPOSSIBLE) {
             sched_running_remove(e, s);
             sched_finish(e, s, ENGINE_FINISH_LENGTH, NULL);
@@ -630,7 +694,13 @@ static void sched_step(struct engine *e)
         sched_add(e, s, c, &n_sched);
         budget -= c;
     }
-    /* (C) admissions, strict FCFS */
+    /* (C) admissions, strict FCFS: none in a step that preempted (what it freed is for the running
+     * ones; the preempted sequence, now at the queue's head, comes back once its blocks and the
+     * reserve fit), and each only past the gate (sched_blocks_reserved). Legacy: a sequence is
+     * admitted when its first chunk's blocks can be had. */
+    int gate = !e->sched_legacy;
+    if (gate && e->n_preemptions != n_preempt0) budget = 0;
+    int reserved = gate && e->wait_head && budget > 0 ? sched_blocks_reserved(e) : 0;
     while (budget > 0 && e->n_running < e->opts.max_running && e->wait_head) {
         struct engine_seq *s = e->wait_head;
         if (!s->planned && sched_plan_prefix(e, s)) {
@@ -640,7 +710,11 @@ static void sched_step(struct engine *e)
         }
         sched_match_prefix(e, s);
         int c = sched_chunk(e, s, budget);
-        int r = sched_alloc_upto(e, s, s->n_computed + c, 0);
+        /* alone it is admitted whatever it owes: nothing else could free blocks for it (one that
+         * can never fit ends with LENGTH at its decodes) */
+        int r = gate && e->n_running > 0 && sched_blocks_owed(e, s) + reserved > kv_cache_n_available(&e->cache)
+                    ? SCHED_ALLOC_SELF_PREEMPTED
+                    : sched_alloc_upto(e, s, s->n_computed + c, 0);
         if (r != SCHED_ALLOC_OK) {
             /* keep waiting; drop what it holds so cached blocks stay evictable */
             sched_release_blocks(e, s);
@@ -654,7 +728,10 @@ static void sched_step(struct engine *e)
         s->slot = -1;
         sched_add(e, s, c, &n_sched);
         budget -= c;
+        if (gate) reserved += sched_blocks_owed(e, s);
     }
+    if (e->n_preemptions != n_preempt0) e->growth_ratio = CAIRN_MIN(1.0, e->growth_ratio + SCHED_GROWTH_BUMP);
+    else e->growth_ratio = CAIRN_MAX(SCHED_GROWTH_MIN, e->growth_ratio - SCHED_GROWTH_DECAY);
     if (n_sched == 0) {
         if (e->n_running || e->wait_head) e->acct.n_empty_passes++;
         return;
@@ -730,7 +807,6 @@ static void sched_step(struct engine *e)
     }
     if (n_prefill == 0) spec_sched_observe_step(e, n_step_tokens, dt);
 
-    int bs = e->opts.block_size;
     int n_decode_tokens = 0; /* produced by decode and verify entries */
     for (int i = 0; i < n_sched; i++) {
         struct engine_seq *s = e->sched[i];
@@ -840,6 +916,7 @@ void *engine_sched_main(void *arg)
     struct engine *e = arg;
     pthread_mutex_lock(&e->mu);
     e->t_sched_start = cairn_now();
+    e->growth_ratio = SCHED_GROWTH_INIT;
     sched_publish_stats(e);
     for (;;) {
         double t_wait0 = cairn_now();

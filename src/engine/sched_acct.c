@@ -59,5 +59,6 @@ void engine_acct_publish(struct engine *e, struct engine_sched_acct *out)
     a->t_elapsed_s = cairn_now() - e->t_sched_start;
     a->t_between_s = a->t_elapsed_s - a->t_idle_s - a->t_steps_s;
     if (a->t_between_s < 0) a->t_between_s = 0; /* clock granularity */
+    a->growth_ratio = e->growth_ratio;
     *out = *a;
 }

@@ -929,7 +929,9 @@ static void test_hybrid_preemption(void)
 {
     struct fake f;
     fake_init(&f, sizeof(uint64_t));
-    struct engine *e = make_engine(&f, 8, 14, 24, 6);
+    /* 11 blocks: two requests (6 blocks each at their end) pass the admission gate at its first
+     * estimate of their growth (sched.c) and then cannot both finish: one is preempted */
+    struct engine *e = make_engine(&f, 8, 11, 24, 6);
     enum { N = 5 };
     static int32_t p[N][30];
     static struct collect c[N];
@@ -950,6 +952,71 @@ static void test_hybrid_preemption(void)
     engine_get_stats(e, &st);
     CHECK(st.n_preemptions > 0);
     CHECK_EQ_INT(atomic_load(&f.n_errors), 0);
+    engine_destroy(e);
+}
+
+/* Many long requests in a small pool (vLLM-style admission, engine.h's engine_sched_acct): every
+ * request gets the tokens it gets alone, and the scheduler does not thrash: no sequence is
+ * readmitted in the step that preempted it, few are preempted at all (let alone twice), and
+ * little is recomputed. Session 11's scheduler (CAIRN_ENGINE_SCHED=legacy) admitted whatever
+ * fit its first chunk and fails the bounds. The accounting covers every step. */
+static void test_full_pool_no_thrash(void)
+{
+    struct fake f;
+    fake_init(&f, 0);
+    /* 40 blocks of 8 = 320 positions; 24 requests of 24-40 + 24-32 tokens need 6-9 blocks each:
+     * 16 running at once would want ~120 */
+    struct engine *e = make_engine(&f, 8, 40, 64, 16);
+    enum { N = 24 };
+    static int32_t p[N][40];
+    static struct collect c[N];
+    int n_prompt[N], n_out[N], sum_prompt = 0;
+    fake_gate(&f, 1);
+    for (int i = 0; i < N; i++) {
+        n_prompt[i] = 24 + (i * 7) % 17;
+        n_out[i] = 24 + (i * 5) % 9;
+        sum_prompt += n_prompt[i];
+        make_prompt(p[i], n_prompt[i], 300 + i);
+        struct engine_request r = collect_request(&c[i], p[i], n_prompt[i], n_out[i]);
+        CHECK(engine_submit(e, &r, NULL, NULL) == CAIRN_OK);
+    }
+    fake_gate(&f, 0);
+    CHECK(collect_wait(c, N));
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(c[i].n_tokens, n_out[i]);
+        CHECK_EQ_INT(c[i].finish, ENGINE_FINISH_LENGTH);
+        CHECK_MSG(check_ref(p[i], n_prompt[i], &c[i]), "request %d", i);
+    }
+    collect_wait_idle(e, N);
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    const struct engine_sched_acct *a = &st.acct;
+    CHECK_EQ_INT(atomic_load(&f.n_errors), 0);
+    CHECK_EQ_INT(st.n_blocks_used, 0);
+    printf("full pool: %llu steps, %llu preemptions (%llu repeated), %llu readmissions (%llu in the same step), "
+           "%llu rows recomputed of %llu prefill rows, %llu admissions deferred\n",
+           (unsigned long long)st.n_steps, (unsigned long long)st.n_preemptions,
+           (unsigned long long)a->n_repreemptions, (unsigned long long)a->n_readmissions,
+           (unsigned long long)a->n_readmit_same_step, (unsigned long long)a->n_rows_recomputed,
+           (unsigned long long)a->n_rows_prefill, (unsigned long long)a->n_admit_deferred);
+    CHECK_EQ_INT((int)a->n_readmit_same_step, 0);
+    CHECK_EQ_INT((int)a->n_repreemptions, 0);
+    CHECK(st.n_preemptions <= N / 4);
+    CHECK(a->n_rows_recomputed <= (uint64_t)sum_prompt / 10);
+    CHECK(a->n_admit_deferred > 0); /* the gate did hold requests back: the pool was the limit */
+    /* every step is accounted for, once by kind and once by rows */
+    uint64_t n_kind = 0, n_bucket = 0, rows_kind = 0;
+    for (int k = 0; k < ENGINE_STEP_N_KINDS; k++) {
+        n_kind += a->kind[k].n_steps;
+        rows_kind += a->kind[k].n_rows;
+    }
+    for (int b = 0; b < ENGINE_STEP_ROW_BUCKETS; b++) n_bucket += a->by_rows[b].n_steps;
+    CHECK_EQ_INT((int)n_kind, (int)st.n_steps);
+    CHECK_EQ_INT((int)n_bucket, (int)st.n_steps);
+    CHECK_EQ_INT((int)rows_kind, (int)(a->n_rows_decode + a->n_rows_verify + a->n_rows_prefill));
+    CHECK(a->n_rows_prefill >= (uint64_t)sum_prompt);
+    CHECK(a->t_elapsed_s > 0 && a->t_steps_s > 0);
+    CHECK(a->t_idle_s + a->t_between_s + a->t_steps_s <= a->t_elapsed_s * 1.0001 + 1e-6);
     engine_destroy(e);
 }
 
@@ -985,6 +1052,7 @@ int main(void)
     test_tiers(0);
     test_tiers(sizeof(uint64_t));
     test_hybrid_preemption();
+    test_full_pool_no_thrash();
     test_step_row_buckets();
     return test_summary("test_engine_sched");
 }
