@@ -12,7 +12,8 @@
 # Env: DEVICE (cuda), MODEL_CONFIG (bench/configs/llama-3.1-8b.json), N_REQ (1000), PROMPT_MIN,
 # PROMPT_MAX, OUT_MIN, OUT_MAX, MAX_RUNNING (256), MAX_BATCH_TOKENS (4096; 512 on the CPU),
 # KV_SIZE (the serve's KV budget: 80G on a GPU, 256 x 2,500 tokens x 128 KiB = 84G worst case), N_TOKENS (32768), HOT_SIZE (16G), PARTS
-# (load,tiers), POLL (5: seconds between the load's /api/status lines). CAIRN_ENGINE_SCHED=legacy
+# (load,tiers), POLL (5: seconds between the load's /api/status lines), MAX_S (0: the load runs
+# until every request is done; else it is cut after MAX_S s and reports what it got). CAIRN_ENGINE_SCHED=legacy
 # passes through to the server (session 11's admission and preemption, for an A/B). LOG_DIR
 # defaults to $OUT, else SCRATCH/logs. The model is synthesized once into
 # SCRATCH/model (random weights, the demo tokenizer padded to the vocabulary: nothing outside
@@ -58,6 +59,7 @@ if [[ $parts == *load* ]]; then
     python3 bench/http_load.py --port $port --model model -n "$n_req" --vocab "$vocab" \
         --prompt-min "${PROMPT_MIN:-200}" --prompt-max "${PROMPT_MAX:-2000}" \
         --out-min "${OUT_MIN:-100}" --out-max "${OUT_MAX:-500}" --json "$logs/http_load.json" --poll "${POLL:-5}" \
+        --max-seconds "${MAX_S:-0}" \
         2>&1 | tee "$logs/http_load.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     curl -fs "http://127.0.0.1:$port/api/status" > "$logs/status-load.json"

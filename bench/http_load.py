@@ -3,7 +3,7 @@
 
     bench/http_load.py --port 8080 --model NAME [-n 1000] [--prompt-min 200 --prompt-max 2000]
                        [--out-min 100 --out-max 500] [--seed 1] [--vocab 128256] [--concurrency N]
-                       [--procs P] [--json FILE] [--no-warmup]
+                       [--procs P] [--json FILE] [--no-warmup] [--poll S] [--max-seconds S]
 
 Each request is a fixed-seed random prompt of token ids (the OpenAI completions API takes
 `prompt` as an array of ids, so the lengths are exact whatever the tokenizer), `max_tokens` from
@@ -85,6 +85,7 @@ async def one_request(args, i, prompt, max_tokens, res, t_start):
             + "Connection: close\r\n\r\n").encode()
     t0 = time.perf_counter()
     r = {"ttft": None, "itl": [], "tokens": 0, "status": 0, "t0": t0, "t_end": t0}
+    res[i] = r  # what it got so far counts if --max-seconds cuts it (then it lacks "done")
     try:
         reader, writer = await asyncio.open_connection(args.host, args.port, limit=1 << 22)
         writer.write(head + body)
@@ -141,7 +142,7 @@ async def one_request(args, i, prompt, max_tokens, res, t_start):
         writer.close()
     except (OSError, asyncio.IncompleteReadError, ValueError) as ex:
         r["error"] = str(ex)
-    res[i] = r
+    r["done"] = True
 
 
 def make_requests(args):
@@ -162,7 +163,14 @@ async def run_slice(args, reqs, idx, concurrency):
         async with sem:
             await one_request(args, i, reqs[i][0], reqs[i][1], res, 0)
 
-    await asyncio.gather(*(guarded(i) for i in idx))
+    run = asyncio.gather(*(guarded(i) for i in idx))
+    if args.max_seconds > 0:
+        try:  # cancelling closes the connections: the server cancels those requests
+            await asyncio.wait_for(run, args.max_seconds)
+        except asyncio.TimeoutError:
+            pass
+    else:
+        await run
     return res
 
 
@@ -336,6 +344,9 @@ def main():
                     help="client processes (0: min(8, cores / 2)); one Python process parses "
                          "only some 10^4 SSE events/s")
     ap.add_argument("--json", default="", help="also write the figures to this file")
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="stop the run after this long (0: when every request is done); the report "
+                         "covers what was streamed until then")
     ap.add_argument("--poll", type=float, default=2.0,
                     help="seconds between /api/status reads during the run (peaks, one line each)")
     ap.add_argument("--no-warmup", dest="warmup", action="store_false",
@@ -381,16 +392,19 @@ def main():
     t_start = min(starts)
 
     wall = max((r["t_end"] for r in res), default=t_start) - t_start
-    ok = [r for r in res if r["status"] == 200 and "error" not in r]
-    tokens = sum(r["tokens"] for r in ok)
-    ttft = [r["ttft"] for r in ok if r["ttft"] is not None]
-    itl = [x for r in ok for x in r["itl"]]
+    ok = [r for r in res if r["status"] == 200 and "error" not in r and r.get("done")]
+    cut = [r for r in res if not r.get("done")]
+    got = ok + [r for r in cut if r["status"] == 200]  # tokens streamed before the cut count too
+    tokens = sum(r["tokens"] for r in got)
+    ttft = [r["ttft"] for r in got if r["ttft"] is not None]
+    itl = [x for r in got for x in r["itl"]]
     by_status = {}
     for r in res:
-        k = r.get("error") and "conn-error" or str(r["status"])
+        k = "cut" if not r.get("done") else r.get("error") and "conn-error" or str(r["status"])
         by_status[k] = by_status.get(k, 0) + 1
     errors = sorted({r["error"] for r in res if r.get("error")})[:3]
-    n_prompt = sum(len(p) for p, _ in reqs)
+    # prompt tokens prefilled: every request's, or (cut) those that got their first token
+    n_prompt = sum(len(reqs[i][0]) for i, r in enumerate(res) if r.get("done") or r["ttft"] is not None)
     fig = {"n": args.n, "ok": len(ok), "statuses": by_status, "procs": n_procs, "wall_s": wall,
            "output_tokens": tokens, "output_tok_s": tokens / wall if wall > 0 else 0,
            "prompt_tokens": n_prompt,
@@ -398,7 +412,9 @@ def main():
            "itl_ms": {p: 1e3 * pct(itl, p) for p in (50, 90, 99)}}
     print(f"http_load: {args.n} requests (prompt {args.prompt_min}-{args.prompt_max}, output "
           f"{args.out_min}-{args.out_max}, seed {args.seed}; {n_procs} client processes), {len(ok)} ok; "
-          f"statuses {by_status}" + (f"; errors e.g. {errors}" if errors else ""))
+          f"statuses {by_status}" + (f"; errors e.g. {errors}" if errors else "")
+          + (f"; {len(cut)} cut at --max-seconds {args.max_seconds:g} (their tokens so far counted; "
+             "TTFT over the requests that got a token)" if cut else ""))
     print(f"  output {tokens} tokens in {wall:.2f} s: {fig['output_tok_s']:.1f} tok/s aggregate "
           f"({n_prompt} prompt tokens: {n_prompt / wall if wall > 0 else 0:.0f} tok/s)")
     print("  TTFT ms p50 %.1f p90 %.1f p99 %.1f" % tuple(fig["ttft_ms"].values()))
@@ -409,7 +425,7 @@ def main():
         fig["server"] = {"before": m0, "after": m1, "peak": peak}
         with open(args.json, "w") as f:
             json.dump(fig, f, indent=1)
-    return 0 if len(ok) == args.n else 1
+    return 0 if len(ok) + len([r for r in cut if r["status"] in (0, 200)]) == args.n else 1
 
 
 if __name__ == "__main__":
