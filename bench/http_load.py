@@ -315,6 +315,16 @@ def server_report(m0, m1, wall, peak):
         out.append(f"  sched: rows {b['rows_min']:5d}-{hi!s:5s} {n:6d} steps, {rows / n:7.1f} rows/step, "
                    f"forward {1e3 * f / n:8.2f} ms, step {1e3 * w / n:8.2f} ms, {w:7.2f} s "
                    f"({100 * w / el:.0f}%), {rows / w if w > 0 else 0:.0f} rows/s")
+    nn = d("steps", "new_rows", "steps")
+    if nn:
+        tot = {x: sum(d("steps", "by_kind", k, x) for k in ("decode", "prefill", "mixed"))
+               for x in ("steps", "rows", "forward_s")}
+        nr, nf = d("steps", "new_rows", "rows"), d("steps", "new_rows", "forward_s")
+        rest = max(tot["steps"] - nn, 1)
+        out.append(f"  sched: steps of a row count no step had before {nn} ({nr / nn:.0f} rows/step, forward "
+                   f"{1e3 * nf / nn:.2f} ms) vs the others {tot['steps'] - nn} ({(tot['rows'] - nr) / rest:.0f} "
+                   f"rows/step, forward {1e3 * (tot['forward_s'] - nf) / rest:.2f} ms): a backend that tunes or "
+                   f"captures per shape pays on the first")
     out.append(f"  sched: rows decode {d('steps', 'rows', 'decode')}, verify {d('steps', 'rows', 'verify')}, "
                f"prefill {d('steps', 'rows', 'prefill')} (of which recomputed after preemption "
                f"{d('steps', 'rows', 'recomputed')}); preemptions {d('preemptions')} releasing "

@@ -154,6 +154,7 @@ static void api_info_acct_json(json_t *steps, const struct engine_stats *st)
         json_array_append_new(by_rows, o);
     }
     json_object_set_new(steps, "by_rows", by_rows);
+    json_object_set_new(steps, "new_rows", api_info_step_sum(&a->new_rows));
     json_object_set_new(steps, "rows",
                         json_pack("{s:I,s:I,s:I,s:I}", "decode", (json_int_t)a->n_rows_decode, "verify",
                                   (json_int_t)a->n_rows_verify, "prefill", (json_int_t)a->n_rows_prefill,

@@ -156,10 +156,12 @@ int engine_create_ops(const struct engine_model_ops *ops, const struct engine_op
     e->sample_rows = calloc(R, sizeof(*e->sample_rows));
     e->sample_out = calloc(R, sizeof(*e->sample_out));
     e->running = calloc(R, sizeof(*e->running));
+    e->n_rows_seen = o->max_batch_tokens + e->n_logit_rows + 1; /* a step's rows are fewer */
+    e->rows_seen = calloc((size_t)e->n_rows_seen / 8 + 1, 1);
     e->cap_cancel = e->cap_cancel_local = 64;
     e->cancel_ids = calloc(64, sizeof(uint64_t));
     e->cancel_local = calloc(64, sizeof(uint64_t));
-    if (!e->logits || !e->batch || !e->sched || !e->chunk || !e->n_draft || !e->sample_rows || !e->sample_out || !e->running || !e->cancel_ids ||
+    if (!e->logits || !e->batch || !e->sched || !e->chunk || !e->n_draft || !e->sample_rows || !e->sample_out || !e->running || !e->rows_seen || !e->cancel_ids ||
         !e->cancel_local) {
         rc = cairn_err_set(err, CAIRN_ERR_NOMEM, "engine: out of memory");
         goto fail;
@@ -217,6 +219,7 @@ void engine_destroy(struct engine *e)
     free(e->sample_rows);
     free(e->sample_out);
     free(e->running);
+    free(e->rows_seen);
     free(e->cancel_ids);
     free(e->cancel_local);
     free(e);

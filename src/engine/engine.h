@@ -290,6 +290,8 @@ struct engine_sched_acct {
     double t_post_s;          /* after it: sampling, detok, stop rules, events, publishing */
     struct engine_step_sum kind[ENGINE_STEP_N_KINDS];
     struct engine_step_sum by_rows[ENGINE_STEP_ROW_BUCKETS];
+    struct engine_step_sum new_rows; /* steps whose row count no step had before: a backend that
+                               * plans or tunes per shape (cuBLASLt per GEMM size) pays there */
     uint64_t n_rows_decode;   /* decode rows (one token of a running sequence) */
     uint64_t n_rows_verify;   /* rows of speculative verifies (1 + drafts each) */
     uint64_t n_rows_prefill;  /* prefill-chunk rows, recomputation included */

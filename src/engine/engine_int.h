@@ -126,6 +126,8 @@ struct engine {
     double t_plan_s, t_issue_s, t_wait_s, t_sample_s, t_detok_s, t_emit_s; /* engine_stats */
     uint64_t n_rows_device, n_rows_host;
     struct engine_sched_acct acct; /* sched_acct.c */
+    uint8_t *rows_seen;        /* [n_rows_seen / 8] bitmap: row counts some step had */
+    int n_rows_seen;
     double t_sched_start;      /* when the scheduler thread started (cairn_now) */
     double growth_ratio;       /* expected share of running outputs still to come (sched.c) */
     int sched_legacy;          /* CAIRN_ENGINE_SCHED=legacy: session 11's admission and preemption

@@ -44,6 +44,10 @@ void engine_acct_step(struct engine *e, const struct engine_step_rows *r, double
     double wall = t_pre + t_forward + t_post;
     engine_acct_add(&a->kind[k], rows, r->n_ctx, t_forward, wall);
     engine_acct_add(&a->by_rows[engine_step_row_bucket(rows)], rows, r->n_ctx, t_forward, wall);
+    if (rows < e->n_rows_seen && !(e->rows_seen[rows / 8] & (1u << (rows % 8)))) {
+        e->rows_seen[rows / 8] |= (uint8_t)(1u << (rows % 8));
+        engine_acct_add(&a->new_rows, rows, r->n_ctx, t_forward, wall);
+    }
     a->t_steps_s += wall;
     a->t_pre_s += t_pre;
     a->t_post_s += t_post;

@@ -1015,6 +1015,8 @@ static void test_full_pool_no_thrash(void)
     CHECK_EQ_INT((int)n_bucket, (int)st.n_steps);
     CHECK_EQ_INT((int)rows_kind, (int)(a->n_rows_decode + a->n_rows_verify + a->n_rows_prefill));
     CHECK(a->n_rows_prefill >= (uint64_t)sum_prompt);
+    CHECK(a->new_rows.n_steps >= 1 && a->new_rows.n_steps <= st.n_steps); /* each row count once */
+    CHECK(a->new_rows.n_steps <= (uint64_t)64);
     CHECK(a->t_elapsed_s > 0 && a->t_steps_s > 0);
     CHECK(a->t_idle_s + a->t_between_s + a->t_steps_s <= a->t_elapsed_s * 1.0001 + 1e-6);
     engine_destroy(e);
