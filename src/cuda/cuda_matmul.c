@@ -36,21 +36,30 @@
  * CUDA_GEMV_MAX_N at a time (correct, slower).
  * Algorithms: asking cuBLASLt's heuristic on every call costs host time that can leave the GPU
  * idle between the short GEMMs of a prefill step, so the choice is cached per shape (types, m,
- * n, k, lda, alignments, device) for the process. A shape of at least CUDA_MM_TUNE_MIN_N rows
- * gets up to CUDA_MM_N_ALGOS candidates from the heuristic, each timed once on the call's own
- * buffers (CUDA events, CUDA_MM_TUNE_REPS runs after a warm-up), and keeps the fastest; smaller
- * shapes (and any call inside a stream capture) keep the heuristic's first. The workspace is
+ * k, lda, alignments, device, and the row count's bucket: cuda_mm_n_bucket) for the process. A
+ * shape of at least CUDA_MM_TUNE_MIN_N rows gets up to CUDA_MM_N_ALGOS candidates from the
+ * heuristic, each timed once on the call's own buffers (CUDA events, CUDA_MM_TUNE_REPS runs after
+ * a warm-up), and keeps the fastest; smaller shapes (and any call inside a stream capture) keep
+ * the heuristic's first. Why buckets: a server's steps have ever-changing row counts (session
+ * 11's 1,000-request run: 445 distinct counts of 256+ rows), and keyed on the exact count every
+ * new one paid 8 timed candidates with a sync each, while the 512-entry cache filled with decode
+ * sizes alone and every call after asked the heuristic again. An algorithm chosen for one count
+ * serves its bucket (8 per octave); one that cuBLASLt refuses for another count of the bucket
+ * (a split-K workspace, say) falls back to the heuristic's first for that exact call. The workspace is
  * CUDA_LT_WS_BYTES (32 MiB). matmul_multi converts x once for all its weights.
  * CAIRN_CUDA_PROFILE=1 times the GEMMs, the conversions and the dequantization (cuda_prof.c). */
 #include <pthread.h>
 #include <string.h>
+
+#include <xxhash.h>
 
 #include "cuda/cuda_int.h"
 
 #define CUDA_MM_N_ALGOS 8     /* candidates asked of the heuristic */
 #define CUDA_MM_TUNE_MIN_N 256 /* rows from which a shape's candidates are timed */
 #define CUDA_MM_TUNE_REPS 2    /* timed runs per candidate (after one warm-up) */
-#define CUDA_MM_CACHE_N 512    /* shapes remembered; past that the heuristic is asked each call */
+#define CUDA_MM_CACHE_N 4096   /* shapes remembered (a hash table); past that the heuristic is
+                                * asked each call */
 
 struct cuda_mm_key {
     int device;
@@ -65,18 +74,34 @@ struct cuda_mm_algo {
 };
 
 static pthread_mutex_t cuda_mm_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cuda_mm_algo cuda_mm_cache[CUDA_MM_CACHE_N];
+static struct cuda_mm_algo cuda_mm_cache[CUDA_MM_CACHE_N]; /* open addressing, linear probes */
+static unsigned char cuda_mm_used[CUDA_MM_CACHE_N];
 static int cuda_mm_n_cache;
+
+/* The row count a shape is cached under: exact up to 32, then rounded up to 8 steps per octave
+ * (33..63 by 4, 256..511 by 32, 4096..8191 by 512). */
+static int64_t cuda_mm_n_bucket(int64_t n)
+{
+    if (n <= 32) return n;
+    int64_t step = 1;
+    while ((step << 4) <= n) step <<= 1; /* 2^(floor(log2 n) - 3) */
+    return (n + step - 1) / step * step;
+}
+
+/* Slot of key, or of the empty slot where it would go (the table never fills: see put). */
+static int cuda_mm_slot(const struct cuda_mm_key *key)
+{
+    int i = (int)(XXH3_64bits(key, sizeof(*key)) & (CUDA_MM_CACHE_N - 1));
+    while (cuda_mm_used[i] && memcmp(&cuda_mm_cache[i].key, key, sizeof(*key)) != 0)
+        i = (i + 1) & (CUDA_MM_CACHE_N - 1);
+    return i;
+}
 
 static int cuda_mm_cache_get(const struct cuda_mm_key *key, cublasLtMatmulAlgo_t *algo)
 {
-    int found = 0;
     pthread_mutex_lock(&cuda_mm_lock);
-    for (int i = cuda_mm_n_cache - 1; i >= 0 && !found; i--)
-        if (memcmp(&cuda_mm_cache[i].key, key, sizeof(*key)) == 0) {
-            *algo = cuda_mm_cache[i].algo;
-            found = 1;
-        }
+    int i = cuda_mm_slot(key), found = cuda_mm_used[i];
+    if (found) *algo = cuda_mm_cache[i].algo;
     pthread_mutex_unlock(&cuda_mm_lock);
     return found;
 }
@@ -84,9 +109,11 @@ static int cuda_mm_cache_get(const struct cuda_mm_key *key, cublasLtMatmulAlgo_t
 static void cuda_mm_cache_put(const struct cuda_mm_key *key, const cublasLtMatmulAlgo_t *algo)
 {
     pthread_mutex_lock(&cuda_mm_lock);
-    if (cuda_mm_n_cache < CUDA_MM_CACHE_N) {
-        cuda_mm_cache[cuda_mm_n_cache].key = *key;
-        cuda_mm_cache[cuda_mm_n_cache].algo = *algo;
+    int i = cuda_mm_slot(key);
+    if (!cuda_mm_used[i] && cuda_mm_n_cache < CUDA_MM_CACHE_N * 3 / 4) { /* probes stay short */
+        cuda_mm_cache[i].key = *key;
+        cuda_mm_cache[i].algo = *algo;
+        cuda_mm_used[i] = 1;
         cuda_mm_n_cache++;
     }
     pthread_mutex_unlock(&cuda_mm_lock);
@@ -126,7 +153,7 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
     key.wt = (int)wt;
     key.bt = (int)bt;
     key.m = m;
-    key.n = n;
+    key.n = cuda_mm_n_bucket(n);
     key.k = k;
     key.lda = lda;
     key.al_a = al_a;
@@ -157,7 +184,8 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
     if (cuda_check(c, NULL, cuda_lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                                  &al_c, sizeof(al_c))))
         goto cleanup;
-    if (!cuda_mm_cache_get(&key, &algo)) {
+    int cached = cuda_mm_cache_get(&key, &algo);
+    if (!cached) {
         cublasStatus_t hs = cuda_lt.heuristic(c->lt, op, la, lb, lc, lc, pref, CUDA_MM_N_ALGOS, res, &n_res);
         if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && n_res == 0)) {
             ret = 1;
@@ -195,9 +223,16 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
         cuda_mm_cache_put(&key, &algo);
     }
     void *prof = cuda_prof_begin(c->stream);
-    if (cuda_check(c, NULL, cuda_lt.matmul(c->lt, op, &alpha, w, la, b, lb, &beta, y, lc, y, lc, &algo,
-                                           c->lt_ws, ws_bytes, c->stream)))
-        goto cleanup;
+    cublasStatus_t ms = cuda_lt.matmul(c->lt, op, &alpha, w, la, b, lb, &beta, y, lc, y, lc, &algo, c->lt_ws,
+                                       ws_bytes, c->stream);
+    if (ms != CUBLAS_STATUS_SUCCESS && cached) {
+        /* the bucket's algorithm does not take this row count: the heuristic's first for it */
+        if (cuda_lt.heuristic(c->lt, op, la, lb, lc, lc, pref, 1, res, &n_res) == CUBLAS_STATUS_SUCCESS &&
+            n_res > 0)
+            ms = cuda_lt.matmul(c->lt, op, &alpha, w, la, b, lb, &beta, y, lc, y, lc, &res[0].algo, c->lt_ws,
+                                ws_bytes, c->stream);
+    }
+    if (cuda_check(c, NULL, ms)) goto cleanup;
     cuda_prof_end(prof, c->stream, CUDA_PROF_GEMM, 2.0 * (double)m * (double)n * (double)k);
     ret = 0;
 

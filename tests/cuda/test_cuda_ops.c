@@ -323,6 +323,14 @@ static void test_matmul(void)
         test_matmul_case(DTYPE_Q, 17, 128, 5, 32, n);
         test_matmul_case(DTYPE_Q, 17, 128, 6, 64, n);
     }
+    /* cuBLASLt's algorithm is cached per bucket of row counts (cuda_matmul.c): counts of one
+     * bucket in both orders (the first tunes, the others reuse it; 300 and 319 are tuned counts,
+     * 40 and 43 the heuristic's), every output against the host reference */
+    static const int same_bucket[] = {300, 319, 289, 40, 43, 41};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(same_bucket); i++) {
+        test_matmul_case(DTYPE_BF16, 520, 264, 0, 0, same_bucket[i]);
+        test_matmul_case(DTYPE_F16, 96, 136, 0, 0, same_bucket[i]);
+    }
 }
 
 /* matmul_multi over count weights of cols columns (made by the caller, freed here) on n random
