@@ -264,6 +264,14 @@ int model_i32_reserve(struct model *m, size_t need, struct cairn_err *err)
     return CAIRN_OK;
 }
 
+int model_bt_stride(int blocks, int n_seqs, int block_size)
+{
+    if (n_seqs <= 1 || blocks <= 0 || block_size <= 0) return blocks;
+    int q = MODEL_BT_STRIDE_TOKENS / block_size;
+    if (q <= 1) return blocks;
+    return (blocks + q - 1) / q * q;
+}
+
 size_t model_stage_ints(int T, int n_seqs, int bt_stride, int n_sel)
 {
     return 3 * (size_t)T + (size_t)n_seqs + 1 + (size_t)n_sel + (size_t)n_seqs * (size_t)bt_stride;
@@ -452,6 +460,7 @@ int model_forward(struct model *m, const struct backend_kv_view *kv, const struc
         if (kv && m->info.n_kv_layers > 0 && seqs[s].n_tokens > 0)
             bt_stride = CAIRN_MAX(bt_stride, (seqs[s].pos0 + seqs[s].n_tokens + kv->block_size - 1) / kv->block_size);
     }
+    if (kv) bt_stride = model_bt_stride(bt_stride, n_seqs, kv->block_size);
     rc = model_i32_reserve(m, model_stage_ints(T, n_seqs, bt_stride, n_sel), err);
     if (rc != CAIRN_OK) return rc;
     int n_ints = model_stage(m, kv, seqs, n_seqs, bt_stride, T, n_sel);

@@ -281,6 +281,15 @@ int model_stage(struct model *m, const struct backend_kv_view *kv, const struct 
                 int bt_stride, int T, int n_sel);
 /* Ints of staging a step needs (for model_i32_reserve). */
 size_t model_stage_ints(int T, int n_seqs, int bt_stride, int n_sel);
+/* The block-table stride of a step whose longest sequence needs `blocks` entries: with several
+ * sequences rounded up to MODEL_BT_STRIDE_TOKENS positions' worth. The stride is part of what a
+ * CUDA graph of the step is keyed on (cuda_graph.c); exact, it changed every block_size tokens of
+ * the longest sequence, so a serving batch's decode graphs were seldom replayed. Rounded, it moves
+ * once per 256 positions, like the attention's context bucket. The padding entries are 0, past
+ * every row's context (never read). A sequence alone keeps the exact stride (its graph record
+ * drops the stride). */
+#define MODEL_BT_STRIDE_TOKENS 256
+int model_bt_stride(int blocks, int n_seqs, int block_size);
 /* Dense SwiGLU MLP of layer il (the default FFN). */
 void model_mlp_forward(struct model *m, int il, const float *h, float *out, int n_tokens);
 

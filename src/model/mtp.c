@@ -162,6 +162,7 @@ int model_mtp_forward(struct model *m, const struct backend_kv_view *kv,
             bt_stride =
                 CAIRN_MAX(bt_stride, (q->pos0 + q->n_tokens + kv->block_size - 1) / kv->block_size);
     }
+    bt_stride = model_bt_stride(bt_stride, n_seqs, kv->block_size);
     rc = model_i32_reserve(m, model_stage_ints(T, n_seqs, bt_stride, n_sel), err);
     if (rc != CAIRN_OK) return rc;
     int n_ints = model_stage(m, kv, h->stage, n_seqs, bt_stride, T, n_sel);
