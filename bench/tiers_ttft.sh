@@ -56,7 +56,7 @@ ttft() { # prints "seconds cached_tokens"
     t1=$(date +%s.%N)
     local cached
     cached=$(printf '%s' "$out" | grep -o '"cached_tokens":[0-9]*' | cut -d: -f2)
-    echo "$(echo "$t1 - $t0" | bc -l) ${cached:-0}"
+    echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f", b - a }') ${cached:-0}"
 }
 start
 read -r cold c0 < <(ttft)
@@ -78,10 +78,10 @@ for row in "cold $cold $c0" "device-cache hit $dev $c1" "hot-tier hit $hot $c2" 
     set -- $row
     name="$1"; shift
     while [ $# -gt 2 ]; do name="$name $1"; shift; done
-    printf '%-28s %9.3f %8.4f %14s\n' "$name" "$1" "$(echo "$1 / $cold" | bc -l)" "$2"
+    printf '%-28s %9.3f %8.4f %14s\n' "$name" "$1" "$(awk -v a="$1" -v b="$cold" 'BEGIN { printf "%.6f", a / b }')" "$2"
 done
 echo "KV bytes of the prompt: hot tier $hot_bytes, SSD tier $ssd_bytes (page cache dropped: $dropped)"
-printf 'SSD hit: %.0f MB/s (SSD bytes / its TTFT)\n' "$(echo "$ssd_bytes / $ssd / 1000000" | bc -l)"
+printf 'SSD hit: %.0f MB/s (SSD bytes / its TTFT)\n' "$(awk -v a="$ssd_bytes" -v b="$ssd" 'BEGIN { printf "%.3f", a / b / 1e6 }')"
 printf '%s' "$st" | python3 -c "import json,sys; m=json.load(sys.stdin)['models'][0]; r=m['prefix_restore']
 print('server, restore vs recompute: restored %d, recomputed %d (%d blocks), fetched %d blocks; measured: '
       'SSD read %.0f MB/s, hot read %.0f MB/s, prefill %.0f tok/s' % (r['restored'], r['recomputed'],

@@ -45,10 +45,12 @@
  * new one paid 8 timed candidates with a sync each, while the 512-entry cache filled with decode
  * sizes alone and every call after asked the heuristic again. An algorithm chosen for one count
  * serves its bucket (8 per octave); one that cuBLASLt refuses for another count of the bucket
- * (a split-K workspace, say) falls back to the heuristic's first for that exact call. The workspace is
+ * (a split-K workspace, say) falls back to the heuristic's first for that exact call.
+ * CAIRN_CUDA_LT_CACHE=exact keys on the exact count with at most 512 shapes, as before (A/B). The workspace is
  * CUDA_LT_WS_BYTES (32 MiB). matmul_multi converts x once for all its weights.
  * CAIRN_CUDA_PROFILE=1 times the GEMMs, the conversions and the dequantization (cuda_prof.c). */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -78,11 +80,22 @@ static struct cuda_mm_algo cuda_mm_cache[CUDA_MM_CACHE_N]; /* open addressing, l
 static unsigned char cuda_mm_used[CUDA_MM_CACHE_N];
 static int cuda_mm_n_cache;
 
+/* CAIRN_CUDA_LT_CACHE=exact: the cache before buckets (exact counts, 512 shapes), for A/B. */
+static int cuda_mm_exact(void)
+{
+    static int v = -1;
+    if (__atomic_load_n(&v, __ATOMIC_RELAXED) < 0) {
+        const char *e = getenv("CAIRN_CUDA_LT_CACHE");
+        __atomic_store_n(&v, e && strcmp(e, "exact") == 0, __ATOMIC_RELAXED);
+    }
+    return __atomic_load_n(&v, __ATOMIC_RELAXED);
+}
+
 /* The row count a shape is cached under: exact up to 32, then rounded up to 8 steps per octave
  * (33..63 by 4, 256..511 by 32, 4096..8191 by 512). */
 static int64_t cuda_mm_n_bucket(int64_t n)
 {
-    if (n <= 32) return n;
+    if (n <= 32 || cuda_mm_exact()) return n;
     int64_t step = 1;
     while ((step << 4) <= n) step <<= 1; /* 2^(floor(log2 n) - 3) */
     return (n + step - 1) / step * step;
@@ -110,7 +123,8 @@ static void cuda_mm_cache_put(const struct cuda_mm_key *key, const cublasLtMatmu
 {
     pthread_mutex_lock(&cuda_mm_lock);
     int i = cuda_mm_slot(key);
-    if (!cuda_mm_used[i] && cuda_mm_n_cache < CUDA_MM_CACHE_N * 3 / 4) { /* probes stay short */
+    int cap = cuda_mm_exact() ? 512 : CUDA_MM_CACHE_N * 3 / 4; /* probes stay short */
+    if (!cuda_mm_used[i] && cuda_mm_n_cache < cap) {
         cuda_mm_cache[i].key = *key;
         cuda_mm_cache[i].algo = *algo;
         cuda_mm_used[i] = 1;

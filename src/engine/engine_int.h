@@ -119,6 +119,9 @@ struct engine {
     uint64_t n_requests_done, n_prompt_tokens, n_cached_tokens, n_generated_tokens;
     uint64_t n_prefix_lookups, n_prefix_hits, n_steps;
     double decode_tok_s, prefill_tok_s;
+    /* their decayed sums (tokens, seconds): a rate weighted by tokens, so a short step (the last
+     * block of a restored prefix) barely moves it, and no start from 0 biases the first steps */
+    double decode_w_tok, decode_w_s, prefill_w_tok, prefill_w_s;
     double decode_step_s;
     uint64_t n_decode_step_tokens;
     struct spec_cost spec_cost;  /* step-cost fit (spec_ctl.h) */

@@ -846,8 +846,16 @@ static void sched_step(struct engine *e)
     }
     if (dt > 0) {
         /* rates over steps of each kind (mixed steps count for both) */
-        if (n_decode) e->decode_tok_s = 0.8 * e->decode_tok_s + 0.2 * (n_decode_tokens / dt);
-        if (n_prefill) e->prefill_tok_s = 0.8 * e->prefill_tok_s + 0.2 * (n_prefill / dt);
+        if (n_decode) {
+            e->decode_w_tok = 0.8 * e->decode_w_tok + n_decode_tokens;
+            e->decode_w_s = 0.8 * e->decode_w_s + dt;
+            e->decode_tok_s = e->decode_w_tok / e->decode_w_s;
+        }
+        if (n_prefill) { /* kv_cache_plan's restore-or-recompute reads it */
+            e->prefill_w_tok = 0.8 * e->prefill_w_tok + n_prefill;
+            e->prefill_w_s = 0.8 * e->prefill_w_s + dt;
+            e->prefill_tok_s = e->prefill_w_tok / e->prefill_w_s;
+        }
     }
     double t_end = cairn_now();
     if (n_prefill == 0) {

@@ -29,6 +29,7 @@ struct fake {
     int fail_next; /* forward returns an error once */
     int fail_code; /* ... this one (0: CAIRN_ERR_INTERNAL) */
     atomic_int n_sampled; /* rows the forward sampled itself (model_seq.sample) */
+    int us_step, us_token; /* the forward sleeps us_step + us_token per token (0: no sleep) */
 };
 
 static uint64_t fake_mix(uint64_t h, int32_t t) { return (h ^ (uint64_t)(t + 1)) * 0x100000001b3ull; }
@@ -57,6 +58,11 @@ static int fake_forward(void *ctx, struct kv_pool *kv, const struct model_seq *s
     pthread_mutex_unlock(&f->gate_mu);
     atomic_fetch_add(&f->n_forward, 1);
     if (fail) return cairn_err_set(err, code, "fake forward failure");
+    if (f->us_step || f->us_token) {
+        int n_tok = 0;
+        for (int si = 0; si < n_seqs; si++) n_tok += seqs[si].n_tokens;
+        usleep((useconds_t)(f->us_step + f->us_token * n_tok));
+    }
     int bs = kv->block_size;
     for (int si = 0; si < n_seqs; si++) {
         const struct model_seq *s = &seqs[si];
@@ -1037,6 +1043,37 @@ static void test_step_row_buckets(void)
     CHECK(lo == 1 << (ENGINE_STEP_ROW_BUCKETS - 1) && hi == -1);
 }
 
+/* The prefill speed the restore-or-recompute choice reads (engine_stats.prefill_tok_s) is a rate
+ * weighted by tokens: four steps of a 500-token prompt (128 tokens a step), then one of 17 (a
+ * restored prefix's last block), each costing 20 ms + 20 us a token, leave it near the long
+ * steps' 5.7K tok/s (~4.3K; a mean of step rates started at 0 gave ~2.8K: 0.59 of it after four
+ * steps, then pulled down by the short one). */
+static void test_prefill_rate(void)
+{
+    struct fake f;
+    fake_init(&f, 0);
+    f.us_step = 20000;
+    f.us_token = 20;
+    struct engine *e = make_engine(&f, 16, 256, 128, 2);
+    static int32_t p[500];
+    make_prompt(p, 500, 5);
+    struct collect a, b;
+    struct engine_request r = collect_request(&a, p, 500, 1);
+    CHECK(engine_submit(e, &r, NULL, NULL) == CAIRN_OK);
+    CHECK(collect_wait(&a, 1));
+    make_prompt(p, 17, 11);
+    r = collect_request(&b, p, 17, 1);
+    CHECK(engine_submit(e, &r, NULL, NULL) == CAIRN_OK);
+    CHECK(collect_wait(&b, 1));
+    collect_wait_idle(e, 2);
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    double big = 128.0 / (0.020 + 128 * 20e-6);
+    CHECK_MSG(st.prefill_tok_s > 0.6 * big && st.prefill_tok_s < 1.05 * big,
+              "prefill rate %.0f tok/s, the long steps' %.0f", st.prefill_tok_s, big);
+    engine_destroy(e);
+}
+
 int main(void)
 {
     test_concurrent_greedy();
@@ -1056,5 +1093,6 @@ int main(void)
     test_hybrid_preemption();
     test_full_pool_no_thrash();
     test_step_row_buckets();
+    test_prefill_rate();
     return test_summary("test_engine_sched");
 }
