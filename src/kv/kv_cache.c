@@ -416,7 +416,7 @@ void kv_cache_plan(struct kv_cache *c, const int32_t *tokens, int n_tokens, cons
     if (p->n_tier == 0) return;
     struct kv_restore_speeds sp = {
         .fast_bps = c->fast_read_bps,
-        .slow_bps = cairn_now() - c->slow_measured_at < 60 ? c->slow_read_bps : 0,
+        .slow_bps = cairn_now() - c->slow_measured_at < 60 ? c->slow_read_bps : c->slow_prior_bps,
         .prefill_tok_s = prefill_tok_s,
     };
     size_t read_bytes = 2 * c->pool->block_bytes + c->state_bytes;
@@ -585,4 +585,16 @@ void kv_cache_clear(struct kv_cache *c)
         c->blocks[b].state = KV_BLOCK_FREE;
         c->free_stack[c->n_free++] = b;
     }
+}
+
+void kv_cache_speed_priors(struct kv_cache *c, double fast_bps, double slow_bps)
+{
+    if (fast_bps > 0 && !(c->fast_read_bps > 0)) c->fast_read_bps = fast_bps; /* smoothed on from it */
+    if (slow_bps > 0) c->slow_prior_bps = slow_bps;
+}
+
+void kv_cache_speeds(const struct kv_cache *c, double *fast_bps, double *slow_bps)
+{
+    *fast_bps = c->fast_read_bps;
+    *slow_bps = c->slow_read_bps > 0 ? c->slow_read_bps : c->slow_prior_bps;
 }

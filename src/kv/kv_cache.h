@@ -78,6 +78,8 @@ struct kv_cache {
     double fast_read_bps;         /* RAM-tier copies into the pool (per block, smoothed) */
     double slow_read_bps;         /* disk reads of fetch jobs (per job, smoothed) */
     double slow_measured_at;      /* cairn_now() of the last slow measurement */
+    double slow_prior_bps;        /* an earlier run's disk speed (kv_tier_ops.speeds_load): used
+                                   * when no recent measurement is (else 0: unmeasured) */
     /* counters */
     uint64_t n_evictions;
     uint64_t n_promotions;
@@ -103,6 +105,10 @@ struct kv_cache_plan {
 int kv_cache_init(struct kv_cache *c, struct kv_pool *pool, const uint8_t identity[32],
                   size_t state_bytes, const struct kv_tier_ops *tiers, struct cairn_err *err);
 void kv_cache_free(struct kv_cache *c);
+/* Speeds an earlier run measured (kv_tier_ops.speeds_load), as priors until this run measures. */
+void kv_cache_speed_priors(struct kv_cache *c, double fast_bps, double slow_bps);
+/* What this run knows of its tiers' speeds, for kv_tier_ops.speeds_save: measured, else the prior. */
+void kv_cache_speeds(const struct kv_cache *c, double *fast_bps, double *slow_bps);
 
 /* Chained block hash (see the DESIGN note). parent may be NULL (= zeroes), salt may be NULL. */
 void kv_cache_hash(const struct kv_cache *c, const uint8_t *parent, const int32_t *tokens,

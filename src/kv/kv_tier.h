@@ -34,6 +34,16 @@ enum kv_tier_loc {
     KV_TIER_LOC_SLOW = 2,
 };
 
+/* Speeds measured at run time that the restore-or-recompute choice reads (kv_restore.h); 0 =
+ * not measured. A tier that persists them gives the next run of the same model on the same
+ * device its first choices informed (without them, the first SSD hit after a restart is always
+ * restored: on a GPU that can be slower than recomputing). */
+struct kv_tier_speeds {
+    double prefill_tok_s; /* the engine's prefill rate */
+    double fast_bps;      /* RAM-tier copies (kv_cache.fast_read_bps) */
+    double slow_bps;      /* disk reads (kv_cache.slow_read_bps) */
+};
+
 struct kv_tier_ops {
     void *ctx;
     /* A cached block leaves the device tier (evicted). Called on the scheduler thread: copy and
@@ -51,6 +61,11 @@ struct kv_tier_ops {
      * position. May be NULL: then every lookup runs on the scheduler thread, as before there was
      * a fetch thread (tests' simple tiers). */
     int (*locate)(void *ctx, const uint8_t hash[32]);
+    /* The speeds an earlier run of this model on `device` (a backend name: "cpu", "cuda:0") kept:
+     * 1 and *sp filled, or 0 (none). engine_create calls it once. May be NULL. */
+    int (*speeds_load)(void *ctx, const char *device, struct kv_tier_speeds *sp);
+    /* Keeps them for the next run (crash-safe); engine_destroy calls it. May be NULL. */
+    void (*speeds_save)(void *ctx, const char *device, const struct kv_tier_speeds *sp);
 };
 
 #endif

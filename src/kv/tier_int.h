@@ -26,6 +26,13 @@ struct kv_tier_block {
     size_t alloc_bytes; /* the whole allocation (what budgets count) */
 };
 
+/* The speeds file of a model (identity) on a device in an SSD folder (tier_speeds.c): load
+ * returns 1 with *sp filled or 0 (none, damaged: *sp zeroed); save writes it crash-safely (a
+ * failure is logged, never fatal). */
+int kv_tier_speeds_load(const char *dir, const uint8_t identity[32], const char *device, struct kv_tier_speeds *sp);
+void kv_tier_speeds_save(const char *dir, const uint8_t identity[32], const char *device,
+                         const struct kv_tier_speeds *sp);
+
 /* Allocates an empty block with room for the given sizes. NULL on out of memory. */
 struct kv_tier_block *kv_tier_block_new(int n_tokens, size_t block_bytes, size_t state_bytes);
 /* Copies a descriptor. NULL on out of memory. */

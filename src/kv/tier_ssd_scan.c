@@ -171,7 +171,7 @@ int kv_ssd_scan(struct kv_ssd *s)
         if (n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2]))) continue;
         if (ssd_is_subdir_name(n) && n_subs < 256)
             memcpy(subs[n_subs++], n, 3);
-        else
+        else if (strncmp(n, "speeds-", 7) != 0) /* tier_speeds.c's files are ours */
             s->st.n_foreign++;
     }
     closedir(d);

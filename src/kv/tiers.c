@@ -24,6 +24,7 @@ struct kv_tiers {
     int write_through;
     struct kv_hot *hot;   /* NULL: no hot tier */
     struct kv_ssd *ssd;   /* NULL: no SSD tier */
+    char ssd_dir[4096];   /* its folder (the speeds file lives there too: tier_speeds.c) */
 };
 
 /* statvfs of dir or its nearest existing parent. */
@@ -158,6 +159,7 @@ int kv_tiers_open(const struct kv_tiers_opts *o, struct kv_tiers **out, struct c
         if (so.max_bytes == 0) so.max_bytes = 1;
         rc = kv_ssd_open(&so, &t->ssd, err);
         if (rc != CAIRN_OK) goto fail;
+        snprintf(t->ssd_dir, sizeof(t->ssd_dir), "%s", o->ssd_dir);
     }
     if (o->hot_max_bytes) {
         rc = kv_hot_new(o->hot_max_bytes, tiers_spill, t, &t->hot);
@@ -184,6 +186,18 @@ void kv_tiers_close(struct kv_tiers *t)
     free(t);
 }
 
+static int tiers_speeds_load(void *ctx, const char *device, struct kv_tier_speeds *sp)
+{
+    struct kv_tiers *t = ctx;
+    return kv_tier_speeds_load(t->ssd_dir, t->sig.identity, device, sp);
+}
+
+static void tiers_speeds_save(void *ctx, const char *device, const struct kv_tier_speeds *sp)
+{
+    struct kv_tiers *t = ctx;
+    kv_tier_speeds_save(t->ssd_dir, t->sig.identity, device, sp);
+}
+
 struct kv_tier_ops kv_tiers_ops(struct kv_tiers *t)
 {
     struct kv_tier_ops ops = {0};
@@ -193,6 +207,10 @@ struct kv_tier_ops kv_tiers_ops(struct kv_tiers *t)
     ops.on_publish = t->write_through && t->ssd ? tiers_on_publish : NULL;
     ops.lookup = tiers_lookup;
     ops.locate = tiers_locate;
+    if (t->ssd) { /* the speeds outlive the process where the blocks do */
+        ops.speeds_load = tiers_speeds_load;
+        ops.speeds_save = tiers_speeds_save;
+    }
     return ops;
 }
 

@@ -10,7 +10,11 @@
  *    greedy tokens equal the cold run's;
  * 4. the disk is now measured at 2 blocks' bytes per 400 ms, far slower than recomputing a block
  *    of this tiny model: P again as D is recomputed (a recompute decision, no cached tokens, no
- *    new fetch) and its tokens still equal the cold run's.
+ *    new fetch) and its tokens still equal the cold run's;
+ * 5. a restart (engine and tiers closed and opened again on the same folder): the speeds the
+ *    first run measured were kept (tier_speeds.c; the scan leaves their file alone), so the very
+ *    first request, P as E, is recomputed too (without them the first SSD hit after a restart is
+ *    always restored), with the cold run's tokens; a damaged speeds file reads as none.
  * LeakSanitizer checks that nothing (jobs, block copies) is left. Model: the oracle's qwen3-tiny,
  * f32 KV, block size 16. */
 #include <stdlib.h>
@@ -189,8 +193,44 @@ int main(void)
     CHECK(st.n_blocks_recomputed >= (uint64_t)(n / BLOCK - 1));
     CHECK_EQ_INT(st.n_fetches, 2);
 
+    engine_destroy(e); /* keeps the speeds */
+    kv_tiers_close(tiers);
+
+    /* 5. restart */
+    CHECK_MSG(kv_tiers_open(&to, &tiers, &err) == CAIRN_OK, "%s", err.msg);
+    struct kv_tiers_stats ts;
+    kv_tiers_stats(tiers, &ts);
+    CHECK_EQ_INT(ts.ssd.n_foreign, 0);
+    CHECK(ts.ssd.n_blocks >= (uint64_t)(n / BLOCK - 1));
+    eo.tiers = kv_tiers_ops(tiers);
+    CHECK_MSG(engine_create(m, &eo, &e, &err) == CAIRN_OK, "%s", err.msg);
+    static struct collect f2;
+    struct engine_request re = collect_request(&f2, p->tokens, n, N_GEN);
+    re.ignore_eos = 1;
+    CHECK(engine_submit(e, &re, NULL, &err) == CAIRN_OK);
+    CHECK(collect_wait(&f2, 1));
+    CHECK_EQ_INT(f2.usage.cached_tokens, 0);
+    CHECK_MSG(memcmp(f2.tokens, cold.tokens, sizeof(int32_t) * N_GEN) == 0, "E's tokens differ from cold");
+    collect_wait_idle(e, 1);
+    get_stats(e, &st);
+    CHECK_EQ_INT(st.n_plans_recompute, 1);
+    CHECK_EQ_INT(st.n_fetches, 0);
     engine_destroy(e);
     kv_tiers_close(tiers);
+    /* a damaged speeds file: none (and no crash) */
+    {
+        struct kv_tier_ops ops;
+        CHECK_MSG(kv_tiers_open(&to, &tiers, &err) == CAIRN_OK, "%s", err.msg);
+        ops = kv_tiers_ops(tiers);
+        struct kv_tier_speeds sp;
+        CHECK(ops.speeds_load && ops.speeds_load(ops.ctx, "cpu", &sp) == 1 && sp.prefill_tok_s > 0 && sp.slow_bps > 0);
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "for f in '%s'/speeds-*-cpu.json; do printf '{\"prefill' > \"$f\"; done", ssd);
+        CHECK(system(cmd) == 0);
+        CHECK(ops.speeds_load(ops.ctx, "cpu", &sp) == 0 && sp.prefill_tok_s == 0);
+        CHECK(ops.speeds_load(ops.ctx, "cuda:0", &sp) == 0); /* another device: none */
+        kv_tiers_close(tiers);
+    }
     model_free(m);
     backend_close(be);
     tt_rm_rf(ssd);
