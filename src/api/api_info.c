@@ -242,8 +242,9 @@ char *api_info_status(struct api *a, int *status)
         /* restore vs recompute of prefix hits in the lower tiers (kv/kv_restore.h) */
         json_object_set_new(
             m, "prefix_restore",
-            json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "fetching", st.n_fetching, "fetches",
-                      (json_int_t)st.n_fetches, "fetched_blocks", (json_int_t)st.n_fetched_blocks,
+            json_pack("{s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "fetching", st.n_fetching, "fetches",
+                      (json_int_t)st.n_fetches, "fetches_cut", (json_int_t)st.n_fetches_cut, "fetched_blocks",
+                      (json_int_t)st.n_fetched_blocks,
                       "restored", (json_int_t)st.n_plans_restore, "recomputed",
                       (json_int_t)st.n_plans_recompute, "blocks_recomputed",
                       (json_int_t)st.n_blocks_recomputed, "hot_read_bytes_per_s", st.tier_fast_read_bps,

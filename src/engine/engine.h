@@ -345,6 +345,7 @@ struct engine_stats {
     /* prefix restore from the lower tiers (kv_cache.h, kv_restore.h) */
     int n_fetching;           /* requests waiting for their prefix to be read (in n_waiting) */
     uint64_t n_fetches;       /* fetch jobs started (prefix hits on disk) */
+    uint64_t n_fetches_cut;   /* of which cut short: the disk proved slower than recomputing */
     uint64_t n_fetched_blocks; /* blocks installed from them */
     uint64_t n_plans_restore; /* prefix hits in the tiers restored whole */
     uint64_t n_plans_recompute; /* prefix hits of which some blocks were recomputed instead,

@@ -874,6 +874,7 @@ static void sched_publish_stats(struct engine *e)
     st->n_waiting = e->n_waiting + e->n_fetching;
     st->n_fetching = e->n_fetching;
     st->n_fetches = e->cache.n_fetches;
+    st->n_fetches_cut = e->cache.n_fetches_cut;
     st->n_fetched_blocks = e->cache.n_fetched_blocks;
     st->n_plans_restore = e->cache.n_plans_restore;
     st->n_plans_recompute = e->cache.n_plans_recompute;

@@ -421,6 +421,7 @@ void kv_cache_plan(struct kv_cache *c, const int32_t *tokens, int n_tokens, cons
     };
     size_t read_bytes = 2 * c->pool->block_bytes + c->state_bytes;
     p->n_restore = kv_restore_choose(c->plan_loc, p->n_tier, read_bytes, bs, &sp);
+    p->recompute_block_s = prefill_tok_s > 0 ? bs / prefill_tok_s : 0;
     for (int i = 0; i < p->n_restore; i++) p->n_slow += c->plan_loc[i] == KV_TIER_LOC_SLOW;
     if (p->n_restore == p->n_tier) {
         c->n_plans_restore++;
@@ -453,7 +454,7 @@ int kv_cache_fetch_start(struct kv_cache *c, const int32_t *tokens, const uint8_
     }
     int rc = kv_fetch_submit(c->fetch, (const uint8_t(*)[32])(c->plan_hash + first),
                              tokens + (size_t)first * (size_t)bs, n, bs, c->pool->block_bytes,
-                             c->state_bytes, out);
+                             c->state_bytes, p->recompute_block_s, out);
     if (rc == CAIRN_OK) c->n_fetches++;
     return rc;
 }
@@ -529,6 +530,7 @@ int kv_cache_match_fetched(struct kv_cache *c, const int32_t *tokens, int n_toke
                            struct kv_fetch_job *job)
 {
     int n = kv_cache_match_walk(c, tokens, n_tokens, salt, max_blocks, out_blocks, job, 1);
+    if (job && job->cut_slow) c->n_fetches_cut++;
     if (job && job->slow_s > 0 && job->slow_bytes > 0) {
         kv_cache_smooth(&c->slow_read_bps, (double)job->slow_bytes / job->slow_s);
         c->slow_measured_at = cairn_now();

@@ -85,6 +85,7 @@ struct kv_cache {
     uint64_t n_promotions;
     uint64_t n_twins;             /* publishes that found an identical block */
     uint64_t n_fetches;           /* fetch jobs started */
+    uint64_t n_fetches_cut;       /* of which stopped early: the disk slower than recomputing */
     uint64_t n_fetched_blocks;    /* blocks installed from fetch jobs */
     uint64_t n_plans_restore;     /* plans with tier blocks that restore all of them */
     uint64_t n_plans_recompute;   /* plans that recompute some tier blocks instead */
@@ -99,6 +100,8 @@ struct kv_cache_plan {
     int n_tier;
     int n_restore;
     int n_slow;
+    double recompute_block_s; /* seconds a block's recompute takes at the plan's prefill rate (0:
+                               * unknown): a fetch whose disk reads turn out slower stops there */
 };
 
 /* `identity` (32 bytes) is mixed into every block hash. `tiers` may be NULL. */

@@ -33,8 +33,11 @@ void kv_fetch_job_free(struct kv_fetch_job *j)
     free(j);
 }
 
-/* Reads j's blocks in chain order without the lock; stops at the first miss or when the job
- * was cancelled meanwhile (checked between blocks). */
+#define KV_FETCH_PROBE_BLOCKS 2 /* disk reads timed before a job may stop for being slow */
+
+/* Reads j's blocks in chain order without the lock; stops at the first miss, when the job was
+ * cancelled meanwhile (checked between blocks), or when its disk reads are slower than
+ * recomputing the blocks would be (recompute_block_s). */
 static void kv_fetch_run(struct kv_fetch *f, struct kv_fetch_job *j)
 {
     for (int i = 0; i < j->n_blocks; i++) {
@@ -62,6 +65,13 @@ static void kv_fetch_run(struct kv_fetch *f, struct kv_fetch_job *j)
         if (slow) {
             j->slow_bytes += 2 * j->block_bytes + (b->has_state ? j->state_bytes : 0);
             j->slow_s += dt;
+            j->n_slow_read++;
+            /* the disk proves slower than recomputing: keep what was read, recompute the rest */
+            if (j->recompute_block_s > 0 && j->n_slow_read >= KV_FETCH_PROBE_BLOCKS && i + 1 < j->n_blocks &&
+                j->slow_s > j->n_slow_read * j->recompute_block_s) {
+                j->cut_slow = 1;
+                return;
+            }
         }
     }
 }
@@ -136,7 +146,7 @@ void kv_fetch_close(struct kv_fetch *f)
 
 int kv_fetch_submit(struct kv_fetch *f, const uint8_t (*hash)[32], const int32_t *tokens,
                     int n_blocks, int block_size, size_t block_bytes, size_t state_bytes,
-                    struct kv_fetch_job **out)
+                    double recompute_block_s, struct kv_fetch_job **out)
 {
     *out = NULL;
     struct kv_fetch_job *j = calloc(1, sizeof(*j));
@@ -155,6 +165,7 @@ int kv_fetch_submit(struct kv_fetch *f, const uint8_t (*hash)[32], const int32_t
     j->block_size = block_size;
     j->block_bytes = block_bytes;
     j->state_bytes = state_bytes;
+    j->recompute_block_s = recompute_block_s;
     j->state = FETCH_QUEUED;
     pthread_mutex_lock(&f->mu);
     if (f->q_tail) f->q_tail->next = j;

@@ -36,11 +36,18 @@ struct kv_fetch_job {
     size_t state_bytes;         /* snapshot size, 0 for pure attention */
     uint8_t (*hash)[32];        /* [n_blocks] chained block hashes */
     int32_t *tokens;            /* [n_blocks * block_size] their token ids */
+    double recompute_block_s;   /* a block's recompute time (0: unknown). The plan restored
+                                 * because it knew no faster way (often: the disk not measured
+                                 * yet, right after a restart); once KV_FETCH_PROBE_BLOCKS disk
+                                 * reads took longer than recomputing them, the job stops there
+                                 * and the rest of the prefix is recomputed (cut_slow) */
     /* results, valid once kv_fetch_done returned 1 */
     struct kv_tier_block **blk; /* [n_blocks]; [0, n_read) filled, owned by the job */
     int n_read;                 /* leading blocks read (the first miss ends the chain) */
     uint64_t slow_bytes;        /* bytes of the blocks that locate called SLOW (disk reads) */
     double slow_s;              /* and the time their lookups took */
+    int n_slow_read;            /* blocks among them */
+    int cut_slow;               /* stopped because the disk was slower than recomputing */
     /* guarded by the fetch's mu */
     int state;                  /* private: queued, running, done */
     int cancelled;
@@ -59,7 +66,7 @@ void kv_fetch_close(struct kv_fetch *f);
 /* Copies the hashes and tokens into a new job and queues it. CAIRN_ERR_NOMEM on failure. */
 int kv_fetch_submit(struct kv_fetch *f, const uint8_t (*hash)[32], const int32_t *tokens,
                     int n_blocks, int block_size, size_t block_bytes, size_t state_bytes,
-                    struct kv_fetch_job **out);
+                    double recompute_block_s, struct kv_fetch_job **out);
 /* 1 when the job's reads are over (results readable), else 0. */
 int kv_fetch_done(struct kv_fetch *f, struct kv_fetch_job *j);
 /* Gives a job up at any point; j must not be used after. */
