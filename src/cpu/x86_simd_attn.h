@@ -7,9 +7,11 @@
  * attn_split (flash-decoding): one query token × all its heads over one split of the context
  * (CPU_ATTN_SPLIT_POS positions), leaving the unnormalized softmax state for cpu_attn.c to combine.
  * It is the rowwise kernel's tile loop (att_range) over every KV head at once, so that K and V
- * are read whole rows in address order, with the next rows prefetched: long-context decode,
- * where the rowwise kernel's one KV head per item read 256 of every 2048 bytes of a row and
- * reached ~15 GB/s of the machine's ~57.
+ * are read whole rows in address order, with the next tile's rows prefetched, and the softmax
+ * rescale is paid once per CPU_ATTN_SPLIT_TP positions instead of once per block; it lets both
+ * threads share one token's context. Long-context decode runs it. Both decode kernels stay
+ * far from the read bandwidth (README, issue 22: ~27 GB/s per thread on Qwen3's shape with the
+ * K/V in L2, ~12 on Llama's head_dim 64, so compute as much as memory is the limit).
  *
  * attn_tile (tiled, flash-attention style): query tokens [t0, t1) × the `group` query heads of
  * KV head kvh as one set of R = (t1 - t0) · group query rows (padded to a multiple of VW),
@@ -174,7 +176,8 @@ static void K(att_pv_group)(float *acc, const float *sc, const char *vb, int64_t
     else K(att_pv_group_t)(acc, sc, vb, v_stride, np, group, hd, ss, 0);
 }
 
-/* K or V rows of positions [p, p_end) (within one block), from KV head kvh0 on. */
+/* The K (v = 0) or V row of position p, from KV head kvh0's slice on; the rows after it in
+ * its block follow row_bytes apart. */
 CPU_AI const char *K(att_rows)(const struct cpu_attn *a, int v, int p, size_t row_bytes, size_t kvh0_bytes)
 {
     const struct backend_kv_view *kv = a->kv;
@@ -226,7 +229,7 @@ static void K(att_range)(const struct cpu_attn *a, int t, int kvh0, int kvh1, in
     const size_t kvh0_bytes = (size_t)kvh0 * head_bytes;
     const float *q0 = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh0 * group) * hd;
     for (int p0 = c0; p0 < c1; p0 += tp) {
-        const int p1 = c1 - p0 < tp ? c1 - p0 + p0 : p0 + tp, np = p1 - p0;
+        const int p1 = c1 - p0 < tp ? c1 : p0 + tp, np = p1 - p0;
         if (prefetch) K(att_prefetch)(a, 1, p0, p1, row_bytes, kvh0_bytes, slice_bytes);
         for (int p = p0, e; p < p1; p = e) {
             e = K(att_seg_end)(p, p1, bs);
