@@ -104,10 +104,11 @@ static inline size_t cpu_attn_scratch_floats(const struct cpu_attn *a)
  * rescale of every head costs about as much as 16 positions of its dot products. */
 #define CPU_ATTN_SPLIT_TP 64
 
-/* Floats of scratch one split item needs: scores [n_heads][CPU_ATTN_SPLIT_TP]. */
+/* Floats of scratch one split item needs: scores [n_heads][CPU_ATTN_SPLIT_TP], then Q of the
+ * token in the bf16 path's order [n_heads][head_dim]. */
 static inline size_t cpu_attn_split_scratch_floats(const struct cpu_attn *a)
 {
-    return (size_t)a->n_heads * CPU_ATTN_SPLIT_TP + 64;
+    return (size_t)a->n_heads * (CPU_ATTN_SPLIT_TP + (size_t)a->kv->head_dim) + 64;
 }
 
 /* Positions per K/V tile of the tiled kernel: a tile (K and V widened to f32, 64 KiB at head_dim
