@@ -139,7 +139,8 @@ int cpu_init(int n_threads, struct cairn_err *err)
     const char *attn = getenv("CAIRN_CPU_ATTN");
     int attn_mode = CPU_ATTN_AUTO;
     if (attn && *attn && (attn_mode = cpu_attn_mode_parse(attn)) < 0)
-        return cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CPU_ATTN=%s: expected auto|rowwise|tiled", attn);
+        return cairn_err_set(err, CAIRN_ERR_INVALID,
+                             "CAIRN_CPU_ATTN=%s: expected auto|rowwise|tiled|split|legacy", attn);
     cpu_attn_mode_set((enum cpu_attn_mode)attn_mode);
     cpu_prof_init();
     cpu_isa_set(isa);

@@ -14,7 +14,7 @@
  * Environment: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_VNNI=0 turns the
  * VNNI q4/q8 path off (on by default where the CPU has AVX-512 VNNI, or AVX-VNNI under the
  * AVX2 kernels: weights packed at load);
- * CAIRN_CPU_ATTN=auto|rowwise|tiled picks the attention kernel (cpu_attn_mode below);
+ * CAIRN_CPU_ATTN=auto|rowwise|tiled|split|legacy picks the attention kernel (cpu_attn_mode below);
  * CAIRN_CPU_SPIN=N sets how many pause iterations pool threads spin before sleeping on a futex
  * (default 1000; lower it when the machine is oversubscribed); CAIRN_CPU_PROF=1 prints each op's
  * wall time by kind and shape to stderr when the pool stops (cpu_prof.c).
@@ -122,7 +122,8 @@ static inline void *cpu_kv_v(const struct backend_kv_view *kv, int block, int la
  * uses KV head h / (n_heads / n_kv_heads). Online softmax in f32. Positions rise along the
  * tokens (a prefill chunk after its cached prefix, or decode tokens); the work is split by
  * (KV head, block of queries), costliest blocks first, so both cores stay busy at any chunk
- * size and a chunk pays only for its own queries × context (cpu_attn.c). */
+ * size and a chunk pays only for its own queries × context; a decode token over a long
+ * context by fixed splits of the context (cpu_attn.c). */
 struct cpu_attn {
     const float *q;              /* [n_tokens, n_heads, head_dim] */
     float *out;                  /* [n_tokens, n_heads, head_dim] */
@@ -136,20 +137,25 @@ struct cpu_attn {
 };
 void cpu_attention(const struct cpu_attn *a);
 
-/* Which kernel cpu_attention runs (CAIRN_CPU_ATTN=auto|rowwise|tiled, read by cpu_init; set
- * directly by tests and benchmarks). auto (the default): the tiled kernel when the sequence
- * brings at least 4 query rows (tokens × group: prefill chunks, speculative drafts), else the
- * rowwise one (decode). rowwise and tiled force one, for A/B comparisons. */
+/* Which kernel cpu_attention runs (CAIRN_CPU_ATTN=auto|rowwise|tiled|split|legacy, read by
+ * cpu_init; set directly by tests and benchmarks). auto (the default): the split kernel for one
+ * decode token over a long context (flash-decoding: the context split over the threads;
+ * cpu_attn.c says from what length), else the tiled kernel when the sequence brings at least 4
+ * query rows (tokens × group: prefill chunks, speculative drafts), else the rowwise one.
+ * rowwise, tiled and split force one, for A/B comparisons and tests (split runs rowwise under
+ * the scalar kernels); legacy is auto without the split kernel (the choice before it, for A/B). */
 enum cpu_attn_mode {
     CPU_ATTN_AUTO = 0,
     CPU_ATTN_ROWWISE,
     CPU_ATTN_TILED,
+    CPU_ATTN_SPLIT,
+    CPU_ATTN_LEGACY,
     CPU_ATTN_N,
 };
 void cpu_attn_mode_set(enum cpu_attn_mode mode);
 enum cpu_attn_mode cpu_attn_mode_get(void);
 const char *cpu_attn_mode_name(enum cpu_attn_mode mode);
-/* Parses "auto|rowwise|tiled"; -1 if unknown. */
+/* Parses "auto|rowwise|tiled|split|legacy"; -1 if unknown. */
 int cpu_attn_mode_parse(const char *s);
 /* Wall time spent in cpu_attention, for `cairn bench`'s share of prefill in attention. Off by
  * default (no clock reads); while on, every call adds its time. Process-wide. */

@@ -3,7 +3,8 @@
  * DESIGN: cpu.c owns the public ops. Each op picks the active kernel table (scalar reference,
  * AVX2, AVX-512), sizes the per-thread scratch on the calling thread (grow-only, so steady-state
  * calls allocate nothing) and fans the work out with cpu_pool_run: matmuls split by output rows,
- * attention by (KV head, query block) or, for decode, (token, KV head) (cpu_attn.c), element-wise
+ * attention by (KV head, query block) or, for decode, (token, KV head) or (token, context split)
+ * (cpu_attn.c), element-wise
  * ops by contiguous chunks. Kernels only see index
  * ranges and the scratch they were handed. */
 #ifndef CAIRN_CPU_CPU_INT_H
@@ -60,6 +61,11 @@ struct cpu_kernels {
      * kernel on this ISA (0 where it has not yet been run on such a CPU: tiled only when asked). */
     void (*attn_tile)(const struct cpu_attn *a, int kvh, int t0, int t1, float *scratch);
     int attn_rows, attn_tile_auto;
+    /* Split decode attention: query token t, all heads, context positions [c0, c1); the
+     * unnormalized state acc [n_heads][head_dim], m, l [n_heads] (cpu_attn.c combines the splits).
+     * scratch: cpu_attn_split_scratch_floats. NULL in the scalar table (it runs rowwise). */
+    void (*attn_split)(const struct cpu_attn *a, int t, int c0, int c1, float *acc, float *m, float *l,
+                       float *scratch);
     /* Probes for `cairn bench`: sum of n floats (read bandwidth); a = b + s*c (triad);
      * iters rounds of CPU_PROBE_FMA_CHAINS independent vector FMAs (returns a value so the
      * work is kept; *lanes gets the vector width). */
@@ -92,6 +98,17 @@ static inline size_t cpu_attn_scratch_floats(const struct cpu_attn *a)
 {
     int group = a->n_heads / a->kv->n_kv_heads;
     return (size_t)group * ((size_t)a->kv->head_dim + (size_t)a->kv->block_size + 2) + 64;
+}
+
+/* Positions per softmax tile of the split kernel, whatever the block size: the online-softmax
+ * rescale of every head costs about as much as 16 positions of its dot products. */
+#define CPU_ATTN_SPLIT_TP 64
+
+/* Floats of scratch one split item needs: scores [n_heads][CPU_ATTN_SPLIT_TP], then Q of the
+ * token in the bf16 path's order [n_heads][head_dim]. */
+static inline size_t cpu_attn_split_scratch_floats(const struct cpu_attn *a)
+{
+    return (size_t)a->n_heads * (CPU_ATTN_SPLIT_TP + (size_t)a->kv->head_dim) + 64;
 }
 
 /* Positions per K/V tile of the tiled kernel: a tile (K and V widened to f32, 64 KiB at head_dim

@@ -46,6 +46,14 @@ static inline float cpu_avx2_hsum(__m256 v)
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
 #define V_LOAD_BF16(p)                                                                            \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+/* 2·VW bf16 at p widened by halves, without a cross-lane shuffle: e the even elements (shift),
+ * o the odd ones (mask) */
+#define V_LOAD_BF16_EO(p, e, o)                                                                   \
+    do {                                                                                          \
+        __m256i x_ = _mm256_loadu_si256((const __m256i *)(p));                                    \
+        (e) = _mm256_castsi256_ps(_mm256_slli_epi32(x_, 16));                                     \
+        (o) = _mm256_castsi256_ps(_mm256_and_si256(x_, _mm256_set1_epi32((int)0xffff0000u)));    \
+    } while (0)
 #define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define V_LOAD_U8I(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
 #define V_I2F(v) _mm256_cvtepi32_ps(v)

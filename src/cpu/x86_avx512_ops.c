@@ -40,6 +40,14 @@
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
 #define V_LOAD_BF16(p)                                                                            \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+/* 2·VW bf16 at p widened by halves, without a cross-lane shuffle: e the even elements (shift),
+ * o the odd ones (mask) */
+#define V_LOAD_BF16_EO(p, e, o)                                                                   \
+    do {                                                                                          \
+        __m512i x_ = _mm512_loadu_si512((const void *)(p));                                       \
+        (e) = _mm512_castsi512_ps(_mm512_slli_epi32(x_, 16));                                     \
+        (o) = _mm512_castsi512_ps(_mm512_and_si512(x_, _mm512_set1_epi32((int)0xffff0000u)));    \
+    } while (0)
 #define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define V_LOAD_U8I(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
 #define V_I2F(v) _mm512_cvtepi32_ps(v)

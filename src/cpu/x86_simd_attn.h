@@ -1,8 +1,19 @@
 /* Attention kernels of the SIMD table, included by x86_simd_ops.h (so compiled once per ISA with
- * its V_* macros, VW and K(name)). Two kernels of one contract (cpu.h, struct cpu_attn):
+ * its V_* macros, VW and K(name)). Three kernels of one contract (cpu.h, struct cpu_attn):
  *
  * attn (rowwise): one query token × the query heads of one KV head, passing over the whole
  * context a KV block at a time. Decode and small batches use it (cpu_attn.c decides).
+ *
+ * attn_split (flash-decoding): one query token × all its heads over one split of the context
+ * (CPU_ATTN_SPLIT_POS positions), leaving the unnormalized softmax state for cpu_attn.c to combine.
+ * It is the rowwise kernel's tile loop (att_range) over every KV head at once, so that K and V
+ * are read whole rows in address order, with the next tile's rows prefetched, and the softmax
+ * rescale is paid once per CPU_ATTN_SPLIT_TP positions instead of once per block; bf16 rows of
+ * 4 or 8 vectors a head are widened by even/odd halves (att_eo_permute: a shift and a mask,
+ * no cross-lane widening; 12-17% faster with the K/V in L2). It lets both threads share one
+ * token's context. Long-context decode runs it. Both decode kernels stay
+ * far from the read bandwidth (README, issue 22: ~27 GB/s per thread on Qwen3's shape with the
+ * K/V in L2, ~12 on Llama's head_dim 64, so compute as much as memory is the limit).
  *
  * attn_tile (tiled, flash-attention style): query tokens [t0, t1) × the `group` query heads of
  * KV head kvh as one set of R = (t1 - t0) · group query rows (padded to a multiple of VW),
@@ -23,12 +34,8 @@
  * (test_cpu_ops, backend_cases: relative error ~1e-6 against the scalar reference). */
 #include <limits.h>
 
-/* ---- rowwise (decode) ---- */
+/* ---- rowwise and split (decode) ---- */
 
-/* Query token t, the `group` query heads sharing KV head kvh. KV is read one block at a time:
- * scores of the block for every head of the group (one K read), an online-softmax rescale per
- * block (not per position), then the V rows accumulated into every head (one V read).
- * scratch: acc [group][hd], sc [group][block_size], m [group], l [group]. */
 /* Scores of one K row for the `group` query heads at q0: the row is widened once into HDV
  * registers (HDV = head_dim / VW, a constant so they stay registers). */
 CPU_AI void K(att_scores)(const float *q0, const char *krow, int group, int is_f32, float *sc, int bs,
@@ -43,6 +50,59 @@ CPU_AI void K(att_scores)(const float *q0, const char *krow, int group, int is_f
 #pragma GCC unroll 8
         for (int u = 0; u < HDV; u++) s0 = V_FMA(V_LOAD(q + u * VW), kr[u], s0);
         sc[g * bs] = V_HSUM(s0) * scale;
+    }
+}
+
+/* sc[g · bs] = scale · q_g · krow for the group's heads, any head_dim (4 and 8 vectors in
+ * registers, the others through memory). */
+CPU_AI void K(att_scores_row)(const float *q0, const char *krow, int group, int hd, int is_f32, float *sc,
+                              int bs, float scale)
+{
+    if (hd == 4 * VW) {
+        K(att_scores)(q0, krow, group, is_f32, sc, bs, scale, 4);
+        return;
+    }
+    if (hd == 8 * VW) {
+        K(att_scores)(q0, krow, group, is_f32, sc, bs, scale, 8);
+        return;
+    }
+    for (int g = 0; g < group; g++) {
+        const float *q = q0 + (int64_t)g * hd;
+        VF s0 = V_ZERO();
+        int i = 0;
+        for (; i + VW <= hd; i += VW) s0 = V_FMA(V_LOAD(q + i), K(kvload)(krow, i, is_f32), s0);
+        float s = V_HSUM(s0);
+        for (; i < hd; i++) s += q[i] * K(kvload1)(krow, i, is_f32);
+        sc[g * bs] = s * scale;
+    }
+}
+
+/* One head's online-softmax step over np scores sg of a tile: sg becomes e^(s - m_new), l and
+ * m are updated and acc [hd] rescaled when the max grew. */
+CPU_AI void K(att_softmax)(float *sg, int np, float *m, float *l, float *acc, int hd)
+{
+    float mx = *m;
+    for (int pp = 0; pp < np; pp++) mx = sg[pp] > mx ? sg[pp] : mx;
+    float corr = *m == -INFINITY ? 0.0f : expf(*m - mx);
+    VF vmx = V_SET1(mx), vsum = V_ZERO();
+    int pp = 0;
+    for (; pp + VW <= np; pp += VW) {
+        VF e = K(vexp)(V_SUB(V_LOAD(sg + pp), vmx));
+        V_STORE(sg + pp, e);
+        vsum = V_ADD(vsum, e);
+    }
+    float sum = V_HSUM(vsum);
+    for (; pp < np; pp++) {
+        sg[pp] = expf(sg[pp] - mx);
+        sum += sg[pp];
+    }
+    *l = *l * corr + sum;
+    *m = mx;
+    if (corr != 1.0f) {
+        VF vc = V_SET1(corr);
+        int i = 0;
+        for (; i + VW <= hd; i += VW) V_STORE(acc + i, V_MUL(V_LOAD(acc + i), vc));
+        for (; i < hd; i++) acc[i] *= corr;
     }
 }
 
@@ -76,102 +136,260 @@ CPU_AI void K(att_pv)(float *acc0, float *acc1, int two, const float *s0, const 
 
 #define ATT_PV_VECS 8
 
+/* acc [group][hd] += P · V over np positions of one KV head's V slice vb (rows v_stride bytes
+ * apart), P = sc [group][ss]: for each pair of heads and each slice of up to ATT_PV_VECS vectors
+ * of the head dimension (the whole of it at 4 or 8 vectors), the two accumulators stay in
+ * registers over the positions and share each widened V load; the head dimension's tail past
+ * the last vector is scalar. Each acc element gets the same FMAs in the same order whatever
+ * the slicing. */
+CPU_AI void K(att_pv_group_t)(float *acc, const float *sc, const char *vb, int64_t v_stride, int np, int group,
+                              int hd, int ss, const int is_f32)
+{
+    const size_t esz = is_f32 ? 4 : 2;
+    const int hv = hd / VW * VW;
+    for (int g = 0; g < group; g += 2) {
+        const int two = g + 1 < group;
+        float *a0 = acc + (size_t)g * hd, *a1 = two ? a0 + hd : a0;
+        const float *s0 = sc + (size_t)g * ss, *s1 = two ? s0 + ss : s0;
+        int i0 = 0;
+        if (hv == 4 * VW) {
+            K(att_pv)(a0, a1, two, s0, s1, vb, v_stride, np, is_f32, 4);
+            i0 = hv;
+        }
+        for (; i0 + ATT_PV_VECS * VW <= hv; i0 += ATT_PV_VECS * VW)
+            K(att_pv)(a0 + i0, a1 + i0, two, s0, s1, vb + (size_t)i0 * esz, v_stride, np, is_f32, ATT_PV_VECS);
+        for (; i0 < hv; i0 += VW)
+            K(att_pv)(a0 + i0, a1 + i0, two, s0, s1, vb + (size_t)i0 * esz, v_stride, np, is_f32, 1);
+    }
+    for (int pp = 0; pp < np; pp++) {
+        const char *vrow = vb + (size_t)pp * (size_t)v_stride;
+        for (int i = hv; i < hd; i++) {
+            float vv = K(kvload1)(vrow, i, is_f32);
+            for (int g = 0; g < group; g++) acc[(size_t)g * hd + i] += sc[g * ss + pp] * vv;
+        }
+    }
+}
+
+/* att_pv_group_t with the KV dtype a constant of each copy (no test per load). */
+static void K(att_pv_group)(float *acc, const float *sc, const char *vb, int64_t v_stride, int np, int group, int hd,
+                            int ss, int is_f32)
+{
+    if (is_f32) K(att_pv_group_t)(acc, sc, vb, v_stride, np, group, hd, ss, 1);
+    else K(att_pv_group_t)(acc, sc, vb, v_stride, np, group, hd, ss, 0);
+}
+
+/* ---- the split kernel's bf16 path: rows widened by even/odd halves ----
+ * A bf16 chunk of 2·VW elements becomes two f32 vectors, the even elements (shift) and the odd
+ * ones (mask), with no cross-lane widening (vpmovzxwd). Q and the accumulators are kept in the
+ * same order (per chunk u: VW even elements, then VW odd ones; att_eo_permute), so a score is
+ * the same dot product summed in another order and each accumulator element gets the same FMAs
+ * in the same order. Head dimensions of 4 or 8 vectors (HD2 = 2 or 4 chunks). */
+
+/* dst = src [hd] in even/odd order (back = 0), or back (back = 1). */
+CPU_AI void K(att_eo_permute)(float *dst, const float *src, int hd, int back)
+{
+    for (int c = 0; c < hd; c += 2 * VW)
+        for (int i = 0; i < VW; i++) {
+            if (back) {
+                dst[c + 2 * i] = src[c + i];
+                dst[c + 2 * i + 1] = src[c + VW + i];
+            } else {
+                dst[c + i] = src[c + 2 * i];
+                dst[c + VW + i] = src[c + 2 * i + 1];
+            }
+        }
+}
+
+/* sc[g · ss] = scale · q_g · krow for the group's heads, q in even/odd order; HD2 chunks of 2·VW. */
+CPU_AI void K(att_scores_eo)(const float *qp0, const char *krow, int group, float *sc, int ss, float scale,
+                             const int HD2)
+{
+    VF ke[4], ko[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < HD2; u++) V_LOAD_BF16_EO((const uint16_t *)krow + u * 2 * VW, ke[u], ko[u]);
+    for (int g = 0; g < group; g++) {
+        const float *q = qp0 + (int64_t)g * HD2 * 2 * VW;
+        VF s0 = V_ZERO(), s1 = V_ZERO();
+#pragma GCC unroll 4
+        for (int u = 0; u < HD2; u++) {
+            s0 = V_FMA(V_LOAD(q + 2 * u * VW), ke[u], s0);
+            s1 = V_FMA(V_LOAD(q + (2 * u + 1) * VW), ko[u], s1);
+        }
+        sc[g * ss] = V_HSUM(V_ADD(s0, s1)) * scale;
+    }
+}
+
+/* acc [group][hd] (even/odd order) += P · V over np positions of one KV head's bf16 V slice,
+ * pairs of heads sharing each widened row, the whole head dimension (HD2 chunks) in registers. */
+CPU_AI void K(att_pv_eo)(float *acc, const float *sc, const char *vb, int64_t v_stride, int np, int group, int ss,
+                         const int HD2)
+{
+    for (int g = 0; g < group; g += 2) {
+        const int two = g + 1 < group;
+        float *a0 = acc + (size_t)g * HD2 * 2 * VW, *a1 = two ? a0 + HD2 * 2 * VW : a0;
+        const float *s0 = sc + (size_t)g * ss, *s1 = two ? s0 + ss : s0;
+        VF r0[8], r1[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < 2 * HD2; u++) {
+            r0[u] = V_LOAD(a0 + u * VW);
+            r1[u] = two ? V_LOAD(a1 + u * VW) : V_ZERO();
+        }
+        for (int pp = 0; pp < np; pp++) {
+            const uint16_t *vrow = (const uint16_t *)(vb + (size_t)pp * (size_t)v_stride);
+            VF w0 = V_SET1(s0[pp]), w1 = V_SET1(s1[pp]);
+#pragma GCC unroll 4
+            for (int u = 0; u < HD2; u++) {
+                VF ve, vo;
+                V_LOAD_BF16_EO(vrow + u * 2 * VW, ve, vo);
+                r0[2 * u] = V_FMA(w0, ve, r0[2 * u]);
+                r0[2 * u + 1] = V_FMA(w0, vo, r0[2 * u + 1]);
+                r1[2 * u] = V_FMA(w1, ve, r1[2 * u]);
+                r1[2 * u + 1] = V_FMA(w1, vo, r1[2 * u + 1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int u = 0; u < 2 * HD2; u++) {
+            V_STORE(a0 + u * VW, r0[u]);
+            if (two) V_STORE(a1 + u * VW, r1[u]);
+        }
+    }
+}
+
+/* The K (v = 0) or V row of position p, from KV head kvh0's slice on; the rows after it in
+ * its block follow row_bytes apart. */
+CPU_AI const char *K(att_rows)(const struct cpu_attn *a, int v, int p, size_t row_bytes, size_t kvh0_bytes)
+{
+    const struct backend_kv_view *kv = a->kv;
+    const int blk = a->block_table[p / kv->block_size];
+    const void *base = v ? cpu_kv_v(kv, blk, a->layer) : cpu_kv_k(kv, blk, a->layer);
+    return (const char *)base + (size_t)(p % kv->block_size) * row_bytes + kvh0_bytes;
+}
+
+/* The end of the block piece that starts at p, within [p, p1). */
+CPU_AI int K(att_seg_end)(int p, int p1, int bs)
+{
+    const int e = (p / bs + 1) * bs;
+    return e < p1 ? e : p1;
+}
+
+/* Lines [0, bytes) of the K or V rows of positions [p, p1), into L2: the split kernel's
+ * read-ahead (a sequence's blocks lie anywhere in the pool, so the hardware prefetcher loses the
+ * stream at every block, and it does not cross 4 KiB pages). */
+CPU_AI void K(att_prefetch)(const struct cpu_attn *a, int v, int p, int p1, size_t row_bytes, size_t kvh0_bytes,
+                            size_t bytes)
+{
+    while (p < p1) {
+        const int e = K(att_seg_end)(p, p1, a->kv->block_size);
+        const char *r = K(att_rows)(a, v, p, row_bytes, kvh0_bytes);
+        for (int i = 0; i < e - p; i++)
+            for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(r + (size_t)i * row_bytes + off, _MM_HINT_T1);
+        p = e;
+    }
+}
+
+/* Query token t, the nh = (kvh1 - kvh0) · group query heads of KV heads [kvh0, kvh1), over
+ * context positions [c0, c1): updates acc [nh][hd], m [nh], l [nh] (running max and sum; acc
+ * not yet divided by l). Walks the context a tile of tp positions at a time ([c0 + i·tp, ...);
+ * rowwise: tp = block_size, c0 = 0, so a tile is a block), each tile in pieces of one block:
+ * 1. scores sc [nh][tp] of the tile, position by position, the K row's slice of each KV head
+ *    widened once for its group (so a split over all KV heads reads K in address order);
+ * 2. per head, the online-softmax rescale once per tile (not per position);
+ * 3. acc += P · V, KV head by KV head (one V read per group).
+ * prefetch: the tile's V rows are fetched before 1 and the next tile's K rows during 3.
+ * A head's arithmetic does not depend on kvh0, kvh1 or prefetch. */
+static void K(att_range)(const struct cpu_attn *a, int t, int kvh0, int kvh1, int c0, int c1, int tp, float *acc,
+                         float *m, float *l, float *sc, const float *qp, int prefetch)
+{
+    const struct backend_kv_view *kv = a->kv;
+    const int hd = kv->head_dim, group = a->n_heads / kv->n_kv_heads, bs = kv->block_size;
+    const int is_f32 = kv->dtype == DTYPE_F32, nkv = kvh1 - kvh0, nh = nkv * group;
+    const size_t esz = is_f32 ? 4 : 2, row_bytes = (size_t)kv->n_kv_heads * (size_t)hd * esz;
+    const size_t head_bytes = (size_t)hd * esz, slice_bytes = (size_t)nkv * head_bytes;
+    const size_t kvh0_bytes = (size_t)kvh0 * head_bytes;
+    const float *q0 = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh0 * group) * hd;
+    for (int p0 = c0; p0 < c1; p0 += tp) {
+        const int p1 = c1 - p0 < tp ? c1 : p0 + tp, np = p1 - p0;
+        if (prefetch) K(att_prefetch)(a, 1, p0, p1, row_bytes, kvh0_bytes, slice_bytes);
+        for (int p = p0, e; p < p1; p = e) {
+            e = K(att_seg_end)(p, p1, bs);
+            const char *kb = K(att_rows)(a, 0, p, row_bytes, kvh0_bytes);
+            float *sp = sc + (p - p0);
+            for (int pp = 0; pp < e - p; pp++) {
+                const char *krow = kb + (size_t)pp * row_bytes;
+                for (int h = 0; h < nh; h += group) {
+                    const char *kh = krow + (size_t)(h / group) * head_bytes;
+                    float *sh = sp + (size_t)h * tp + pp;
+                    if (qp && hd == 4 * VW) K(att_scores_eo)(qp + (int64_t)h * hd, kh, group, sh, tp, a->scale, 2);
+                    else if (qp) K(att_scores_eo)(qp + (int64_t)h * hd, kh, group, sh, tp, a->scale, 4);
+                    else K(att_scores_row)(q0 + (int64_t)h * hd, kh, group, hd, is_f32, sh, tp, a->scale);
+                }
+            }
+        }
+        for (int h = 0; h < nh; h++) K(att_softmax)(sc + (size_t)h * tp, np, &m[h], &l[h], acc + (size_t)h * hd, hd);
+        /* the next tile's K rows, spread over the KV heads' V passes */
+        const int n1 = c1 - p1 < tp ? c1 - p1 : tp;
+        for (int j = 0; j < nkv; j++) {
+            if (prefetch && n1 > 0)
+                K(att_prefetch)(a, 0, p1 + j * n1 / nkv, p1 + (j + 1) * n1 / nkv, row_bytes, kvh0_bytes, slice_bytes);
+            for (int p = p0, e; p < p1; p = e) {
+                e = K(att_seg_end)(p, p1, bs);
+                float *aj = acc + (size_t)j * group * hd;
+                const float *sj = sc + (size_t)j * group * tp + (p - p0);
+                const char *vj = K(att_rows)(a, 1, p, row_bytes, kvh0_bytes) + (size_t)j * head_bytes;
+                if (qp && hd == 4 * VW) K(att_pv_eo)(aj, sj, vj, (int64_t)row_bytes, e - p, group, tp, 2);
+                else if (qp) K(att_pv_eo)(aj, sj, vj, (int64_t)row_bytes, e - p, group, tp, 4);
+                else K(att_pv_group)(aj, sj, vj, (int64_t)row_bytes, e - p, group, hd, tp, is_f32);
+            }
+        }
+    }
+}
+
+/* Rowwise: query token t, the `group` query heads of KV head kvh, over its whole context.
+ * scratch (cpu_attn_scratch_floats): acc [group][hd], sc [group][block_size], m [group], l [group]. */
 static void K(attn)(const struct cpu_attn *a, int t, int kvh, float *scratch)
 {
     const struct backend_kv_view *kv = a->kv;
     const int hd = kv->head_dim, group = a->n_heads / kv->n_kv_heads, bs = kv->block_size;
-    const int is_f32 = kv->dtype == DTYPE_F32;
-    const size_t esz = is_f32 ? 4 : 2;
-    const int64_t row = (int64_t)kv->n_kv_heads * hd;
     float *acc = scratch, *sc = acc + (size_t)group * hd, *m = sc + (size_t)group * bs, *l = m + group;
-    const float *q0 = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh * group) * hd;
     for (int i = 0; i < group * hd; i++) acc[i] = 0;
     for (int g = 0; g < group; g++) {
         m[g] = -INFINITY;
         l[g] = 0;
     }
-    const int n_pos = a->pos[t] + 1;
-    for (int p0 = 0; p0 < n_pos; p0 += bs) {
-        const int np = n_pos - p0 < bs ? n_pos - p0 : bs;
-        const int blk = a->block_table[p0 / bs];
-        const char *kb = (const char *)cpu_kv_k(kv, blk, a->layer) + (size_t)kvh * hd * esz;
-        const char *vb = (const char *)cpu_kv_v(kv, blk, a->layer) + (size_t)kvh * hd * esz;
-        for (int pp = 0; pp < np; pp++) {
-            const char *krow = kb + (size_t)pp * row * esz;
-            /* the K row is widened once, in registers, for all heads of the group */
-            if (hd == 4 * VW) {
-                K(att_scores)(q0, krow, group, is_f32, sc + pp, bs, a->scale, 4);
-                continue;
-            }
-            if (hd == 8 * VW) {
-                K(att_scores)(q0, krow, group, is_f32, sc + pp, bs, a->scale, 8);
-                continue;
-            }
-            for (int g = 0; g < group; g++) {
-                const float *q = q0 + (int64_t)g * hd;
-                VF s0 = V_ZERO();
-                int i = 0;
-                for (; i + VW <= hd; i += VW) s0 = V_FMA(V_LOAD(q + i), K(kvload)(krow, i, is_f32), s0);
-                float s = V_HSUM(s0);
-                for (; i < hd; i++) s += q[i] * K(kvload1)(krow, i, is_f32);
-                sc[g * bs + pp] = s * a->scale;
-            }
-        }
-        for (int g = 0; g < group; g++) {
-            float *sg = sc + g * bs;
-            float mx = m[g];
-            for (int pp = 0; pp < np; pp++) mx = sg[pp] > mx ? sg[pp] : mx;
-            float corr = m[g] == -INFINITY ? 0.0f : expf(m[g] - mx);
-            VF vmx = V_SET1(mx), vsum = V_ZERO();
-            int pp = 0;
-            for (; pp + VW <= np; pp += VW) {
-                VF e = K(vexp)(V_SUB(V_LOAD(sg + pp), vmx));
-                V_STORE(sg + pp, e);
-                vsum = V_ADD(vsum, e);
-            }
-            float sum = V_HSUM(vsum);
-            for (; pp < np; pp++) {
-                sg[pp] = expf(sg[pp] - mx);
-                sum += sg[pp];
-            }
-            l[g] = l[g] * corr + sum;
-            m[g] = mx;
-            if (corr != 1.0f) {
-                float *ag = acc + (size_t)g * hd;
-                VF vc = V_SET1(corr);
-                int i = 0;
-                for (; i + VW <= hd; i += VW) V_STORE(ag + i, V_MUL(V_LOAD(ag + i), vc));
-                for (; i < hd; i++) ag[i] *= corr;
-            }
-        }
-        /* acc += p · V: for each pair of heads and each ATT_PV_VECS-vector slice of the head
-         * dimension, the two accumulators stay in registers over the block's positions and
-         * share each widened V load. */
-        const int hv = hd / VW * VW;
-        for (int g = 0; g < group; g += 2) {
-            const int two = g + 1 < group;
-            float *a0 = acc + (size_t)g * hd, *a1 = two ? a0 + hd : a0;
-            const float *s0 = sc + (size_t)g * bs, *s1 = two ? s0 + bs : s0;
-            int i0 = 0;
-            for (; i0 + ATT_PV_VECS * VW <= hv; i0 += ATT_PV_VECS * VW)
-                K(att_pv)(a0 + i0, a1 + i0, two, s0, s1, vb + (size_t)i0 * esz, row * (int64_t)esz, np,
-                          is_f32, ATT_PV_VECS);
-            for (; i0 < hv; i0 += VW)
-                K(att_pv)(a0 + i0, a1 + i0, two, s0, s1, vb + (size_t)i0 * esz, row * (int64_t)esz, np,
-                          is_f32, 1);
-        }
-        for (int pp = 0; pp < np; pp++) {
-            const char *vrow = vb + (size_t)pp * row * esz;
-            for (int i = hv; i < hd; i++) {
-                float vv = K(kvload1)(vrow, i, is_f32);
-                for (int g = 0; g < group; g++) acc[(size_t)g * hd + i] += sc[g * bs + pp] * vv;
-            }
-        }
-    }
+    K(att_range)(a, t, kvh, kvh + 1, 0, a->pos[t] + 1, bs, acc, m, l, sc, NULL, 0);
     for (int g = 0; g < group; g++) {
         float *o = a->out + ((int64_t)t * a->n_heads + (int64_t)kvh * group + g) * hd;
         float inv = 1.0f / l[g];
         for (int i = 0; i < hd; i++) o[i] = acc[(size_t)g * hd + i] * inv;
+    }
+}
+
+/* Split: query token t, all its heads, over context positions [c0, c1) (c0 <= pos[t]): the
+ * unnormalized state acc [n_heads][hd], m and l [n_heads], which cpu_attn.c combines over the
+ * splits. scratch (cpu_attn_split_scratch_floats): sc [n_heads][CPU_ATTN_SPLIT_TP]. */
+static void K(attn_split)(const struct cpu_attn *a, int t, int c0, int c1, float *acc, float *m, float *l,
+                          float *scratch)
+{
+    const int nh = a->n_heads, hd = a->kv->head_dim;
+    memset(acc, 0, sizeof(float) * (size_t)nh * (size_t)hd);
+    for (int h = 0; h < nh; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0;
+    }
+    /* bf16 at 4 or 8 vectors a head: Q and acc in even/odd order (att_eo_permute) */
+    float *qp = NULL;
+    if (a->kv->dtype == DTYPE_BF16 && (hd == 4 * VW || hd == 8 * VW)) {
+        qp = scratch + (size_t)nh * CPU_ATTN_SPLIT_TP;
+        for (int h = 0; h < nh; h++)
+            K(att_eo_permute)(qp + (size_t)h * hd, a->q + ((int64_t)t * nh + h) * hd, hd, 0);
+    }
+    K(att_range)(a, t, 0, a->kv->n_kv_heads, c0, c1, CPU_ATTN_SPLIT_TP, acc, m, l, scratch, qp, 1);
+    if (qp) {
+        float *tmp = qp; /* Q is no longer needed */
+        for (int h = 0; h < nh; h++) {
+            K(att_eo_permute)(tmp, acc + (size_t)h * hd, hd, 1);
+            memcpy(acc + (size_t)h * hd, tmp, sizeof(float) * (size_t)hd);
+        }
     }
 }
 

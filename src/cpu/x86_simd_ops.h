@@ -468,6 +468,7 @@ const struct cpu_kernels K(kernels) = {
     .add = K(add),
     .attn = K(attn),
     .attn_tile = K(attn_tile),
+    .attn_split = K(attn_split),
     .attn_rows = ATT_ROWS,
     .attn_tile_auto = ATT_AUTO,
 };

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/mem.h"
 #include "cpu/cpu.h"
@@ -379,7 +380,7 @@ static void test_rope(void)
 
 /* Attention over a scattered block table, GQA 1..8, f32 and bf16 KV, head dims from 20 to 320
  * (not multiples of 8 or 16 too), under every kernel choice (CAIRN_CPU_ATTN's rowwise, tiled,
- * auto), against ref_attention. Query chunks: a whole prefill of up to 300 tokens (several
+ * split, legacy, auto), against ref_attention. Query chunks: a whole prefill of up to 300 tokens (several
  * K/V tiles), chunks after cached prefixes that are not block- or tile-aligned, decode. */
 static void test_attention(int big)
 {
@@ -389,7 +390,8 @@ static void test_attention(int big)
         {2, 1, 48, 7, 1, 0}, {4, 2, 192, 16, 1, 0}, {2, 1, 320, 8, 0, 0}, /* V in 8-vector slices; K rows past 256 floats */
         {16, 8, 128, 16, 1, 1}, {8, 2, 36, 16, 0, 1}, {8, 8, 72, 16, 1, 0}, /* GQA 2 (Qwen3), 4, 1 */
     };
-    static const enum cpu_attn_mode modes[] = {CPU_ATTN_AUTO, CPU_ATTN_ROWWISE, CPU_ATTN_TILED};
+    static const enum cpu_attn_mode modes[] = {CPU_ATTN_AUTO, CPU_ATTN_ROWWISE, CPU_ATTN_TILED, CPU_ATTN_SPLIT,
+                                               CPU_ATTN_LEGACY};
     /* Cases (first position, tokens): prefill from 0, chunks at unaligned prefixes, a decode
      * token; with `big` (and the config's flag), a 77-token chunk after 45 cached, a 300-token
      * prefill and a 130-token chunk after 170 cached (several K/V tiles of 64). */
@@ -456,12 +458,112 @@ static void test_attention(int big)
     }
 }
 
+/* The split (flash-decoding) kernel of one decode token against ref_attention: head_dim 64 and
+ * 128, GQA 1/2/4/8, contexts around a block and a split boundary up to several splits (5000),
+ * blocks of 16 and 64 in a scattered table, f32 and bf16 KV, forced (split) and as auto picks
+ * it. `full`: the whole grid, else the first context of each shape. Each output is kept per
+ * (ISA, case) on the first run and later runs (other thread counts) must give the same bits,
+ * as must the token inside a 3-token call (a sequence's result depends on neither). */
+#define SPLIT_CASES 192
+static float *split_bits[CPU_ISA_N][SPLIT_CASES];
+
+static void test_attention_split(int full)
+{
+    static const int hds[] = {64, 128}, groups[] = {1, 2, 4, 8}, bss[] = {16, 64};
+    static const int ctxs[] = {1000, 1, 15, 16, 17, 5000};
+    const int nkv = 2, max_ctx = 5000, isa = (int)cpu_isa_get();
+    int shape = 0;
+    for (size_t ih = 0; ih < CAIRN_ARRAY_LEN(hds); ih++)
+        for (size_t ig = 0; ig < CAIRN_ARRAY_LEN(groups); ig++)
+            for (size_t ib = 0; ib < CAIRN_ARRAY_LEN(bss); ib++)
+                for (int dti = 0; dti < 2; dti++) {
+                    const int hd = hds[ih], nh = nkv * groups[ig], bs = bss[ib];
+                    const enum dtype dt = dti ? DTYPE_BF16 : DTYPE_F32;
+                    const int n_blocks = (max_ctx + bs - 1) / bs + 1;
+                    struct backend_kv_view kv = {.n_blocks = n_blocks, .n_layers = 2, .block_size = bs,
+                                                 .n_kv_heads = nkv, .head_dim = hd, .dtype = dt};
+                    kv.layer_block_bytes = (size_t)bs * nkv * hd * dtype_size(dt);
+                    kv.block_bytes = 2 * kv.layer_block_bytes;
+                    kv.k = calloc((size_t)n_blocks, kv.block_bytes);
+                    kv.v = calloc((size_t)n_blocks, kv.block_bytes);
+                    const int64_t kvrow = (int64_t)nkv * hd;
+                    int32_t *table = malloc(sizeof(int32_t) * (size_t)n_blocks);
+                    int32_t *slots = malloc(sizeof(int32_t) * (size_t)max_ctx), pos[3];
+                    float *k = malloc((size_t)(max_ctx * kvrow) * 4), *v = malloc((size_t)(max_ctx * kvrow) * 4);
+                    const int64_t qn = 3 * (int64_t)nh * hd;
+                    float *q = malloc((size_t)qn * 4), *o = malloc((size_t)qn * 4), *o3 = malloc((size_t)qn * 4);
+                    float *orf = malloc((size_t)qn * 4), scratch[512];
+                    CHECK(kv.k && kv.v && table && slots && k && v && q && o && o3 && orf);
+                    for (int j = 0; j < n_blocks; j++) table[j] = (j * 7 + 3) % n_blocks;
+                    rng_state = 0x2545f4914f6cdd1dull + (uint64_t)shape; /* the same inputs on every run */
+                    fill(k, max_ctx * kvrow);
+                    fill(v, max_ctx * kvrow);
+                    for (int64_t i = 0; i < max_ctx * kvrow; i++) k[i] *= 3;
+                    for (int p = 0; p < max_ctx; p++) slots[p] = table[p / bs] * bs + p % bs;
+                    cpu_kv_store(&kv, 1, slots, max_ctx, k, v);
+                    fill(q, qn);
+                    for (size_t ic = 0; ic < (full ? CAIRN_ARRAY_LEN(ctxs) : 1); ic++) {
+                        const int n_ctx = ctxs[ic], ci = shape * (int)CAIRN_ARRAY_LEN(ctxs) + (int)ic;
+                        pos[0] = n_ctx - 1;
+                        struct cpu_attn a = {.q = q, .out = orf, .n_tokens = 1, .n_heads = nh, .pos = pos, .kv = &kv,
+                                             .layer = 1, .block_table = table, .scale = 1.0f / sqrtf((float)hd)};
+                        ref_attention(&a, 0, 1, scratch);
+                        const int64_t n = (int64_t)nh * hd;
+                        a.out = o;
+                        cpu_attn_mode_set(CPU_ATTN_AUTO);
+                        cpu_attention(&a);
+                        CHECK_MSG(close_rel(o, orf, n, 2e-5, 2e-6) == 0, "split auto hd %d group %d bs %d %s ctx %d",
+                                  hd, groups[ig], bs, dtype_name(dt), n_ctx);
+                        cpu_attn_mode_set(CPU_ATTN_SPLIT);
+                        for (int64_t i = 0; i < n; i++) o[i] = NAN;
+                        cpu_attention(&a);
+                        CHECK_MSG(close_rel(o, orf, n, 2e-5, 2e-6) == 0, "split hd %d group %d bs %d %s ctx %d", hd,
+                                  groups[ig], bs, dtype_name(dt), n_ctx);
+                        /* the same token last of three (positions n_ctx - 3.., clamped at 0) */
+                        if (n_ctx >= 3) {
+                            pos[2] = n_ctx - 1, pos[1] = n_ctx - 2, pos[0] = n_ctx - 3;
+                            memcpy(q + 2 * n, q, sizeof(float) * (size_t)n);
+                            struct cpu_attn a3 = a;
+                            a3.n_tokens = 3;
+                            a3.out = o3;
+                            cpu_attention(&a3);
+                            CHECK_MSG(memcmp(o3 + 2 * n, o, sizeof(float) * (size_t)n) == 0,
+                                      "split: a token's bits depend on the call, hd %d ctx %d", hd, n_ctx);
+                            fill(q + n, 2 * n);
+                        }
+                        CAIRN_ASSERT(ci < SPLIT_CASES);
+                        if (!split_bits[isa][ci]) {
+                            split_bits[isa][ci] = malloc(sizeof(float) * (size_t)n);
+                            memcpy(split_bits[isa][ci], o, sizeof(float) * (size_t)n);
+                        } else {
+                            CHECK_MSG(memcmp(split_bits[isa][ci], o, sizeof(float) * (size_t)n) == 0,
+                                      "split: bits depend on the thread count, hd %d ctx %d (%d threads)", hd, n_ctx,
+                                      cpu_n_threads());
+                        }
+                    }
+                    cpu_attn_mode_set(CPU_ATTN_AUTO);
+                    shape++;
+                    free(k);
+                    free(v);
+                    free(q);
+                    free(o);
+                    free(o3);
+                    free(orf);
+                    free(kv.k);
+                    free(kv.v);
+                    free(table);
+                    free(slots);
+                }
+}
+
 /* The attention mode's names, and CAIRN_CPU_ATTN as cpu_init reads it. */
 static void test_attn_mode(void)
 {
     CHECK_EQ_INT(cpu_attn_mode_parse("auto"), CPU_ATTN_AUTO);
     CHECK_EQ_INT(cpu_attn_mode_parse("rowwise"), CPU_ATTN_ROWWISE);
     CHECK_EQ_INT(cpu_attn_mode_parse("tiled"), CPU_ATTN_TILED);
+    CHECK_EQ_INT(cpu_attn_mode_parse("split"), CPU_ATTN_SPLIT);
+    CHECK_EQ_INT(cpu_attn_mode_parse("legacy"), CPU_ATTN_LEGACY);
     CHECK_EQ_INT(cpu_attn_mode_parse("flash"), -1);
     struct cairn_err err = {0};
     setenv("CAIRN_CPU_ATTN", "tiled", 1);
@@ -570,10 +672,13 @@ int main(void)
             test_rope();
             /* the long cases once per SIMD ISA (under scalar, cpu_attention is ref_attention) */
             test_attention(threads[t] == 2 && isa != CPU_ISA_SCALAR);
+            test_attention_split(threads[t] != 3 && isa != CPU_ISA_SCALAR);
             printf("isa %s threads %d: %s\n", cpu_isa_name((enum cpu_isa)isa), threads[t],
                    test_n_fail == before ? "ok" : "FAILED");
         }
     }
     cpu_shutdown();
+    for (int i = 0; i < CPU_ISA_N; i++)
+        for (int c = 0; c < SPLIT_CASES; c++) free(split_bits[i][c]);
     return test_summary("test_cpu_ops");
 }
