@@ -97,7 +97,7 @@ static void bench_usage(FILE *f)
             "       cairn bench --allreduce HIDDEN --tensor-parallel N [-p ROWS] [-n ITERS] [--reps R]\n"
             "                   [--device cpu|cuda] [--json]   one all-reduce of [ROWS, HIDDEN] f32\n"
             "options: --probe-mb MB  size of the bandwidth probe buffer (default 512)\n"
-            "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_ATTN=auto|rowwise|tiled\n"
+            "env: CAIRN_CPU_ISA=scalar|avx2|avx512 forces the kernels; CAIRN_CPU_ATTN=auto|rowwise|tiled|split|legacy\n"
             "     the attention kernel of --model\n");
 }
 
