@@ -421,7 +421,7 @@ void kv_cache_plan(struct kv_cache *c, const int32_t *tokens, int n_tokens, cons
     };
     size_t read_bytes = 2 * c->pool->block_bytes + c->state_bytes;
     p->n_restore = kv_restore_choose(c->plan_loc, p->n_tier, read_bytes, bs, &sp);
-    p->recompute_block_s = prefill_tok_s > 0 ? bs / prefill_tok_s : 0;
+    p->recompute_block_s = kv_restore_recompute_s(bs, prefill_tok_s);
     for (int i = 0; i < p->n_restore; i++) p->n_slow += c->plan_loc[i] == KV_TIER_LOC_SLOW;
     if (p->n_restore == p->n_tier) {
         c->n_plans_restore++;

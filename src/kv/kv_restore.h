@@ -26,5 +26,8 @@ int kv_restore_choose(const uint8_t *loc, int n, size_t read_bytes, int block_to
 
 /* Estimated seconds to read n_bytes at bps (0 when bps is 0: unmeasured). */
 double kv_restore_read_s(double n_bytes, double bps);
+/* Estimated seconds to recompute a block of block_tokens at prefill_tok_s (0: unmeasured). The
+ * fetch thread holds a disk read against it too (kv_fetch_job.recompute_block_s). */
+double kv_restore_recompute_s(int block_tokens, double prefill_tok_s);
 
 #endif
