@@ -12,6 +12,8 @@
  *
  * SSD files: <ssd_dir>/<hash[0:2]>/<hash-hex>.safetensors, see kv/tier_file.h. They survive
  * restarts: open scans the folder (headers only) and rebuilds the index in LRU order (mtime).
+ * Beside them, <ssd_dir>/speeds-<model>-<device>.json keeps the measured speeds for the next run
+ * (kv_tier_ops.speeds_load/save, tier_speeds.c).
  *
  * Threads: on_evict, on_publish and locate run on the engine's scheduler thread and never block
  * on I/O (they copy and queue; a full queue drops the block and counts it). lookup reads a file
