@@ -9,36 +9,38 @@
  * for n <= 16), so the products cost next to nothing and the kernel streams W at copy speed
  * for any n up to 16.
  *
- * Layout: a block owns an item of 16 * MT rows of one weight (MT = 1, or 2 with SwiGLU: 16 rows
- * of gate and the same 16 of up); the item's columns are cut in 16 slices of 32-column chunks
- * (slice s: chunks [C s / 16, C (s + 1) / 16), C = cols / 32), each summed on its own from zero.
- * A narrow block (8 warps, 2 per SM) gives each warp two neighbouring slices (the first's sums
- * are set aside where the second starts), a wide one (16 warps, 1 per SM) one slice per warp.
- * Why two widths: a launch of few items (the 1B's down_proj, 2048 x 8192: 128 items; the 8B's
- * q/k/v 384, o_proj and down_proj 256) leaves SMs with one narrow block or none (session 11's
- * ncu: the 1B's down_proj at 18 us for 33.5 MB, 8.1 us at copy speed), and a wide block keeps
- * 16 warps' loads in flight on every SM that has an item; wide when the launch has fewer than
- * CUDA_MMA_WIDE_DEFAULT * n_sms items (CAIRN_CUDA_MMA_WIDE=K sets the factor, 0 never). A lane
+ * Layout: a block of W warps owns an item of 16 * MT rows of one weight (MT = 1, or 2 with
+ * SwiGLU: 16 rows of gate and the same 16 of up); its warps split the columns in W contiguous
+ * ranges of 32-column chunks (warp w: chunks [C w / W, C (w + 1) / W), C = cols / 32). W = 8
+ * (narrow, 2 blocks per SM), or W = 16 (wide, 1 per SM) when the launch has fewer items than
+ * the GPU has SMs: narrow blocks would leave every SM with one block or none there (the 1B's
+ * down_proj, 2048 x 8192: 128 items; session 11's ncu: 17.7 us for 33.5 MB, 8.1 us at copy
+ * speed), wide ones keep 16 warps' loads in flight on each SM that has an item (H200 ncu,
+ * that shape: 14.9 us; 1B tg128 965-982 tok/s against 922). Launches of 256-384 items (the
+ * 8B's q/k/v, o_proj, down_proj) lost with wide blocks (8B tg128 204 against 207), so they
+ * stay narrow. CAIRN_CUDA_MMA_WIDE=K: wide below K * n_sms items (default 1; 0: never). A lane
  * (group g = lane / 4, t = lane % 4) loads 16 bytes (8 values) of rows g and g + 8 of a chunk
  * with non-caching loads straight into its A fragments: values 8t..8t+7 of the chunk, so the
  * fragment's k order is permuted within the chunk (first MMA: values 8t + 0,1 | 8t + 2,3,
  * second: 8t + 4,5 | 8t + 6,7), and its B fragment takes x's row g at the same 8 columns (two
  * float4 loads from L1/L2, rounded to bf16/f16 as the cuBLAS path rounds them), so the
  * permutation cancels. The grid is persistent (16 warps per SM, the register bound: ~125 per
- * thread) and walks the items grid-stride. A lane keeps two stages of U chunks in registers (8
- * loads of 16 bytes each, U = 4 / MT) and loads the next stage while it multiplies the current
- * one (software pipeline: 8 to 16 loads in flight per lane all along; CAIRN_CUDA_MMA_PIPE=0
- * loads both stages, then multiplies both, narrow blocks only, for comparison), and the next
- * item's first two stages are loaded before this item's reduction, so the loads do not stop
- * between items. Before its first x read the kernel waits for its predecessor (programmatic
+ * thread) and walks the items grid-stride. A lane keeps two stages of U
+ * chunks in registers (8 loads of 16 bytes each, U = 4 / MT) and loads the next stage while it
+ * multiplies the current one (software pipeline: 8 to 16 loads in flight per lane all along;
+ * CAIRN_CUDA_MMA_PIPE=0 loads both stages, then multiplies both, narrow blocks, for
+ * comparison), and the next item's first two stages are loaded before this item's reduction,
+ * so the loads do not stop between items. Before its first x read the kernel waits for its predecessor (programmatic
  * dependent launch: the first weight loads overlap the previous kernel's tail).
- * Reduction: each slice's accumulators go to shared memory and are summed in slice order
- * 0..15 by the block, then the epilogue: y = s, y += s (accumulate: the residual add of o_proj and
+ * Reduction: each warp's accumulators go to shared memory and are summed in warp order 0..W-1
+ * by the block, then the epilogue: y = s, y += s (accumulate: the residual add of o_proj and
  * down_proj) or y[0] = silu(gate) * up (the silu_mul kernel's formula; y[1] not written).
- * Batch invariance: the slices and the chunk order depend on cols alone, and an MMA's output
- * column depends only on its own B column, so a row's result is the same bits for every n in
- * 1..16, with or without other weights in the launch, block width, grid size and pipelining
- * (test_cuda_ops checks it).
+ * Batch invariance: the column split and the chunk order depend on cols and W alone, W on the
+ * launch's weights (their items against the SM count), never on n, and an MMA's output column
+ * depends only on its own B column, so a row's result is the same bits for every n in 1..16,
+ * with or without other weights in the launch while W stays the same, grid size and
+ * pipelining (test_cuda_ops checks it). Weights that take a launch across n_sms items change W
+ * and so the bits; the model's launches are fixed (q/k/v always together, gate/up likewise).
  * Rows past a weight's last are loaded from its last row and not stored; x rows past n read
  * row n - 1 and are not stored.
  * Bytes per call: W once (rows * cols * 2) + x per item (n * cols * 4, mostly from L1/L2) + y:
@@ -56,13 +58,12 @@
 
 #include "cuda/cuda_common.cuh"
 
-#define CUDA_MMA_SLICES 16 /* column slices of every item, summed in slice order (any width) */
-#define CUDA_MMA_WARPS_NARROW 8 /* warps of a block of 2 slices each: 2 blocks per SM */
-#define CUDA_MMA_WARPS_WIDE 16  /* warps of a block of 1 slice each: 1 block per SM */
-#define CUDA_MMA_WIDE_DEFAULT 4 /* wide blocks when a launch has < this * n_sms items */
+#define CUDA_MMA_WARPS_NARROW 8 /* warps of a block (the column split): 2 blocks per SM */
+#define CUDA_MMA_WARPS_WIDE 16  /* 1 block per SM, for launches of fewer items than SMs */
+#define CUDA_MMA_WIDE_DEFAULT 1 /* wide below this * n_sms items (CAIRN_CUDA_MMA_WIDE) */
 #define CUDA_MMA_CHUNK 32 /* columns per lane-quad load round: 16 bytes per lane and row */
 #define CUDA_MMA_LOADS 8 /* 16-byte weight loads per lane and stage (U * MT * 2); two stages */
-#define CUDA_MMA_SM_WARPS 16 /* register bound (~125 per thread): 16 warps per SM */
+#define CUDA_MMA_SM_WARPS 16    /* register bound (~125 per thread): 16 warps per SM */
 
 struct cuda_mma_set {
     const uint8_t *w[CUDA_GEMV_MAX_W];
@@ -122,36 +123,14 @@ static __device__ __forceinline__ void cuda_mma_load(uint4 (&w)[U][MT][2], const
                 for (int h = 0; h < 2; h++) w[u][m][h] = cuda_mma_ld(wp[m][h] + (c + u) * 4);
 }
 
-/* A warp's accumulators into its slice's place r of the reduction buffer, and zeroed. C
- * fragment: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8. */
-template <int MT, int NT, int NJ>
-static __device__ __forceinline__ void cuda_mma_put(float (*r)[16][NJ], float (&acc)[MT][NT][4], int g, int t)
-{
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            int j = nt * 8 + 2 * t;
-            r[m][g][j] = acc[m][nt][0];
-            r[m][g][j + 1] = acc[m][nt][1];
-            r[m][g + 8][j] = acc[m][nt][2];
-            r[m][g + 8][j + 1] = acc[m][nt][3];
-#pragma unroll
-            for (int q = 0; q < 4; q++) acc[m][nt][q] = 0.0f;
-        }
-}
-
-/* Stage products: acc += W chunk . x chunk for chunks c .. c + U - 1 below c1, in order. SPLIT
- * (a warp of two slices): before chunk cm, the first slice's sums go to r and acc restarts. */
-template <bool F16, int NT, int U, int MT, int NJ, bool SPLIT>
+/* Stage products: acc += W chunk . x chunk for chunks c .. c + U - 1 below c1, in order. */
+template <bool F16, int NT, int U, int MT>
 static __device__ __forceinline__ void cuda_mma_stage(float (&acc)[MT][NT][4], const uint4 (&w)[U][MT][2],
-                                                      const float4 *const (&xp)[NT], int64_t c, int64_t c1,
-                                                      int64_t cm, float (*r)[16][NJ], int g, int t)
+                                                      const float4 *const (&xp)[NT], int64_t c, int64_t c1)
 {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         if (c + u >= c1) break;
-        if (SPLIT && c + u == cm) cuda_mma_put<MT, NT, NJ>(r, acc, g, t);
         uint32_t xb[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -203,26 +182,20 @@ static __device__ __forceinline__ void cuda_mma_item_of(const struct cuda_mma_se
 
 /* F16: f16 weights (else bf16); NT: 8-column tiles of x (n <= 8 * NT); MT: 16-row tiles per
  * item; SILU: MT == 2, tile 0 of gate (w[0]) and tile 1 of up (w[1]) at the same rows; WARPS:
- * CUDA_MMA_WARPS_NARROW (2 slices per warp) or CUDA_MMA_WARPS_WIDE (1). */
+ * the block's warps and column ranges (CUDA_MMA_WARPS_NARROW or _WIDE). */
 template <bool F16, int NT, int MT, bool SILU, bool PIPE, int WARPS>
 static __global__ void __launch_bounds__(WARPS *CUDA_WARP, CUDA_MMA_SM_WARPS / WARPS)
     cuda_mma_kernel(const struct cuda_mma_set set, const float *__restrict__ x, int n)
 {
     constexpr int U = CUDA_MMA_LOADS / (MT * 2);
     constexpr int NJ = NT * 8;
-    constexpr int SPW = CUDA_MMA_SLICES / WARPS; /* slices per warp */
     constexpr int THREADS = WARPS * CUDA_WARP;
-    static_assert(SPW == 1 || SPW == 2, "a warp takes one or two slices");
-    __shared__ float red[CUDA_MMA_SLICES][MT][16][NJ];
+    __shared__ float red[WARPS][MT][16][NJ];
     const int lane = threadIdx.x % CUDA_WARP, warp = threadIdx.x / CUDA_WARP;
     const int g = lane / 4, t = lane % 4;
     const int64_t n_items = set.item_end[set.count - 1];
     const int64_t n_chunks = set.cols / CUDA_MMA_CHUNK;
-    /* slice s: chunks [C s / 16, C (s + 1) / 16); this warp's slices are contiguous, cm where
-     * its second starts (SPW = 2) */
-    const int s0 = warp * SPW;
-    const int64_t c0 = n_chunks * s0 / CUDA_MMA_SLICES, c1 = n_chunks * (s0 + SPW) / CUDA_MMA_SLICES;
-    const int64_t cm = SPW == 2 ? n_chunks * (s0 + 1) / CUDA_MMA_SLICES : c1;
+    const int64_t c0 = n_chunks * warp / WARPS, c1 = n_chunks * (warp + 1) / WARPS;
     const float4 *xp[NT]; /* x row nt * 8 + g (clamped to n - 1), this lane's 8 values of chunk 0 */
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -257,9 +230,9 @@ static __global__ void __launch_bounds__(WARPS *CUDA_WARP, CUDA_MMA_SM_WARPS / W
                 cuda_mma_load<U, MT>(wa, it.wp, c, c1);
                 cuda_mma_load<U, MT>(wb, it.wp, c + U, c1);
             }
-            cuda_mma_stage<F16, NT, U, MT, NJ, SPW == 2>(acc, wa, xp, c, c1, cm, red[s0], g, t);
+            cuda_mma_stage<F16, NT, U, MT>(acc, wa, xp, c, c1);
             if (PIPE) cuda_mma_load<U, MT>(wa, it.wp, c + 2 * U, c1);
-            cuda_mma_stage<F16, NT, U, MT, NJ, SPW == 2>(acc, wb, xp, c + U, c1, cm, red[s0], g, t);
+            cuda_mma_stage<F16, NT, U, MT>(acc, wb, xp, c + U, c1);
             if (PIPE) cuda_mma_load<U, MT>(wb, it.wp, c + 3 * U, c1);
         }
         const int64_t next = item + gridDim.x;
@@ -269,10 +242,17 @@ static __global__ void __launch_bounds__(WARPS *CUDA_WARP, CUDA_MMA_SM_WARPS / W
             cuda_mma_load<U, MT>(wb, nx.wp, c0 + U, c1);
         }
 
-        /* the last slice's sums (a two-slice warp whose second slice is empty: the first's,
-         * and zeros for the second) */
-        if (SPW == 2 && cm >= c1) cuda_mma_put<MT, NT, NJ>(red[s0], acc, g, t);
-        cuda_mma_put<MT, NT, NJ>(red[s0 + SPW - 1], acc, g, t);
+        /* C fragment: c0, c1 at (row g, columns 2t, 2t + 1), c2, c3 at row g + 8 */
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                int j = nt * 8 + 2 * t;
+                red[warp][m][g][j] = acc[m][nt][0];
+                red[warp][m][g][j + 1] = acc[m][nt][1];
+                red[warp][m][g + 8][j] = acc[m][nt][2];
+                red[warp][m][g + 8][j + 1] = acc[m][nt][3];
+            }
         __syncthreads();
         constexpr int OUTS = (SILU ? 1 : MT) * 16 * NJ;
         for (int o = threadIdx.x; o < OUTS; o += THREADS) {
@@ -280,11 +260,11 @@ static __global__ void __launch_bounds__(WARPS *CUDA_WARP, CUDA_MMA_SM_WARPS / W
             if (j >= n) continue;
             float sum = red[0][m][r][j];
 #pragma unroll
-            for (int w = 1; w < CUDA_MMA_SLICES; w++) sum += red[w][m][r][j];
+            for (int w = 1; w < WARPS; w++) sum += red[w][m][r][j];
             if (SILU) {
                 float u = red[0][1][r][j];
 #pragma unroll
-                for (int w = 1; w < CUDA_MMA_SLICES; w++) u += red[w][1][r][j];
+                for (int w = 1; w < WARPS; w++) u += red[w][1][r][j];
                 const int64_t row = it.row0 + r;
                 if (row < it.rows) set.y[0][(int64_t)j * it.rows + row] = sum / (1.0f + expf(-sum)) * u;
             } else {
@@ -313,8 +293,7 @@ static bool cuda_mma_pipe(void)
 }
 
 /* CAIRN_CUDA_MMA_WIDE=K: wide blocks for launches of fewer than K * n_sms items (default
- * CUDA_MMA_WIDE_DEFAULT; 0: never, for comparison with the narrow blocks alone); the same bits
- * either way (the slices). */
+ * CUDA_MMA_WIDE_DEFAULT; 0: never, for comparison). Read once. */
 static int cuda_mma_wide_k(void)
 {
     static int k = -1;
@@ -331,10 +310,10 @@ static int cuda_mma_wide_k(void)
 template <bool F16, int NT, int MT, bool SILU>
 static void cuda_mma_go(cudaStream_t s, const struct cuda_mma_set *set, const float *x, int n, int n_sms)
 {
-    int64_t items = set->item_end[set->count - 1], sms = n_sms > 0 ? n_sms : 1;
+    const int64_t items = set->item_end[set->count - 1], sms = n_sms > 0 ? n_sms : 1;
     const bool pipe = cuda_mma_pipe(), wide = pipe && items < (int64_t)cuda_mma_wide_k() * sms;
     const int warps = wide ? CUDA_MMA_WARPS_WIDE : CUDA_MMA_WARPS_NARROW;
-    int64_t cap = sms * (CUDA_MMA_SM_WARPS / warps);
+    const int64_t cap = sms * (CUDA_MMA_SM_WARPS / warps);
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
