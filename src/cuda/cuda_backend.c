@@ -245,6 +245,7 @@ static int cuda_copy(struct backend *be, void *dst, const void *src, size_t byte
     struct cuda_impl *c = cuda_impl_of(be);
     if (!bytes) return CAIRN_OK;
     cuda_graphs_before_copy(be); /* a copy inside a step comes after the ops recorded so far */
+    (void)cuda_calls_bump(c);    /* it may write what a matmul memo copied (cuda_int.h) */
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaMemcpyAsync(dst, src, bytes, kind, c->stream));
     if (st == CAIRN_OK) st = cuda_stream_wait(c, err);
@@ -274,6 +275,7 @@ static int cuda_buf_zero(struct backend *be, void *dst, size_t bytes, struct cai
     struct cuda_impl *c = cuda_impl_of(be);
     if (!bytes) return CAIRN_OK;
     cuda_graphs_before_copy(be); /* ordered like a copy: after the ops recorded so far */
+    (void)cuda_calls_bump(c);
     int st = cuda_check(NULL, err, cudaSetDevice(c->device));
     if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaMemsetAsync(dst, 0, bytes, c->stream));
     if (st == CAIRN_OK) st = cuda_stream_wait(c, err); /* bounded, like every wait (cuda_int.h) */
@@ -300,6 +302,7 @@ static int cuda_op_sample(struct backend *be, float *logits, int vocab, const st
 {
     struct cuda_impl *c = cuda_impl_of(be);
     if (n <= 0) return CAIRN_OK;
+    (void)cuda_calls_bump(c);
     CAIRN_ASSERT(cuda_k_sample_row_bytes() == sizeof(struct cuda_sample_row_rec));
     int n_edits = 0;
     for (int i = 0; i < n; i++) {
@@ -549,6 +552,7 @@ static int cuda_step_begin(struct backend *be, struct cairn_err *err)
     struct cuda_impl *c = cuda_impl_of(be);
     pthread_mutex_lock(&c->step_lock);
     c->err_status = CAIRN_OK;
+    (void)cuda_calls_bump(c); /* no matmul memo (cuda_int.h) outlives a step: every graph run starts without one */
     if (c->dead) { /* a timed-out or faulted context runs nothing more */
         int dst = cuda_stream_wait(c, err);
         c->err_status = CAIRN_OK;
@@ -735,6 +739,8 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     c->fuse_norm = !c->fuse || (s && strcmp(s, "0") == 0) ? 0 : s && strcmp(s, "1") == 0 ? 2 : 1;
     s = getenv("CAIRN_CUDA_FUSE_SILU");
     c->fuse_silu = c->fuse && !(s && strcmp(s, "0") == 0);
+    s = getenv("CAIRN_CUDA_FUSE_GEMM"); /* cuda_matmul.c: the GEMM-sized folds */
+    c->fuse_gemm = c->fuse && !(s && strcmp(s, "0") == 0);
     s = getenv("CAIRN_CUDA_SYNC");
     c->sync_each_op = s && *s && strcmp(s, "0") != 0;
     s = getenv("CAIRN_CUDA_ATTN");

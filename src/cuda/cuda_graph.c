@@ -573,15 +573,22 @@ static void cuda_gop_matmul_add(struct backend *be, const struct tensor *w, cons
 static void cuda_gop_silu_mul(struct backend *be, float *out, const float *gate, const float *up,
                               int64_t n);
 
-/* One record at GEMV size or the tensor-core kernel's (the fold is one kernel). A larger step is what cuda_op_matmul_fused
- * runs then, the norm, the matmuls and SwiGLU as their own ops, so each is recorded by its own
- * rule: cuBLASLt matmuls of up to gemm_max_rows rows too (a batched decode step, whose q/k/v,
- * gate/up and lm_head come here, stays one graph), larger ones eagerly. */
+/* One record at GEMV size or the tensor-core kernel's (the fold is one kernel), and at GEMM
+ * size up to gemm_max_rows rows with fuse_gemm (cuda_op_matmul_fused's norm and SwiGLU then
+ * write the GEMMs' 16-bit inputs; a batched decode step stays one graph); larger ones eagerly.
+ * With CAIRN_CUDA_FUSE_GEMM=0 a GEMM-sized step is what cuda_op_matmul_fused runs then, the norm,
+ * the matmuls and SwiGLU as their own ops, each recorded by its own rule. */
 static void cuda_gop_matmul_fused(struct backend *be, const struct backend_matmul_fused *f)
 {
     struct cuda_impl *c = cuda_impl_of(be);
     struct cuda_grec *r = NULL;
-    if (f->n > cuda_mm_small_rows(c) && f->n > 0 && f->count > 0) {
+    int big = f->n > cuda_mm_small_rows(c) && f->n > 0 && f->count > 0;
+    if (big && c->fuse_gemm && (!c->graphs || f->n > c->graphs->gemm_max_rows)) {
+        cuda_graph_go_eager(be);
+        cuda_op_matmul_fused(be, f);
+        return;
+    }
+    if (big && !c->fuse_gemm) {
         const float *x = f->x;
         if (f->norm) {
             cuda_gop_rmsnorm(be, f->h, x, f->norm, f->n, (int)f->w[0]->shape[1], f->eps,

@@ -57,6 +57,19 @@ struct cuda_ws {
     size_t bytes;
 };
 
+/* A 16-bit copy of an f32 activation, made by the op that wrote the activation (matmul_fused's
+ * SwiGLU at GEMM size) for the matmul that reads it next (down_proj), which then skips its
+ * conversion. Valid only while c->n_calls is still seq, i.e. until any other CUDA call (a
+ * launch, copy or cuBLASLt call of any op) could have written src; every matmul entry takes it
+ * and clears it (cuda_matmul.c). */
+struct cuda_mm_memo {
+    const float *src;      /* the f32 activation; NULL: none */
+    const uint16_t *copy;  /* device: its bf16 (f16) copy, in CUDA_WS_ACT */
+    int64_t elems;
+    int f16;               /* copy is f16 (for F16 weights), else bf16 */
+    uint64_t seq;          /* c->n_calls when copy was complete */
+};
+
 struct cuda_impl {
     int device;
     cudaStream_t stream;
@@ -79,6 +92,12 @@ struct cuda_impl {
                                  * (CAIRN_CUDA_FUSE_NORM=0 or CAIRN_CUDA_FUSE=0), 1 but for dense
                                  * long rows (the default: cuda_matmul.c), 2 always (=1) */
     int fuse_silu;              /* ... and SwiGLU into gate/up's epilogue (CAIRN_CUDA_FUSE_SILU=0) */
+    int fuse_gemm;              /* GEMM-sized steps (n > 16): the norm and SwiGLU write the GEMM's
+                                 * 16-bit x, matmul_add adds in cuBLASLt (beta = 1); 0: the plain
+                                 * sequence (CAIRN_CUDA_FUSE_GEMM=0 or CAIRN_CUDA_FUSE=0) */
+    uint64_t n_calls;           /* atomic: CUDA calls checked so far (cuda_check, cuda_check_launch):
+                                 * what dates mm_memo */
+    struct cuda_mm_memo mm_memo;
     int sync_each_op;           /* CAIRN_CUDA_SYNC=1: wait after every launch (debugging) */
     int attn_mode;              /* enum cuda_attn_mode, CAIRN_CUDA_ATTN */
     int attn_dec;               /* enum cuda_attn_dec, CAIRN_CUDA_ATTN_DEC (cuda_k_attention) */
@@ -153,16 +172,23 @@ enum cuda_res_kind {
     _Generic((call), cudaError_t: CUDA_RES_RT, cublasStatus_t: CUDA_RES_BLAS)
 #endif
 
+/* Counts a checked call in c->n_calls (c may be NULL); returns c. */
+static inline struct cuda_impl *cuda_calls_bump(struct cuda_impl *c)
+{
+    if (c) __atomic_fetch_add(&c->n_calls, 1, __ATOMIC_RELAXED);
+    return c;
+}
+
 /* A kernel launcher's result (cuda_kernels.h), checked like a runtime call; with
  * CAIRN_CUDA_SYNC=1 the stream is also waited for, so an asynchronous fault is reported at
  * the launch that caused it rather than at step_end. Returns the status. */
 #define cuda_check_launch(c, call)                                                                 \
-    cuda_check_launch_at((c), (call), #call, __FILE__, __LINE__)
+    cuda_check_launch_at(cuda_calls_bump(c), (call), #call, __FILE__, __LINE__)
 int cuda_check_launch_at(struct cuda_impl *c, int code, const char *text, const char *file, int line);
 
 /* Evaluates call once; see DESIGN. */
 #define cuda_check(c, err, call)                                                                   \
-    cuda_check_result((c), (err), cuda_res_kind_of(call), (int)(call), #call, __FILE__, __LINE__)
+    cuda_check_result(cuda_calls_bump(c), (err), cuda_res_kind_of(call), (int)(call), #call, __FILE__, __LINE__)
 
 int cuda_check_result(struct cuda_impl *c, struct cairn_err *err, enum cuda_res_kind kind, int code,
                       const char *text, const char *file, int line);

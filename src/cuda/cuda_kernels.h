@@ -110,6 +110,16 @@ int cuda_k_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int
 int cuda_k_rope(cudaStream_t s, float *x, int n_tokens, int n_heads, int head_dim, int rot_dim,
                 const int32_t *pos, const float *inv_freq);
 int cuda_k_silu_mul(cudaStream_t s, float *out, const float *gate, const float *up, int64_t n);
+/* The GEMM's 16-bit x made where it is computed (cuda_matmul.c): rmsnorm_h16 writes h [n_rows,
+ * dim] = bf16 (f16 when f16) of the normed rows, and y (f32, NULL: not written) as cuda_k_rmsnorm;
+ * silu_mul_h16 writes out = silu(gate) * up and h = its bf16 (f16) copy. Each h value is the
+ * f32 result of the plain kernel rounded to nearest even. Both return CUDA_ELEM_UNFUSED (nothing
+ * launched) for shapes or alignments their float4 kernels do not take (dim or n % 4, pointers). */
+#define CUDA_ELEM_UNFUSED (-1)
+int cuda_k_rmsnorm_h16(cudaStream_t s, float *y, uint16_t *h, int f16, const float *x, const float *w, int n_rows,
+                       int dim, float eps, float w_offset);
+int cuda_k_silu_mul_h16(cudaStream_t s, float *out, uint16_t *h, int f16, const float *gate, const float *up,
+                        int64_t n);
 int cuda_k_add(cudaStream_t s, float *y, const float *x, int64_t n);
 int cuda_k_add_bias(cudaStream_t s, float *y, const float *b, int n_rows, int dim);
 int cuda_k_mul_sigmoid(cudaStream_t s, float *y, const float *g, int64_t n);

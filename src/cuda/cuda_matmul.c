@@ -48,6 +48,15 @@
  * (a split-K workspace, say) falls back to the heuristic's first for that exact call.
  * CAIRN_CUDA_LT_CACHE=exact keys on the exact count with at most 512 shapes, as before (A/B). The workspace is
  * CUDA_LT_WS_BYTES (32 MiB). matmul_multi converts x once for all its weights.
+ * GEMM-sized steps past the small kernels (n > 16: batched decode of many streams, prefill) fold
+ * the small kernels between the GEMMs (fuse_gemm; CAIRN_CUDA_FUSE_GEMM=0: the plain sequence):
+ * matmul_fused's RMSNorm writes the 16-bit x the GEMMs read (no f32 h, no conversion), its
+ * SwiGLU writes y[0] and a 16-bit copy that down_proj's matmul reads in place of converting
+ * y[0] (the memo, cuda_int.h: taken only by the very next op), and matmul_add lets cuBLASLt add
+ * into y (beta = 1) instead of a workspace and an add kernel. Why: in a 64-row step of the 8B,
+ * those kernels were ~1.4 ms of ~3.3 ms outside the GEMMs (README, "129 conversions"), 3-4 us
+ * each. The values the GEMMs read are the same bits as the plain sequence's (each the f32 result
+ * rounded once to bf16/f16); matmul_add's sum may round differently where cuBLASLt splits K.
  * CAIRN_CUDA_PROFILE=1 times the GEMMs, the conversions and the dequantization (cuda_prof.c). */
 #include <pthread.h>
 #include <stdlib.h>
@@ -68,6 +77,7 @@ struct cuda_mm_key {
     int wt, bt;                /* cudaDataType_t of W and of x */
     int64_t m, n, k, lda;
     uint32_t al_a, al_b, al_c; /* alignment hints */
+    int acc;                   /* D = A.B + C (beta = 1), else beta = 0 */
 };
 
 struct cuda_mm_algo {
@@ -143,10 +153,11 @@ static uint32_t cuda_mm_align(const void *p)
 }
 
 /* y (f32, [n][m] row-major = column-major m x n) = W (m rows of k, stride lda elements, type
- * wt) . B (n rows of k, type bt)^T. Returns 0 when cuBLASLt ran it, 1 when it has no algorithm
- * for this case (the caller falls back), -1 with the error latched. */
+ * wt) . B (n rows of k, type bt)^T; acc: y += that (beta = 1, C = D = y; the candidates are
+ * timed into CUDA_WS_ACC as D, so y is added to once). Returns 0 when cuBLASLt ran it, 1 when
+ * it has no algorithm for this case (the caller falls back), -1 with the error latched. */
 static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int64_t lda,
-                      cudaDataType_t bt, const void *b, float *y, int64_t m, int64_t n, int64_t k)
+                      cudaDataType_t bt, const void *b, float *y, int64_t m, int64_t n, int64_t k, int acc)
 {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -158,7 +169,7 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     size_t ws_bytes = CUDA_LT_WS_BYTES;
     uint32_t al_a = cuda_mm_align(w), al_b = cuda_mm_align(b), al_c = cuda_mm_align(y);
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
     struct cuda_mm_key key;
     memset(res, 0, sizeof(res));
     memset(&algo, 0, sizeof(algo));
@@ -173,6 +184,7 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
     key.al_a = al_a;
     key.al_b = al_b;
     key.al_c = al_c;
+    key.acc = acc;
     if (cuda_check(c, NULL, cuda_lt.desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F))) goto cleanup;
     if (cuda_check(c, NULL, cuda_lt.desc_set(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta))))
         goto cleanup;
@@ -210,6 +222,8 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         if (n >= CUDA_MM_TUNE_MIN_N && n_res > 1 && cudaStreamIsCapturing(c->stream, &cs) == cudaSuccess &&
             cs == cudaStreamCaptureStatusNone) {
+            float *d = y; /* where the candidates write */
+            if (acc && !(d = cuda_ws_get(c, CUDA_WS_ACC, sizeof(float) * (size_t)(m * n)))) goto cleanup;
             if (cuda_check(c, NULL, cudaEventCreate(&e0))) goto cleanup;
             if (cuda_check(c, NULL, cudaEventCreate(&e1))) goto cleanup;
             float best = 0;
@@ -217,7 +231,7 @@ static int cuda_mm_lt(struct cuda_impl *c, cudaDataType_t wt, const void *w, int
                 int ok = 1;
                 for (int rep = 0; rep <= CUDA_MM_TUNE_REPS && ok; rep++) {
                     if (rep == 1) ok = cudaEventRecord(e0, c->stream) == cudaSuccess;
-                    ok = ok && cuda_lt.matmul(c->lt, op, &alpha, w, la, b, lb, &beta, y, lc, y, lc, &res[i].algo,
+                    ok = ok && cuda_lt.matmul(c->lt, op, &alpha, w, la, b, lb, &beta, y, lc, d, lc, &res[i].algo,
                                               c->lt_ws, ws_bytes, c->stream) == CUBLAS_STATUS_SUCCESS;
                 }
                 float ms = 0;
@@ -286,31 +300,56 @@ static const uint16_t *cuda_mm_convert_x(struct cuda_impl *c, enum cuda_wtype wt
     return rc == CAIRN_OK ? xb : NULL;
 }
 
-/* y = x . W^T through cuBLASLt for n > gemv_max_rows; xb: x converted by cuda_mm_convert_x
- * (unused for F32 weights). */
-static void cuda_mm_gemm(struct cuda_impl *c, const struct cuda_wdesc *d, const float *x, const uint16_t *xb,
-                         float *y, int n)
+/* The memo (cuda_int.h) as the matmul entered now finds it, cleared for every later op: every
+ * matmul entry takes it, whether or not it reads it. */
+static struct cuda_mm_memo cuda_mm_memo_take(struct cuda_impl *c)
+{
+    struct cuda_mm_memo m = c->mm_memo;
+    memset(&c->mm_memo, 0, sizeof(c->mm_memo));
+    if (m.src && (m.seq != __atomic_load_n(&c->n_calls, __ATOMIC_RELAXED) || m.copy != c->ws[CUDA_WS_ACT].ptr))
+        m.src = NULL; /* a CUDA call since (any op), or the workspace moved */
+    return m;
+}
+
+/* x's 16-bit copy for a GEMM against a weight of type wtype: the memo's when it holds exactly
+ * that, else converted now (cuda_mm_convert_x); NULL with the error latched. */
+static const uint16_t *cuda_mm_x16(struct cuda_impl *c, const struct cuda_mm_memo *m, enum cuda_wtype wtype,
+                                   const float *x, int64_t elems)
+{
+    if (m && m->src == x && m->elems == elems && m->f16 == (wtype == CUDA_W_F16)) return m->copy;
+    return cuda_mm_convert_x(c, wtype, x, elems);
+}
+
+/* y = x . W^T (acc: y += x . W^T) through cuBLASLt for n > gemv_max_rows; xb: x converted by
+ * cuda_mm_convert_x (unused for F32 weights). When cuBLASLt has no algorithm, the GEMV over x;
+ * with x NULL (the caller has only xb) it returns 1 for the caller to do that, else 0. */
+static int cuda_mm_gemm(struct cuda_impl *c, const struct cuda_wdesc *d, const float *x, const uint16_t *xb,
+                        float *y, int n, int acc)
 {
     int rc;
     if (d->type == CUDA_W_F32) {
-        rc = cuda_mm_lt(c, CUDA_R_32F, d->data, (int64_t)(d->row_bytes / 4), CUDA_R_32F, x, y, d->rows, n, d->cols);
+        rc = cuda_mm_lt(c, CUDA_R_32F, d->data, (int64_t)(d->row_bytes / 4), CUDA_R_32F, x, y, d->rows, n, d->cols,
+                        acc);
     } else {
         const void *wp = d->data;
         int64_t lda = (int64_t)(d->row_bytes / 2);
         if (d->type == CUDA_W_Q) {
             /* Dequantized per call into one reused workspace: see the file comment. */
             uint16_t *wb = cuda_ws_get(c, CUDA_WS_DEQ, (size_t)(d->rows * d->cols) * 2);
-            if (!wb) return;
+            if (!wb) return 0;
             void *prof = cuda_prof_begin(c->stream);
-            if (cuda_check_launch(c, cuda_k_dequant_q_bf16(c->stream, d, wb))) return;
+            if (cuda_check_launch(c, cuda_k_dequant_q_bf16(c->stream, d, wb))) return 0;
             cuda_prof_end(prof, c->stream, CUDA_PROF_DEQUANT, 0);
             wp = wb;
             lda = d->cols;
         }
         cudaDataType_t t = d->type == CUDA_W_F16 ? CUDA_R_16F : CUDA_R_16BF;
-        rc = cuda_mm_lt(c, t, wp, lda, t, xb, y, d->rows, n, d->cols);
+        rc = cuda_mm_lt(c, t, wp, lda, t, xb, y, d->rows, n, d->cols, acc);
     }
-    if (rc == 1) cuda_mm_gemv_rows(c, d, x, y, n, 0);
+    if (rc != 1) return 0;
+    if (!x) return 1;
+    cuda_mm_gemv_rows(c, d, x, y, n, acc);
+    return 0;
 }
 
 /* The small-batch tensor-core kernel for count weights of one layout when n is in its range and
@@ -351,9 +390,20 @@ static void cuda_mm_descs_of(const struct tensor *const *w, int count, struct cu
     }
 }
 
+/* y = x . W^T, or y += that (acc), past the small kernels: x's 16-bit copy from the memo m
+ * (NULL: none) or converted, then cuBLASLt. */
+static void cuda_mm_big(struct cuda_impl *c, const struct cuda_mm_memo *m, const struct cuda_wdesc *d,
+                        const float *x, float *y, int n, int acc)
+{
+    const uint16_t *xb = NULL;
+    if (d->type != CUDA_W_F32 && !(xb = cuda_mm_x16(c, m, d->type, x, (int64_t)n * d->cols))) return;
+    (void)cuda_mm_gemm(c, d, x, xb, y, n, acc);
+}
+
 void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
 {
     struct cuda_impl *c = cuda_impl_of(be);
+    struct cuda_mm_memo m = cuda_mm_memo_take(c);
     if (c->err_status != CAIRN_OK || n <= 0) return;
     struct cuda_wdesc d = cuda_wdesc_of(w);
     CAIRN_ASSERT(w->n_dims == 2);
@@ -362,17 +412,17 @@ void cuda_op_matmul(struct backend *be, const struct tensor *w, const float *x, 
         cuda_mm_gemv_rows(c, &d, x, y, n, 0);
         return;
     }
-    const uint16_t *xb = NULL;
-    if (d.type != CUDA_W_F32 && !(xb = cuda_mm_convert_x(c, d.type, x, (int64_t)n * d.cols))) return;
-    cuda_mm_gemm(c, &d, x, xb, y, n);
+    cuda_mm_big(c, &m, &d, x, y, n, 0);
 }
 
 /* y += x . W^T: the GEMV adds in its epilogue (decode: no add kernel, y read once). GEMM-sized
- * steps multiply into a workspace and add it, as matmul then add would (the GEMM's own beta = 1
- * would be overwritten by its algorithm tuning, which runs the product several times). */
+ * steps past the small kernels (fuse_gemm): cuBLASLt adds itself (beta = 1 into y; its
+ * algorithm tuning times the candidates into a scratch D, cuda_mm_lt). CAIRN_CUDA_FUSE_GEMM=0:
+ * multiplied into a workspace and added by a kernel, as matmul then add would. */
 void cuda_op_matmul_add(struct backend *be, const struct tensor *w, const float *x, float *y, int n)
 {
     struct cuda_impl *c = cuda_impl_of(be);
+    struct cuda_mm_memo m = cuda_mm_memo_take(c);
     if (c->err_status != CAIRN_OK || n <= 0) return;
     CAIRN_ASSERT(w->n_dims == 2);
     if (c->fuse) {
@@ -380,6 +430,10 @@ void cuda_op_matmul_add(struct backend *be, const struct tensor *w, const float 
         if (cuda_mm_mma(c, &d, &y, 1, x, n, 1, 0)) return;
         if (n <= c->gemv_max_rows) {
             cuda_mm_gemv_rows(c, &d, x, y, n, 1);
+            return;
+        }
+        if (c->fuse_gemm && n > cuda_mm_small_rows(c)) {
+            cuda_mm_big(c, &m, &d, x, y, n, 1);
             return;
         }
     }
@@ -396,6 +450,7 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
                           int count, const float *x, int n)
 {
     struct cuda_impl *c = cuda_impl_of(be);
+    struct cuda_mm_memo m = cuda_mm_memo_take(c);
     if (c->err_status != CAIRN_OK || n <= 0 || count <= 0) return;
     if (count <= CUDA_GEMV_MAX_W && n <= cuda_mm_small_rows(c)) {
         struct cuda_wdesc d[CUDA_GEMV_MAX_W];
@@ -425,8 +480,59 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
         for (int i = 0; i < count; i++) cuda_op_matmul(be, w[i], x, y[i], n);
         return;
     }
-    const uint16_t *xb = cuda_mm_convert_x(c, d[0].type, x, (int64_t)n * d[0].cols);
-    for (int i = 0; i < count && xb && c->err_status == CAIRN_OK; i++) cuda_mm_gemm(c, &d[i], x, xb, y[i], n);
+    const uint16_t *xb = cuda_mm_x16(c, &m, d[0].type, x, (int64_t)n * d[0].cols);
+    for (int i = 0; i < count && xb && c->err_status == CAIRN_OK; i++) (void)cuda_mm_gemm(c, &d[i], x, xb, y[i], n, 0);
+}
+
+/* matmul_fused at GEMM size (n > cuda_mm_small_rows, fuse_gemm): the norm writes the GEMM's
+ * 16-bit x itself (cuda_k_rmsnorm_h16; f->h is scratch, backend.h, and is written only if
+ * cuBLASLt has no algorithm and the GEMV needs the f32 rows), one x for every weight; SwiGLU
+ * writes y[0] and its 16-bit copy, which the memo hands to the next op if it is the matmul that
+ * reads y[0] (down_proj). So a dense layer's two norms, three conversions and the residual adds
+ * take no kernel of their own. Returns 0 (nothing run) when the weights are not all 16-bit of
+ * one kind (F32, F16 beside BF16/Q) with one width, or the rows do not fit the float4 kernels:
+ * the caller runs the plain ops. */
+static int cuda_mm_fused_gemm(struct cuda_impl *c, struct backend *be, const struct backend_matmul_fused *f,
+                              const struct cuda_wdesc *d, const struct cuda_mm_memo *m)
+{
+    const int f16 = d[0].type == CUDA_W_F16, n = f->n;
+    const int64_t in = d[0].cols, out0 = f->w[0]->shape[0];
+    for (int i = 0; i < f->count; i++)
+        if (d[i].type == CUDA_W_F32 || (d[i].type == CUDA_W_F16) != f16 || d[i].cols != in) return 0;
+    if (f->silu_mul && d[1].rows != d[0].rows) return 0;
+    const float *x32 = f->x; /* x as f32 for the GEMV fallback; NULL: not made (the norm's) */
+    const uint16_t *xb;
+    if (f->norm) {
+        uint16_t *hb = cuda_ws_get(c, CUDA_WS_ACT, sizeof(uint16_t) * (size_t)(n * in));
+        if (!hb) return 1;
+        int rc = cuda_k_rmsnorm_h16(c->stream, NULL, hb, f16, f->x, f->norm, n, (int)in, f->eps, f->w_offset);
+        if (rc == CUDA_ELEM_UNFUSED) return 0;
+        if (cuda_check_launch(c, rc)) return 1;
+        xb = hb;
+        x32 = NULL;
+    } else if (!(xb = cuda_mm_x16(c, m, d[0].type, f->x, n * in))) {
+        return 1;
+    }
+    for (int i = 0; i < f->count && c->err_status == CAIRN_OK; i++) {
+        if (!cuda_mm_gemm(c, &d[i], x32, xb, f->y[i], n, 0)) continue;
+        /* no algorithm: the normed rows in f32 for the GEMV (the norm again, into h) */
+        cuda_op_rmsnorm(be, f->h, f->x, f->norm, n, (int)in, f->eps, f->w_offset);
+        x32 = f->h;
+        if (c->err_status == CAIRN_OK) cuda_mm_gemv_rows(c, &d[i], x32, f->y[i], n, 0);
+    }
+    if (!f->silu_mul || c->err_status != CAIRN_OK) return 1;
+    const int64_t elems = (int64_t)n * out0;
+    uint16_t *hb = cuda_ws_get(c, CUDA_WS_ACT, sizeof(uint16_t) * (size_t)elems); /* x is read by now */
+    if (!hb) return 1;
+    int rc = cuda_k_silu_mul_h16(c->stream, f->y[0], hb, f16, f->y[0], f->y[1], elems);
+    if (rc == CUDA_ELEM_UNFUSED) {
+        cuda_op_silu_mul(be, f->y[0], f->y[0], f->y[1], elems);
+        return 1;
+    }
+    if (cuda_check_launch(c, rc)) return 1;
+    c->mm_memo = (struct cuda_mm_memo){.src = f->y[0], .copy = hb, .elems = elems, .f16 = f16,
+                                       .seq = __atomic_load_n(&c->n_calls, __ATOMIC_RELAXED)};
+    return 1;
 }
 
 /* matmul_fused (tensor/backend.h): GEMV-sized steps fold the RMSNorm into the GEMV's reading of
@@ -438,12 +544,14 @@ void cuda_op_matmul_multi(struct backend *be, const struct tensor *const *w, flo
 void cuda_op_matmul_fused(struct backend *be, const struct backend_matmul_fused *f)
 {
     struct cuda_impl *c = cuda_impl_of(be);
+    struct cuda_mm_memo m = cuda_mm_memo_take(c);
     if (c->err_status != CAIRN_OK || f->n <= 0 || f->count <= 0) return;
     CAIRN_ASSERT(f->count <= CUDA_GEMV_MAX_W && (!f->silu_mul || f->count == 2));
     const int64_t in = f->w[0]->shape[1];
     const float *x = f->x;
     struct cuda_wdesc d[CUDA_GEMV_MAX_W];
     cuda_mm_descs_of(f->w, f->count, d);
+    if (c->fuse_gemm && f->n > cuda_mm_small_rows(c) && cuda_mm_fused_gemm(c, be, f, d, &m)) return;
     if (f->n >= c->mma_min_rows && f->n <= c->mma_max_rows) {
         /* the tensor-core kernel when it takes the weights: the norm as its own kernel, SwiGLU
          * in its epilogue (unless switched off) */

@@ -9,7 +9,9 @@
  * definition, beside the plain op sequence, and bitwise alone == in a batch of <= 8 rows. The
  * tensor-core matmul for 1..16 rows of dense BF16/F16 weights (cuda_gemm_small.cu): every n,
  * odd row counts, 32 to 14,336 columns, matmul_add, matmul_multi, matmul_fused, and its rows
- * bitwise the same alone and in batches of 1..16 (test_mma, test_mma_invariant).
+ * bitwise the same alone and in batches of 1..16 (test_mma, test_mma_invariant). The folds of
+ * GEMM-sized steps (n 17..600: the norm and SwiGLU writing the GEMMs' bf16/f16 x, matmul_add's
+ * beta = 1) against the same references, with and without CAIRN_CUDA_FUSE_GEMM (test_fuse_gemm).
  *
  * The reference is written here from tensor/backend.h's contract (weights widened with
  * tensor_row_to_f32, gdn_forward of model/gdn.c for DeltaNet), independent of the kernels.
@@ -2692,6 +2694,128 @@ static void test_matmul_fused(void)
     test_matmul_fused_invariant_case(DTYPE_Q, 2100, 2560, 8, 128);
 }
 
+/* GEMM-sized steps (n > 16, cuda_matmul.c's fuse_gemm): a dense MLP's matmul_fused (norm +
+ * gate/up + SwiGLU, the norm and SwiGLU writing the GEMMs' 16-bit inputs) then down_proj's
+ * matmul_add (cuBLASLt's beta = 1, x from SwiGLU's copy), in one step, three times (graphs: the
+ * run eager, captured, replayed). down's reference is taken on the y[0] the GPU wrote (f32), so
+ * its tolerance is the GEMM's; with poke, an add into y[0] between the two ops must be seen (the
+ * copy is not reused after any other op). */
+static void test_fuse_chain_case(enum dtype dt, int bits, int gs, int64_t hid, int64_t inter, int n, int poke)
+{
+    struct test_weight w[3];
+    weight_make(&w[0], dt, inter, hid, bits, gs);
+    weight_make(&w[1], dt, inter, hid, bits, gs);
+    weight_make(&w[2], dt, hid, inter, bits, gs);
+    const struct tensor *gu[2] = {&w[0].t, &w[1].t};
+    size_t xe = (size_t)(n * hid), ie = (size_t)(n * inter);
+    float *x = rnd_vec(xe, 1.0f), *g = rnd_vec((size_t)hid, 0.5f), *y0 = rnd_vec(xe, 2.0f), *z = rnd_vec(ie, 1.0f);
+    for (int64_t i = 0; i < hid; i++) g[i] += 1.0f;
+    float *dx = dev_from(x, xe * 4), *dg = dev_from(g, (size_t)hid * 4), *dh = dev_alloc(xe * 4);
+    float *dz = dev_from(z, ie * 4), *dr = dev_alloc(xe * 4);
+    float *dy[2] = {dev_alloc(ie * 4), dev_alloc(ie * 4)};
+    float *act = malloc(ie * 4), *got = malloc(xe * 4);
+    double *want = malloc(xe * sizeof(double)), *scale = malloc(xe * sizeof(double));
+    struct cairn_err err;
+    for (int rep = 0; rep < 3; rep++) {
+        CHECK(be->ops->buf_upload(be, dr, y0, xe * 4, &err) == CAIRN_OK);
+        struct backend_matmul_fused f = {.w = gu, .y = dy, .count = 2, .x = dx, .n = n, .norm = dg, .eps = 1e-5f,
+                                         .w_offset = 0.0f, .h = dh, .silu_mul = 1};
+        step_begin();
+        be->ops->matmul_fused(be, &f);
+        if (poke) be->ops->add(be, dy[0], dz, (int64_t)ie);
+        be->ops->matmul_add(be, &w[2].t, dy[0], dr, n);
+        step_end();
+        dev_to(act, dy[0], ie * 4);
+        dev_to(got, dr, xe * 4);
+        ref_matmul(&w[2].t, act, n, want, scale);
+        for (size_t i = 0; i < xe; i++) {
+            want[i] += y0[i];
+            scale[i] += fabs(y0[i]);
+        }
+        char what[128];
+        snprintf(what, sizeof(what), "fused MLP %s q%d g%d hid %lld inter %lld n=%d poke=%d rep %d", dtype_name(dt),
+                 bits, gs, (long long)hid, (long long)inter, n, poke, rep);
+        check_close(what, got, want, scale, xe, mm_tol(dt, inter, n));
+    }
+    dev_free(dx, xe * 4);
+    dev_free(dg, (size_t)hid * 4);
+    dev_free(dh, xe * 4);
+    dev_free(dz, ie * 4);
+    dev_free(dr, xe * 4);
+    dev_free(dy[0], ie * 4);
+    dev_free(dy[1], ie * 4);
+    free(x);
+    free(g);
+    free(y0);
+    free(z);
+    free(act);
+    free(got);
+    free(want);
+    free(scale);
+    for (int i = 0; i < 3; i++) weight_free(&w[i]);
+}
+
+/* The GEMM-sized folds (fuse_gemm) at n in 17..600: matmul_fused (norm, SwiGLU, both, with the
+ * gemma offset) and matmul_add for every weight kind, odd shapes (33 columns: the plain norm
+ * and conversion, and the GEMV where cuBLASLt has no algorithm for that stride; n * rows % 4 !=
+ * 0: SwiGLU's plain kernel), the MLP chain, and with CAIRN_CUDA_FUSE_GEMM=0 the plain sequence
+ * against the same references. */
+static void test_fuse_gemm_cases(int quick)
+{
+    static const int ns[] = {17, 33, 100, 257, 600};
+    static const int modes[] = {1, 2, 3, 7};
+    for (size_t i = 0; i < CAIRN_ARRAY_LEN(ns); i++) {
+        int n = ns[i];
+        if (quick && n != 33 && n != 257) continue;
+        for (size_t k = 0; k < CAIRN_ARRAY_LEN(modes); k++) {
+            int mode = modes[k];
+            if (quick && mode != 3) continue;
+            test_matmul_fused_case(DTYPE_F32, 37, 96, 0, 0, n, mode);
+            test_matmul_fused_case(DTYPE_F16, 41, 136, 0, 0, n, mode);
+            test_matmul_fused_case(DTYPE_BF16, 67, 264, 0, 0, n, mode);
+            test_matmul_fused_case(DTYPE_BF16, 11, 33, 0, 0, n, mode);
+            test_matmul_fused_case(DTYPE_Q, 35, 256, 4, 64, n, mode);
+            test_matmul_fused_case(DTYPE_Q, 29, 384, 8, 32, n, mode);
+            if (n == 100) test_matmul_fused_case(DTYPE_BF16, 300, 4096, 0, 0, n, mode); /* the block-row norm */
+        }
+        test_matmul_add_case(DTYPE_F32, 37, 96, 0, 0, n);
+        test_matmul_add_case(DTYPE_F16, 41, 136, 0, 0, n);
+        test_matmul_add_case(DTYPE_BF16, 67, 264, 0, 0, n);
+        test_matmul_add_case(DTYPE_BF16, 11, 33, 0, 0, n);
+        test_matmul_add_case(DTYPE_Q, 35, 256, 4, 128, n);
+        test_matmul_add_case(DTYPE_Q, 29, 384, 8, 64, n);
+        for (int poke = 0; poke <= 1; poke++) {
+            test_fuse_chain_case(DTYPE_BF16, 0, 0, 264, 344, n, poke);
+            test_fuse_chain_case(DTYPE_F16, 0, 0, 136, 200, n, poke);
+            if (!quick) {
+                test_fuse_chain_case(DTYPE_Q, 4, 64, 256, 384, n, poke);
+                test_fuse_chain_case(DTYPE_Q, 8, 32, 384, 256, n, poke);
+            }
+        }
+    }
+}
+
+static void test_fuse_gemm(void)
+{
+    test_fuse_gemm_cases(0);
+    struct cairn_err err;
+    setenv("CAIRN_CUDA_FUSE_GEMM", "0", 1);
+    be->ops->destroy(be);
+    int st = cuda_backend_open(0, &be, &err);
+    unsetenv("CAIRN_CUDA_FUSE_GEMM");
+    if (st != CAIRN_OK) {
+        fprintf(stderr, "reopen: %s\n", err.msg);
+        exit(1);
+    }
+    test_fuse_gemm_cases(1);
+    be->ops->destroy(be);
+    st = cuda_backend_open(0, &be, &err);
+    if (st != CAIRN_OK) {
+        fprintf(stderr, "reopen: %s\n", err.msg);
+        exit(1);
+    }
+}
+
 /* qk_rope_store against rmsnorm(q), rmsnorm(k), rope(q), rope(k), kv_store on the same inputs:
  * q and k as rewritten in place, and both pools. hd: head_dim (80: not a multiple of the
  * kernel's threads), rot < hd: partial rotary; norms: q/k norm weights given (qwen3). */
@@ -2831,6 +2955,7 @@ int main(int argc, char **argv)
     test_mma();
     test_mma_invariant();
     test_matmul_fused();
+    test_fuse_gemm();
     test_qk_rope_store();
     test_embed();
     test_rmsnorm();
