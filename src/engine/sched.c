@@ -640,6 +640,16 @@ int engine_sched_commit(struct engine *e, struct engine_seq *s, int32_t tok, enu
 
 /* ---- one step ---- */
 
+/* A rate weighted by tokens: tokens and seconds each decay by 0.8 a step, so a step's weight is
+ * its token count (a 64-token restore chunk does not pull a 4,096-token rate down as one step
+ * of equal say would). Returns the rate. */
+static double sched_rate_add(double *w_tok, double *w_s, double tokens, double dt)
+{
+    *w_tok = 0.8 * *w_tok + tokens;
+    *w_s = 0.8 * *w_s + dt;
+    return *w_tok / *w_s;
+}
+
 static void sched_step(struct engine *e)
 {
     double t_plan0 = cairn_now(), t_step0 = t_plan0;
@@ -846,16 +856,9 @@ static void sched_step(struct engine *e)
     }
     if (dt > 0) {
         /* rates over steps of each kind (mixed steps count for both) */
-        if (n_decode) {
-            e->decode_w_tok = 0.8 * e->decode_w_tok + n_decode_tokens;
-            e->decode_w_s = 0.8 * e->decode_w_s + dt;
-            e->decode_tok_s = e->decode_w_tok / e->decode_w_s;
-        }
-        if (n_prefill) { /* kv_cache_plan's restore-or-recompute reads it */
-            e->prefill_w_tok = 0.8 * e->prefill_w_tok + n_prefill;
-            e->prefill_w_s = 0.8 * e->prefill_w_s + dt;
-            e->prefill_tok_s = e->prefill_w_tok / e->prefill_w_s;
-        }
+        if (n_decode) e->decode_tok_s = sched_rate_add(&e->decode_w_tok, &e->decode_w_s, n_decode_tokens, dt);
+        if (n_prefill) /* kv_cache_plan's restore-or-recompute reads it */
+            e->prefill_tok_s = sched_rate_add(&e->prefill_w_tok, &e->prefill_w_s, n_prefill, dt);
     }
     double t_end = cairn_now();
     if (n_prefill == 0) {

@@ -325,6 +325,13 @@ static void kv_cache_index_restored(struct kv_cache *c, int b, const uint8_t has
 
 static void kv_cache_smooth(double *avg, double x) { *avg = *avg > 0 ? 0.8 * *avg + 0.2 * x : x; }
 
+/* kv_tier_copy.copy for a device pool: the backend's upload (synchronous). */
+static int kv_cache_upload(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    const struct kv_pool *pool = ctx;
+    return pool->be->ops->buf_upload(pool->be, dst, src, bytes, NULL) == CAIRN_OK;
+}
+
 /* Device miss: ask the lower tiers; on a hit take a block, copy the payload in and publish it.
  * Returns the block (one reference held) or -1. `timed`: the lookup is a RAM-tier copy whose
  * speed feeds fast_read_bps. */
@@ -336,13 +343,24 @@ static int kv_cache_promote(struct kv_cache *c, const uint8_t hash[32], const ui
     if (b < 0) return -1;
     int has_state = 0;
     double t0 = timed ? cairn_now() : 0;
-    /* On a device pool the payload lands in the host stage and is uploaded after. */
-    uint8_t *k_dst = c->stage ? c->stage : kv_pool_k(c->pool, b, 0);
-    uint8_t *v_dst = c->stage ? (uint8_t *)c->stage + c->pool->block_bytes : kv_pool_v(c->pool, b, 0);
-    int hit = c->tiers.lookup(c->tiers.ctx, hash, tokens, c->pool->block_size, k_dst, v_dst,
-                              c->pool->block_bytes, c->scratch_state,
-                              c->scratch_state ? c->state_bytes : 0, &has_state);
-    if (hit && c->stage && kv_pool_block_write(c->pool, b, k_dst, v_dst, NULL) != CAIRN_OK) hit = 0;
+    int hit = 0;
+    if (c->stage && c->tiers.lookup_copy) {
+        /* A device pool: a RAM tier uploads straight from its copy, without the stage */
+        struct kv_tier_copy dst = {.k = kv_pool_k(c->pool, b, 0), .v = kv_pool_v(c->pool, b, 0),
+                                   .block_bytes = c->pool->block_bytes, .state = c->scratch_state,
+                                   .state_bytes = c->scratch_state ? c->state_bytes : 0,
+                                   .copy = kv_cache_upload, .copy_ctx = c->pool};
+        hit = c->tiers.lookup_copy(c->tiers.ctx, hash, tokens, c->pool->block_size, &dst, &has_state);
+    }
+    if (!hit) {
+        /* On a device pool the payload lands in the host stage and is uploaded after. */
+        uint8_t *k_dst = c->stage ? c->stage : kv_pool_k(c->pool, b, 0);
+        uint8_t *v_dst = c->stage ? (uint8_t *)c->stage + c->pool->block_bytes : kv_pool_v(c->pool, b, 0);
+        hit = c->tiers.lookup(c->tiers.ctx, hash, tokens, c->pool->block_size, k_dst, v_dst,
+                              c->pool->block_bytes, c->scratch_state, c->scratch_state ? c->state_bytes : 0,
+                              &has_state);
+        if (hit && c->stage && kv_pool_block_write(c->pool, b, k_dst, v_dst, NULL) != CAIRN_OK) hit = 0;
+    }
     if (!hit) {
         kv_cache_release(c, b);
         return -1;

@@ -34,6 +34,18 @@ enum kv_tier_loc {
     KV_TIER_LOC_SLOW = 2,
 };
 
+/* Where lookup_copy puts a block: K and V (block_bytes each) through copy (a device pool: the
+ * backend's upload into k and v, device pointers; returns 1 on success), the state (if any) into
+ * the host buffer `state`. */
+struct kv_tier_copy {
+    void *k, *v;
+    size_t block_bytes;
+    void *state;
+    size_t state_bytes;
+    int (*copy)(void *copy_ctx, void *dst, const void *src, size_t bytes);
+    void *copy_ctx;
+};
+
 /* Speeds measured at run time that the restore-or-recompute choice reads (kv_restore.h); 0 =
  * not measured. A tier that persists them gives the next run of the same model on the same
  * device its first choices informed (without them, the first SSD hit after a restart is always
@@ -66,6 +78,13 @@ struct kv_tier_ops {
     int (*speeds_load)(void *ctx, const char *device, struct kv_tier_speeds *sp);
     /* Keeps them for the next run (crash-safe); engine_destroy calls it. May be NULL. */
     void (*speeds_save)(void *ctx, const char *device, const struct kv_tier_speeds *sp);
+    /* lookup for a pool in device memory, answered by a RAM tier alone: on a hit K and V go
+     * through dst->copy straight from the tier's own copy (no host stage: the stage's memcpy was
+     * half of a hot hit's time on a GPU) and 1 is returned. 0: not in RAM, or the copy failed;
+     * the caller then runs lookup into its host stage (the disk, or the copy again). Runs on the
+     * scheduler thread, for blocks that locate calls fast. May be NULL. */
+    int (*lookup_copy)(void *ctx, const uint8_t hash[32], const int32_t *tokens, int n_tokens,
+                       const struct kv_tier_copy *dst, int *has_state);
 };
 
 #endif

@@ -67,6 +67,21 @@ int kv_tier_block_copy_out(const struct kv_tier_block *b, const int32_t *tokens,
     return 1;
 }
 
+int kv_tier_block_copy_to(const struct kv_tier_block *b, const int32_t *tokens, int n_tokens,
+                          const struct kv_tier_copy *dst, int *has_state)
+{
+    if (b->n_tokens != n_tokens || b->block_bytes != dst->block_bytes) return 0;
+    if (n_tokens && memcmp(b->tokens, tokens, (size_t)n_tokens * sizeof(int32_t)) != 0) return 0;
+    int with_state = b->has_state && dst->state != NULL;
+    if (with_state && b->state_bytes != dst->state_bytes) return 0;
+    if (!dst->copy(dst->copy_ctx, dst->k, b->k, b->block_bytes) ||
+        !dst->copy(dst->copy_ctx, dst->v, b->v, b->block_bytes))
+        return -1;
+    if (with_state) memcpy(dst->state, b->state, b->state_bytes);
+    if (has_state) *has_state = with_state;
+    return 1;
+}
+
 /* ---- map ---- */
 
 static size_t tier_map_slot(const struct kv_tier_map *m, const uint8_t key[32])

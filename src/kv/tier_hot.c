@@ -194,6 +194,28 @@ int kv_hot_lookup(struct kv_hot *h, const uint8_t hash[32], const int32_t *token
     return hit;
 }
 
+int kv_hot_lookup_copy(struct kv_hot *h, const uint8_t hash[32], const int32_t *tokens, int n_tokens,
+                       const struct kv_tier_copy *dst, int *has_state)
+{
+    int hit = 0;
+    pthread_mutex_lock(&h->mu);
+    struct hot_entry *e = (struct hot_entry *)kv_tier_map_find(&h->map, hash);
+    if (e) {
+        hit = kv_tier_block_copy_to(e->blk, tokens, n_tokens, dst, has_state);
+        if (hit == 1) {
+            kv_tier_map_touch(&h->map, &e->link);
+            h->st.n_hits++;
+        } else if (hit == 0) {
+            LOG_WARN("kv", "hot tier: block with matching hash but different tokens or sizes, "
+                           "dropped");
+            h->st.n_damaged++;
+            hot_remove_locked(h, e, NULL);
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    return hit == 1;
+}
+
 void kv_hot_mark_all_dirty(struct kv_hot *h)
 {
     pthread_mutex_lock(&h->mu);

@@ -30,6 +30,10 @@ int kv_hot_touch(struct kv_hot *h, const uint8_t hash[32]);
 int kv_hot_lookup(struct kv_hot *h, const uint8_t hash[32], const int32_t *tokens, int n_tokens,
                   void *k, void *v, size_t block_bytes, void *state, size_t state_bytes,
                   int *has_state);
+/* See kv_tier_ops.lookup_copy: the copy runs under the tier's lock (the block cannot leave
+ * meanwhile). Counts a hit; a miss is left to the lookup the caller runs next. */
+int kv_hot_lookup_copy(struct kv_hot *h, const uint8_t hash[32], const int32_t *tokens, int n_tokens,
+                       const struct kv_tier_copy *dst, int *has_state);
 /* Empties the tier; dirty blocks go to spill (blocking) when flush, else are dropped. */
 void kv_hot_clear(struct kv_hot *h, int flush);
 /* After the SSD was cleared: every block becomes dirty again. */

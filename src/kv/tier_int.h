@@ -42,6 +42,10 @@ void kv_tier_block_free(struct kv_tier_block *b);
 int kv_tier_block_copy_out(const struct kv_tier_block *b, const int32_t *tokens, int n_tokens,
                            void *k, void *v, size_t block_bytes, void *state, size_t state_bytes,
                            int *has_state);
+/* kv_tier_block_copy_out through dst->copy (kv_tier.h's lookup_copy): 1 copied, 0 the block does
+ * not match (tokens, sizes), -1 the copy failed. */
+int kv_tier_block_copy_to(const struct kv_tier_block *b, const int32_t *tokens, int n_tokens,
+                          const struct kv_tier_copy *dst, int *has_state);
 
 /* Map node: embed as the first member of an entry. lru_prev/next form a list, oldest first. */
 struct kv_tier_link {

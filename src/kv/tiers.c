@@ -124,6 +124,14 @@ static int tiers_lookup(void *ctx, const uint8_t hash[32], const int32_t *tokens
     return hit;
 }
 
+static int tiers_lookup_copy(void *ctx, const uint8_t hash[32], const int32_t *tokens, int n_tokens,
+                             const struct kv_tier_copy *dst, int *has_state)
+{
+    struct kv_tiers *t = ctx;
+    if (has_state) *has_state = 0;
+    return t->hot && kv_hot_lookup_copy(t->hot, hash, tokens, n_tokens, dst, has_state);
+}
+
 static int tiers_locate(void *ctx, const uint8_t hash[32])
 {
     struct kv_tiers *t = ctx;
@@ -206,6 +214,7 @@ struct kv_tier_ops kv_tiers_ops(struct kv_tiers *t)
     ops.on_evict = tiers_on_evict;
     ops.on_publish = t->write_through && t->ssd ? tiers_on_publish : NULL;
     ops.lookup = tiers_lookup;
+    ops.lookup_copy = tiers_lookup_copy;
     ops.locate = tiers_locate;
     if (t->ssd) { /* the speeds outlive the process where the blocks do */
         ops.speeds_load = tiers_speeds_load;

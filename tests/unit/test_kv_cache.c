@@ -1,6 +1,7 @@
 /* kv_cache: refcounts, free list, LRU eviction order, hash chain, token-id mismatch = miss,
  * twins, tier hooks (publish, evict, promotion) and hybrid snapshots; the tier hooks also over a
- * pool in memory that is not host-visible (a GPU's), where blocks go through the host stage. */
+ * pool in memory that is not host-visible (a GPU's), where blocks go through the host stage, or
+ * straight from a tier that offers lookup_copy. */
 #include "base/hash.h"
 #include "base/mem.h"
 #include "kv/kv_cache.h"
@@ -62,6 +63,31 @@ static int fake_lookup(void *ctx, const uint8_t hash[32], const int32_t *tokens,
     return 0;
 }
 
+static int fake_n_copied; /* hits answered by lookup_copy (straight into the pool, no stage) */
+
+/* lookup_copy: the same blocks, K and V through the cache's copy function into the pool */
+static int fake_lookup_copy(void *ctx, const uint8_t hash[32], const int32_t *tokens, int n_tokens,
+                            const struct kv_tier_copy *dst, int *has_state)
+{
+    struct fake_tier *t = ctx;
+    t->n_lookup++;
+    if (t->corrupt) return 0;
+    for (int i = 0; i < t->n_evict && i < 32; i++) {
+        if (memcmp(t->evicted_hash[i], hash, 32) == 0 &&
+            memcmp(t->evicted_tokens[i], tokens, sizeof(int32_t) * (size_t)n_tokens) == 0) {
+            if (!dst->copy(dst->copy_ctx, dst->k, t->evicted_k[i], dst->block_bytes) ||
+                !dst->copy(dst->copy_ctx, dst->v, t->evicted_v[i], dst->block_bytes))
+                return 0;
+            *has_state = t->evicted_has_state[i];
+            if (dst->state && t->evicted_has_state[i]) memcpy(dst->state, t->evicted_state[i], dst->state_bytes);
+            t->n_hit++;
+            fake_n_copied++;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void fill_block(struct kv_pool *p, int b, float val)
 {
     float *k = kv_pool_k(p, b, 0), *v = kv_pool_v(p, b, 0);
@@ -117,6 +143,7 @@ static const struct backend_ops dev_ops = {
 static struct backend dev_be = {.ops = &dev_ops, .kind = BACKEND_CUDA, .name = "fake-device", .host_visible = 0};
 
 static struct backend *pool_be; /* where setup puts the pool: NULL (host) or &dev_be */
+static int tier_copies;          /* setup's tier offers lookup_copy */
 
 static void setup(struct kv_pool *p, struct kv_cache *c, struct fake_tier *t, size_t state_bytes)
 {
@@ -124,7 +151,8 @@ static void setup(struct kv_pool *p, struct kv_cache *c, struct fake_tier *t, si
     uint8_t ident[32];
     cairn_sha256("test-model", 10, ident);
     CHECK(kv_pool_init(p, pool_be, 1, NB, BS, 1, 2, DTYPE_F32, &err) == CAIRN_OK);
-    struct kv_tier_ops ops = {t, fake_on_evict, fake_on_publish, fake_lookup, NULL, NULL, NULL}; /* no locate: lookups stay synchronous */
+    struct kv_tier_ops ops = {t, fake_on_evict, fake_on_publish, fake_lookup, NULL, NULL, NULL, NULL}; /* no locate: lookups stay synchronous */
+    if (tier_copies) ops.lookup_copy = fake_lookup_copy;
     CHECK(kv_cache_init(c, p, ident, state_bytes, t ? &ops : NULL, &err) == CAIRN_OK);
 }
 
@@ -395,6 +423,14 @@ int main(void)
     test_lru_and_tiers();
     CHECK_MSG(dev_n_down >= 2 * 4, "%d downloads", dev_n_down);
     CHECK_EQ_INT(dev_n_up, 2);
+    /* and with a tier that copies straight into the pool (the hot tier's lookup_copy): the same
+     * payloads, the same two uploads, none staged */
+    dev_n_up = dev_n_down = 0;
+    tier_copies = 1;
+    test_lru_and_tiers();
+    CHECK_EQ_INT(fake_n_copied, 1);
+    CHECK_EQ_INT(dev_n_up, 2);
+    tier_copies = 0;
     pool_be = NULL;
     test_twins();
     test_snapshots();

@@ -324,6 +324,72 @@ static void test_state_snapshot(void)
     tt_rm_rf(dir);
 }
 
+/* A copy function that counts and can fail (a device upload that errs). */
+static int copy_n, copy_fail;
+static int count_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    copy_n++;
+    if (copy_fail) return 0;
+    memcpy(dst, src, bytes);
+    return 1;
+}
+
+/* lookup_copy (a device pool's path): the hot tier answers through the caller's copy, the same
+ * bytes as lookup; a miss is not counted (the caller's lookup does that), a failed copy is a miss
+ * that keeps the block, and a token mismatch drops it as lookup does. The SSD never answers. */
+static void test_hot_lookup_copy(void)
+{
+    char dir[256];
+    tt_tmpdir(dir, sizeof(dir), "tiers");
+    struct kv_tiers *t = open_tiers(1 << 20, dir, 0, 0);
+    struct kv_tier_ops ops = kv_tiers_ops(t);
+    CHECK(ops.lookup_copy != NULL);
+    tt_evict(&ops, &sig, 0, 1);
+    struct tt_block b;
+    tt_block_make(&b, &sig, 0, 1);
+    uint8_t *k = calloc(1, b.block_bytes), *v = calloc(1, b.block_bytes), *st = calloc(1, sig.state_bytes + 1);
+    struct kv_tier_copy dst = {.k = k, .v = v, .block_bytes = b.block_bytes, .state = st,
+                               .state_bytes = sig.state_bytes, .copy = count_copy};
+    int hs = 0;
+    CHECK_EQ_INT(ops.lookup_copy(ops.ctx, b.hash, b.tokens, sig.block_size, &dst, &hs), 1);
+    CHECK_EQ_INT(copy_n, 2);
+    CHECK(memcmp(k, b.k, b.block_bytes) == 0 && memcmp(v, b.v, b.block_bytes) == 0);
+    CHECK(hs == (sig.state_bytes > 0));
+    if (sig.state_bytes) CHECK(memcmp(st, b.state, sig.state_bytes) == 0);
+    /* a failed copy: a miss, and the block stays */
+    copy_fail = 1;
+    CHECK_EQ_INT(ops.lookup_copy(ops.ctx, b.hash, b.tokens, sig.block_size, &dst, &hs), 0);
+    copy_fail = 0;
+    CHECK_EQ_INT(tt_lookup_check(&ops, &sig, 0, NULL), 1);
+    /* not in RAM: 0 without a copy */
+    struct tt_block b1;
+    tt_block_make(&b1, &sig, 1, 0);
+    copy_n = 0;
+    CHECK_EQ_INT(ops.lookup_copy(ops.ctx, b1.hash, b1.tokens, sig.block_size, &dst, &hs), 0);
+    CHECK_EQ_INT(copy_n, 0);
+    struct kv_tiers_stats s;
+    kv_tiers_stats(t, &s);
+    CHECK_EQ_INT(s.hot.n_hits, 2); /* lookup_copy's and tt_lookup_check's */
+    CHECK_EQ_INT(s.hot.n_misses, 0);
+    /* a token mismatch drops the block */
+    int32_t other[4];
+    memcpy(other, b.tokens, sizeof(other));
+    other[2]++;
+    CHECK_EQ_INT(ops.lookup_copy(ops.ctx, b.hash, other, sig.block_size, &dst, &hs), 0);
+    CHECK_EQ_INT(copy_n, 0);
+    kv_tiers_stats(t, &s);
+    CHECK_EQ_INT(s.hot.n_damaged, 1);
+    CHECK_EQ_INT(s.hot.n_blocks, 0);
+    kv_tiers_close(t);
+    tt_block_free(&b);
+    tt_block_free(&b1);
+    free(k);
+    free(v);
+    free(st);
+    tt_rm_rf(dir);
+}
+
 static void test_token_mismatch(void)
 {
     char dir[256];
@@ -452,6 +518,7 @@ int main(void)
     test_clear_and_close_flush();
     test_restart_lru_by_mtime();
     test_state_snapshot();
+    test_hot_lookup_copy();
     test_token_mismatch();
     test_sizes();
     test_concurrent();
