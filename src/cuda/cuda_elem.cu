@@ -10,6 +10,8 @@
  * loops of CUDA_ELEM_THREADS threads (RMSNorm: float4 rows held in registers, see below).
  * CPU references: cpu/ref_ops.c and model/moe.c. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/cuda_common.cuh"
 
@@ -388,23 +390,35 @@ extern "C" int cuda_k_qk_rope_store(cudaStream_t s, const struct backend_qk_rope
  * then top-k by probability, ties to the lower id), gather and weighted scatter ----
  * The block holds the token's logits and probabilities in shared memory: the max and each
  * probability in parallel, the double sum and the chosen weights' sum in expert order by one
- * thread (the sequential order the reference sums in, so the bits are the same), and each
- * expert's rank among the others by (probability desc, id asc) in parallel: the top_k ranks are
- * the choices, in order. (One thread per token, choosing by k scans of all experts, took 240 us
- * a layer on the H200 at batch 1: two thirds of a Qwen3-30B-A3B-shaped decode step.) */
+ * thread (the sequential order the reference sums in, so the bits are the same), and the top_k
+ * by each candidate's rank among the others by (probability desc, id asc) in parallel: the
+ * top_k ranks are the choices, in order. Candidates: the experts whose probability is at least
+ * tau, the top_k-th largest of the maxima of CUDA_MOE_ROUTE_GROUPS disjoint groups of experts
+ * (top_k distinct experts reach tau, so the top_k-th probability is >= tau, and every expert
+ * that outranks a candidate is a candidate too: a candidate's rank among the candidates is its
+ * rank among all). Ranking every expert against every other cost E^2 / threads compares: 35 us
+ * a layer at Qwen3-Next's 512 experts on the H200; the candidates are typically a few dozen.
+ * (One thread per token, choosing by k scans of all experts, took 240 us a layer at 128 experts.)
+ * CAIRN_CUDA_MOE=legacy1 makes every expert a candidate (the full ranking, for A/B). */
 
 #define CUDA_MOE_MAX_TOPK 32       /* the chosen weights of one token, in shared memory */
 #define CUDA_MOE_ROUTE_THREADS 128 /* threads per token */
+#define CUDA_MOE_ROUTE_LANES 4     /* lanes (expert strides) whose maxima make one group's */
+#define CUDA_MOE_ROUTE_GROUPS (CUDA_MOE_ROUTE_THREADS / CUDA_MOE_ROUTE_LANES) /* >= MAX_TOPK */
 
 static __global__ void __launch_bounds__(CUDA_MOE_ROUTE_THREADS)
-    cuda_moe_route_kernel(const float *logits, int n_experts, int top_k, int norm_topk,
+    cuda_moe_route_kernel(const float *logits, int n_experts, int top_k, int norm_topk, int all,
                           int32_t *ids, float *w)
 {
     __shared__ float sl[CUDA_MOE_MAX_EXPERTS]; /* logits, then probabilities */
     __shared__ float se[CUDA_MOE_MAX_EXPERTS]; /* exp(logit - max) */
+    __shared__ int sc[CUDA_MOE_MAX_EXPERTS];   /* the candidates, in atomics' order */
     __shared__ float sm[CUDA_WARP];
+    __shared__ float sg[CUDA_MOE_ROUTE_GROUPS];
     __shared__ float sw[CUDA_MOE_MAX_TOPK];
     __shared__ double s_sum;
+    __shared__ float s_tau;
+    __shared__ int s_nc;
     const int t = blockIdx.x, tid = threadIdx.x;
     const float *l = logits + (int64_t)t * n_experts;
     float m = -INFINITY;
@@ -415,6 +429,7 @@ static __global__ void __launch_bounds__(CUDA_MOE_ROUTE_THREADS)
     }
     m = cuda_warp_max(m);
     if (tid % CUDA_WARP == 0) sm[tid / CUDA_WARP] = m;
+    if (tid == 0) s_nc = 0, s_tau = -INFINITY;
     __syncthreads();
     m = sm[0];
     for (int i = 1; i < (int)blockDim.x / CUDA_WARP; i++)
@@ -433,14 +448,35 @@ static __global__ void __launch_bounds__(CUDA_MOE_ROUTE_THREADS)
     }
     __syncthreads();
     const double sum = s_sum;
-    for (int e = tid; e < n_experts; e += blockDim.x)
-        sl[e] = (float)(se[e] / sum);
-    __syncthreads();
+    float pm = -INFINITY; /* this thread's experts' largest probability (NaN never counts) */
     for (int e = tid; e < n_experts; e += blockDim.x) {
+        float p = (float)(se[e] / sum);
+        sl[e] = p;
+        pm = fmaxf(pm, p);
+    }
+#pragma unroll
+    for (int o = CUDA_MOE_ROUTE_LANES / 2; o > 0; o >>= 1)
+        pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, o));
+    if (tid % CUDA_MOE_ROUTE_LANES == 0) sg[tid / CUDA_MOE_ROUTE_LANES] = pm;
+    __syncthreads();
+    if (!all && tid < CUDA_MOE_ROUTE_GROUPS) { /* tau: the group maximum of rank top_k - 1 */
+        int rank = 0;
+        for (int i = 0; i < CUDA_MOE_ROUTE_GROUPS; i++)
+            rank += sg[i] > pm || (sg[i] == pm && i < tid);
+        if (rank == top_k - 1) s_tau = pm;
+    }
+    __syncthreads();
+    const float tau = s_tau;
+    for (int e = tid; e < n_experts; e += blockDim.x)
+        if (sl[e] >= tau) sc[atomicAdd(&s_nc, 1)] = e;
+    __syncthreads();
+    const int nc = s_nc;
+    for (int i = tid; i < nc; i += blockDim.x) {
+        int e = sc[i];
         float p = sl[e];
-        int rank = 0; /* over all experts, no early exit: the loop unrolls, same count below top_k */
-#pragma unroll 8
-        for (int o = 0; o < n_experts; o++) {
+        int rank = 0;
+        for (int j = 0; j < nc; j++) {
+            int o = sc[j];
             float q = sl[o];
             rank += q > p || (q == p && o < e);
         }
@@ -462,11 +498,16 @@ static __global__ void __launch_bounds__(CUDA_MOE_ROUTE_THREADS)
 extern "C" int cuda_k_moe_route(cudaStream_t s, const float *logits, int n, int n_experts, int top_k,
                                 int norm_topk, int32_t *ids, float *w)
 {
+    static int all = -1; /* CAIRN_CUDA_MOE=legacy1: rank every expert (read once) */
+    if (all < 0) {
+        const char *e = getenv("CAIRN_CUDA_MOE");
+        all = e && strcmp(e, "legacy1") == 0;
+    }
     if (top_k > CUDA_MOE_MAX_TOPK || n_experts > CUDA_MOE_MAX_EXPERTS)
         return (int)cudaErrorInvalidValue;
     if (n > 0)
         cuda_moe_route_kernel<<<(unsigned)n, CUDA_MOE_ROUTE_THREADS, 0, s>>>(
-            logits, n_experts, top_k, norm_topk, ids, w);
+            logits, n_experts, top_k, norm_topk, all, ids, w);
     return (int)cudaGetLastError();
 }
 
