@@ -18,8 +18,9 @@
  *   down:    the same over (active expert, row of hidden): ys[s][r] = down_e . h[s];
  *   combine: out[t] = sum_k w[t,k] * ys[t * top_k + k] in k order (deterministic, no atomics).
  * One token (n = 1, a decode step of one sequence) takes two kernels instead, unsorted (below:
- * gate_up1, then down1 with the combine folded in), to the same bits; CAIRN_CUDA_MOE=old keeps
- * it on the four.
+ * gate_up1, then down1 with the combine folded in; MLX q4/q8 weights gate_up1q and down1q, which
+ * stage x and h in shared memory), to the same bits; CAIRN_CUDA_MOE=old keeps it on the four,
+ * CAIRN_CUDA_MOE=legacy1 on gate_up1 / down1 for q4/q8 too.
  * Each lane streams 16-byte chunks of its rows (8 bf16/f16, 4 f32, 32 q4 or 16 q8 codes: a
  * chunk lies in one quantization group), CUDA_MOE_U chunks in flight before any is used; rows of
  * another layout (q2/q3/q5/q6, unaligned) are read element by element (cuda_w_elem).
@@ -57,16 +58,22 @@ static __device__ __forceinline__ float cuda_moe_code_f(uint32_t code)
     return __uint_as_float(0x4B000000u | code) - 8388608.0f;
 }
 
+/* cx over the PER_WORD codes of one 32-bit word of a chunk (xw: their x values), in order */
+template <int BITS>
+static __device__ __forceinline__ float cuda_moe_q_word(uint32_t word, const float *xw, float cx)
+{
+#pragma unroll
+    for (int j = 0; j < 32 / BITS; j++)
+        cx = fmaf(cuda_moe_code_f((word >> (BITS * j)) & ((1u << BITS) - 1)), xw[j], cx);
+    return cx;
+}
+
 template <int BITS>
 static __device__ __forceinline__ float cuda_moe_q_cx(const uint32_t *u, const float *xv)
 {
-    constexpr int PER_WORD = 32 / BITS;
     float cx = 0;
 #pragma unroll
-    for (int q = 0; q < 4; q++)
-#pragma unroll
-        for (int j = 0; j < PER_WORD; j++)
-            cx = fmaf(cuda_moe_code_f((u[q] >> (BITS * j)) & ((1u << BITS) - 1)), xv[q * PER_WORD + j], cx);
+    for (int q = 0; q < 4; q++) cx = cuda_moe_q_word<BITS>(u[q], xv + q * (32 / BITS), cx);
     return cx;
 }
 
@@ -86,6 +93,16 @@ static __device__ __forceinline__ void cuda_moe_q_sb(const struct cuda_wdesc &w,
     int64_t g = i / w.group_size;
     *scale = cuda_bf16_f32(((const uint16_t *)(row + cuda_q_scales_off(w.cols, bits)))[g]);
     *bias = cuda_bf16_f32(((const uint16_t *)(row + cuda_q_biases_off(w.cols, bits, w.group_size)))[g]);
+}
+
+/* the bf16 scale (low half) and bias (high half) of the group of element i, as cuda_moe_q_sb */
+static __device__ __forceinline__ uint32_t cuda_moe_q_sb_raw(const struct cuda_wdesc &w, const uint8_t *row,
+                                                             int64_t i, int bits)
+{
+    int64_t g = i / w.group_size;
+    uint32_t sc = ((const uint16_t *)(row + cuda_q_scales_off(w.cols, bits)))[g];
+    uint32_t bi = ((const uint16_t *)(row + cuda_q_biases_off(w.cols, bits, w.group_size)))[g];
+    return sc | bi << 16;
 }
 
 /* chunk . x[i .. i + elems) for one row (row points at its first byte, for q scales). */
@@ -344,7 +361,8 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS, 2) /* 2 blocks an SM:
  * the sums across lanes are the sorted path's (lanes past a row's chunks add nothing there), and
  * the chunk arithmetic is cuda_moe_q_cx / q_xs: the bits are those of rows_dot. ---- */
 
-#define CUDA_MOE1Q_SMEM (48 << 10) /* staged floats per block at most (else the kernels above) */
+#define CUDA_MOE1Q_SMEM (48 << 10) /* staged bytes per block at most (else the kernels above) */
+#define CUDA_MOE1Q_R 4             /* gate_up1q: rows of gate and of up a warp streams (2 R rows) */
 
 /* float4 slot of float4 q of chunk c in a staged vector of F4 float4s a chunk: 8 lanes reading
  * float4 q of 8 consecutive chunks hit 8 different 16-byte bank groups. */
@@ -367,39 +385,59 @@ static __device__ __forceinline__ void cuda_moe_stage(float4 *dst, const float *
     __syncthreads();
 }
 
+/* the PER_WORD x values of word q of chunk c of a staged vector */
 template <int BITS>
-static __device__ __forceinline__ void cuda_moe_staged_x(const float4 *sv, int c, float *xv)
+static __device__ __forceinline__ void cuda_moe_staged_word(const float4 *sv, int c, int q, float *xw)
 {
-    constexpr int F4 = 32 / BITS;
+    constexpr int F4 = 32 / BITS, PW = 32 / BITS / 4; /* float4s a chunk, a word */
 #pragma unroll
-    for (int q = 0; q < F4; q++) {
-        float4 v = sv[cuda_moe_sw<F4>(c, q)];
-        xv[4 * q] = v.x, xv[4 * q + 1] = v.y, xv[4 * q + 2] = v.z, xv[4 * q + 3] = v.w;
+    for (int f = 0; f < PW; f++) {
+        float4 v = sv[cuda_moe_sw<F4>(c, q * PW + f)];
+        xw[4 * f] = v.x, xw[4 * f + 1] = v.y, xw[4 * f + 2] = v.z, xw[4 * f + 3] = v.w;
     }
 }
 
-/* h [top_k, inter] as gate_up1 (items of CUDA_MOE1_R rows of gate and of up), x staged. */
+/* y += chunk ci of a q row (its code words wv, raw scale/bias sb) . the staged vector sv: the
+ * chunk arithmetic of cuda_moe_chunk_dot, one word's x values live at a time. */
 template <int BITS>
-static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
+static __device__ __forceinline__ float cuda_moe_staged_dot(uint4 wv, uint32_t sb, const float4 *sv, int ci, float y)
+{
+    const uint32_t u[4] = {wv.x, wv.y, wv.z, wv.w};
+    float cx = 0, xs = 0;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        float xw[32 / BITS];
+        cuda_moe_staged_word<BITS>(sv, ci, q, xw);
+#pragma unroll
+        for (int j = 0; j < 32 / BITS; j++) xs += xw[j];
+        cx = cuda_moe_q_word<BITS>(u[q], xw, cx);
+    }
+    return y + fmaf(cuda_bf16_f32((uint16_t)(sb & 0xffffu)), cx, cuda_bf16_f32((uint16_t)(sb >> 16)) * xs);
+}
+
+/* h [top_k, inter] as gate_up1, x staged; items of CUDA_MOE1Q_R rows of gate and of up (Qwen3-Next:
+ * 1,280 warps of 16 loads a lane, one wave at 2 blocks an SM). */
+template <int BITS>
+static __global__ void __launch_bounds__(CUDA_MOE_THREADS, 2)
     cuda_moe_gate_up1q_kernel(struct cuda_moe_set set, float *__restrict__ h, const float *__restrict__ x,
                               const int32_t *__restrict__ ids, int top_k)
 {
-    constexpr int E = 128 / BITS, U = 4, NR = 2 * CUDA_MOE1_R;
+    constexpr int E = 128 / BITS, U = 2, NR = 2 * CUDA_MOE1Q_R; /* q4 2048 columns: one pass of 16 loads */
     extern __shared__ float4 cuda_moe_sx[];
-    const int64_t hidden = set.gate.cols, inter = set.gate.rows, groups = (inter + CUDA_MOE1_R - 1) / CUDA_MOE1_R,
+    const int64_t hidden = set.gate.cols, inter = set.gate.rows, groups = (inter + CUDA_MOE1Q_R - 1) / CUDA_MOE1Q_R,
                   n_items = (int64_t)top_k * groups;
     const int n_chunks = (int)(hidden / E), lane = threadIdx.x % CUDA_WARP;
     cuda_moe_stage<BITS>(cuda_moe_sx, x, 1, (int)hidden);
     for (int64_t it = (int64_t)blockIdx.x * CUDA_MOE_WARPS + threadIdx.x / CUDA_WARP; it < n_items;
          it += (int64_t)gridDim.x * CUDA_MOE_WARPS) {
         int k = (int)(it / groups);
-        int64_t r0 = it % groups * CUDA_MOE1_R;
+        int64_t r0 = it % groups * CUDA_MOE1Q_R;
         int e = ids[k];
         if (e < 0 || e >= set.n_experts) continue; /* adds nothing (down skips the slot) */
         const uint8_t *g = (const uint8_t *)set.gate_data[e], *u = (const uint8_t *)set.up_data[e];
         const uint8_t *rows[NR];
 #pragma unroll
-        for (int i = 0; i < CUDA_MOE1_R; i++) {
+        for (int i = 0; i < CUDA_MOE1Q_R; i++) {
             int64_t r = min(r0 + i, inter - 1); /* past the end: row inter - 1 again, unused */
             rows[2 * i] = g + (size_t)r * set.gate.row_bytes;
             rows[2 * i + 1] = u + (size_t)r * set.up.row_bytes;
@@ -420,15 +458,26 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
             for (int q = 0; q < U; q++) {
                 int ci = c0 + q * CUDA_WARP;
                 if (ci >= n_chunks) continue;
-                float xv[E];
-                cuda_moe_staged_x<BITS>(cuda_moe_sx, ci, xv);
-                float xs = cuda_moe_q_xs<BITS>(xv);
+                float cx[NR], xs = 0; /* one x word at a time, for every row */
+#pragma unroll
+                for (int j = 0; j < NR; j++) cx[j] = 0;
+#pragma unroll
+                for (int wq = 0; wq < 4; wq++) {
+                    float xw[32 / BITS];
+                    cuda_moe_staged_word<BITS>(cuda_moe_sx, ci, wq, xw);
+#pragma unroll
+                    for (int i = 0; i < 32 / BITS; i++) xs += xw[i];
+#pragma unroll
+                    for (int j = 0; j < NR; j++) {
+                        const uint32_t wv[4] = {cv[j][q].x, cv[j][q].y, cv[j][q].z, cv[j][q].w};
+                        cx[j] = cuda_moe_q_word<BITS>(wv[wq], xw, cx[j]);
+                    }
+                }
 #pragma unroll
                 for (int j = 0; j < NR; j++) {
-                    const uint32_t wv[4] = {cv[j][q].x, cv[j][q].y, cv[j][q].z, cv[j][q].w};
                     float scale, bias;
                     cuda_moe_q_sb(j % 2 ? set.up : set.gate, rows[j], (int64_t)ci * E, BITS, &scale, &bias);
-                    acc[j] += fmaf(scale, cuda_moe_q_cx<BITS>(wv, xv), bias * xs);
+                    acc[j] += fmaf(scale, cx[j], bias * xs);
                 }
             }
         }
@@ -437,7 +486,7 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS)
         for (int j = 0; j < NR; j++) o[j] = cuda_warp_sum(acc[j]);
         if (lane == 0)
 #pragma unroll
-            for (int i = 0; i < CUDA_MOE1_R; i++)
+            for (int i = 0; i < CUDA_MOE1Q_R; i++)
                 if (r0 + i < inter) h[(int64_t)k * inter + r0 + i] = cuda_moe_silu(o[2 * i]) * o[2 * i + 1];
     }
 }
@@ -450,7 +499,7 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS, 2)
                            const float *__restrict__ w, float *__restrict__ out, int top_k)
 {
     /* LPR 16: one chunk a lane, every expert's in flight at once (top_k <= 16) */
-    constexpr int E = 128 / BITS, RW = CUDA_WARP / LPR, U = LPR == 16 ? 1 : 2, KB = LPR == 16 ? 16 : CUDA_MOE1_KB;
+    constexpr int E = 128 / BITS, RW = CUDA_WARP / LPR, KB = LPR == 16 ? 16 : CUDA_MOE1_KB;
     extern __shared__ float4 cuda_moe_sh[];
     const int64_t hidden = set.down.rows;
     const int inter = (int)set.down.cols, n_chunks = inter / E, per = inter / 4;
@@ -472,31 +521,23 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS, 2)
             float y[KB];
 #pragma unroll
             for (int j = 0; j < KB; j++) y[j] = 0;
-            for (int c0 = sl; c0 < n_chunks; c0 += LPR * U) {
-                uint4 cv[KB][U];
+            /* LPR 16: the row's one chunk a lane (a compile-time single pass, so the row pointers
+             * die after the loads and every expert's load fits in registers) */
+            const int n_pass = LPR == 16 ? 1 : (n_chunks + LPR - 1) / LPR;
+            for (int ps = 0; ps < n_pass; ps++) {
+                const int ci = sl + ps * LPR;
+                uint4 cv[KB];
+                uint32_t sb[KB];
 #pragma unroll
-                for (int q = 0; q < U; q++)
-#pragma unroll
-                    for (int j = 0; j < KB; j++) {
-                        int ci = c0 + q * LPR;
-                        cv[j][q] = ci < n_chunks && ok[j] ? cuda_moe_ld((const uint4 *)rows[j] + ci)
-                                                          : make_uint4(0, 0, 0, 0);
-                    }
-#pragma unroll
-                for (int q = 0; q < U; q++) {
-                    int ci = c0 + q * LPR;
-                    if (ci >= n_chunks) continue;
-#pragma unroll
-                    for (int j = 0; j < KB; j++) {
-                        if (!ok[j]) continue;
-                        float xv[E];
-                        cuda_moe_staged_x<BITS>(cuda_moe_sh + (size_t)(k0 + j) * per, ci, xv);
-                        const uint32_t wv[4] = {cv[j][q].x, cv[j][q].y, cv[j][q].z, cv[j][q].w};
-                        float scale, bias;
-                        cuda_moe_q_sb(set.down, rows[j], (int64_t)ci * E, BITS, &scale, &bias);
-                        y[j] += fmaf(scale, cuda_moe_q_cx<BITS>(wv, xv), bias * cuda_moe_q_xs<BITS>(xv));
-                    }
+                for (int j = 0; j < KB; j++) {
+                    bool on = ci < n_chunks && ok[j];
+                    cv[j] = on ? cuda_moe_ld((const uint4 *)rows[j] + ci) : make_uint4(0, 0, 0, 0);
+                    sb[j] = on ? cuda_moe_q_sb_raw(set.down, rows[j], (int64_t)ci * E, BITS) : 0u;
                 }
+                if (ci >= n_chunks) continue;
+#pragma unroll
+                for (int j = 0; j < KB; j++)
+                    if (ok[j]) y[j] = cuda_moe_staged_dot<BITS>(cv[j], sb[j], cuda_moe_sh + (size_t)(k0 + j) * per, ci, y[j]);
             }
 #pragma unroll
             for (int j = 0; j < KB; j++) {
@@ -600,7 +641,7 @@ static int cuda_moe_gate_up1q(cudaStream_t s, const struct cuda_moe_set *set, co
 {
     size_t smem = (size_t)set->gate.cols * sizeof(float);
     if (smem > CUDA_MOE1Q_SMEM) return 0;
-    int64_t items = (int64_t)top_k * ((set->gate.rows + CUDA_MOE1_R - 1) / CUDA_MOE1_R);
+    int64_t items = (int64_t)top_k * ((set->gate.rows + CUDA_MOE1Q_R - 1) / CUDA_MOE1Q_R);
     int64_t b = (items + CUDA_MOE_WARPS - 1) / CUDA_MOE_WARPS;
     b = b < 1 ? 1 : b > cap ? cap : b;
     cuda_moe_gate_up1q_kernel<BITS><<<(unsigned)b, CUDA_MOE_THREADS, smem, s>>>(*set, ws->h, ws->x, ids, top_k);
