@@ -460,10 +460,11 @@ static __global__ void __launch_bounds__(CUDA_MOE_ROUTE_THREADS)
     if (tid % CUDA_MOE_ROUTE_LANES == 0) sg[tid / CUDA_MOE_ROUTE_LANES] = pm;
     __syncthreads();
     if (!all && tid < CUDA_MOE_ROUTE_GROUPS) { /* tau: the group maximum of rank top_k - 1 */
+        const float v = sg[tid];
         int rank = 0;
         for (int i = 0; i < CUDA_MOE_ROUTE_GROUPS; i++)
-            rank += sg[i] > pm || (sg[i] == pm && i < tid);
-        if (rank == top_k - 1) s_tau = pm;
+            rank += sg[i] > v || (sg[i] == v && i < tid);
+        if (rank == top_k - 1) s_tau = v;
     }
     __syncthreads();
     const float tau = s_tau;
