@@ -1675,8 +1675,8 @@ static void ref_route(const float *logits, int n, int E, int K, int norm, int32_
 static void test_moe_route(void)
 {
     /* a small case, Qwen3-30B-A3B's 128 experts / top 8 and Qwen3-Next's 512 / top 10 (with ties);
-     * then the candidate filter's edges (cuda_elem.cu): logits of a few values (ties at the
-     * threshold), the largest top_k, a row of one value (every expert a candidate) */
+     * then logits of a few values (many ties), the largest top_k, a row of one value (every
+     * expert tied) */
     static const int shapes[][3] = {{7, 10, 3}, {5, 128, 8}, {3, 512, 10}, {6, 64, 6}, {4, 512, 32}, {3, 33, 5}};
     for (size_t si = 0; si < CAIRN_ARRAY_LEN(shapes); si++) {
         const int n = shapes[si][0], E = shapes[si][1], K = shapes[si][2];
