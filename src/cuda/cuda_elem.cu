@@ -8,10 +8,6 @@
  * once (RMSNorm: x read once into the reduction and once for the scaled write, from L1/L2), so
  * the bound they aim at is HBM bandwidth, with plain coalesced 4-byte accesses and grid-stride
  * loops of CUDA_ELEM_THREADS threads (RMSNorm: float4 rows held in registers, see below).
- * The GEMM's 16-bit inputs (cuda_matmul.c, n > 16 rows): rmsnorm_h16 writes the normed rows as
- * bf16 (f16) beside or instead of f32, and silu_mul_h16 SwiGLU's f32 output and its bf16 (f16)
- * copy, each value the f32 result of the plain kernel rounded to nearest even, so the GEMM that
- * reads them sees the bits the plain kernel + cuda_k_act_bf16 would give it, one launch less.
  * CPU references: cpu/ref_ops.c and model/moe.c. */
 #include <math.h>
 
@@ -66,26 +62,10 @@ static __global__ void cuda_rmsnorm_kernel(float *y, const float *x, const float
 }
 
 /* One row in float4s: thread `first` holds elements first + k * stride (k < CUDA_RMS_VEC) in
- * registers; the sum of squares is reduced over the warp (warp_only) or the block (red). y4 f32
- * out (NULL: none), h4 the same values rounded to bf16 (f16 when f16; NULL: none), 4 per uint2. */
-static __device__ __forceinline__ uint2 cuda_elem_pack4(float4 o, bool f16)
-{
-    uint32_t lo, hi;
-    if (f16) {
-        __half2 a = __floats2half2_rn(o.x, o.y), b = __floats2half2_rn(o.z, o.w);
-        lo = *(const uint32_t *)&a;
-        hi = *(const uint32_t *)&b;
-    } else {
-        __nv_bfloat162 a = __floats2bfloat162_rn(o.x, o.y), b = __floats2bfloat162_rn(o.z, o.w);
-        lo = *(const uint32_t *)&a;
-        hi = *(const uint32_t *)&b;
-    }
-    return make_uint2(lo, hi);
-}
-
-static __device__ __forceinline__ void cuda_rms_vec_row(float4 *y4, uint2 *h4, bool f16, const float4 *x4,
-                                                        const float4 *w4, int n4, int first, int stride,
-                                                        int dim, float eps, float w_offset, bool warp_only,
+ * registers; the sum of squares is reduced over the warp (warp_only) or the block (red). */
+static __device__ __forceinline__ void cuda_rms_vec_row(float4 *y4, const float4 *x4, const float4 *w4,
+                                                        int n4, int first, int stride, int dim,
+                                                        float eps, float w_offset, bool warp_only,
                                                         float *red)
 {
     float4 v[CUDA_RMS_VEC];
@@ -110,72 +90,50 @@ static __device__ __forceinline__ void cuda_rms_vec_row(float4 *y4, uint2 *h4, b
             o.z *= g.z + w_offset;
             o.w *= g.w + w_offset;
         }
-        if (y4) y4[i] = o;
-        if (h4) h4[i] = cuda_elem_pack4(o, f16);
+        y4[i] = o;
     }
 }
 
 static __global__ void __launch_bounds__(CUDA_RMS_MAX_THREADS)
-cuda_rmsnorm_row_kernel(float *y, uint16_t *h, bool f16, const float *x, const float *w, int dim, float eps,
-                        float w_offset)
+cuda_rmsnorm_row_kernel(float *y, const float *x, const float *w, int dim, float eps, float w_offset)
 {
     __shared__ float red[32];
     int n4 = dim / 4;
-    int64_t at = (int64_t)blockIdx.x * dim;
     cuda_pdl_wait();
     cuda_pdl_trigger();
-    cuda_rms_vec_row(y ? (float4 *)(y + at) : NULL, h ? (uint2 *)(h + at) : NULL, f16, (const float4 *)(x + at),
+    cuda_rms_vec_row((float4 *)(y + (int64_t)blockIdx.x * dim), (const float4 *)(x + (int64_t)blockIdx.x * dim),
                      (const float4 *)w, n4, threadIdx.x, blockDim.x, dim, eps, w_offset, false, red);
 }
 
 static __global__ void __launch_bounds__(CUDA_ELEM_THREADS)
-cuda_rmsnorm_warp_kernel(float *y, uint16_t *h, bool f16, const float *x, const float *w, int n_rows, int dim,
-                         float eps, float w_offset)
+cuda_rmsnorm_warp_kernel(float *y, const float *x, const float *w, int n_rows, int dim, float eps,
+                         float w_offset)
 {
     int64_t r = (int64_t)blockIdx.x * (CUDA_ELEM_THREADS / CUDA_WARP) + threadIdx.x / CUDA_WARP;
     cuda_pdl_wait();
     cuda_pdl_trigger();
     if (r >= n_rows) return; /* whole warps leave: the shuffles below see full warps */
-    cuda_rms_vec_row(y ? (float4 *)(y + r * dim) : NULL, h ? (uint2 *)(h + r * dim) : NULL, f16,
-                     (const float4 *)(x + r * dim), (const float4 *)w, dim / 4, threadIdx.x % CUDA_WARP, CUDA_WARP,
-                     dim, eps, w_offset, true, NULL);
-}
-
-/* The float4 kernels when the rows allow (1) and they ran, 0 when they do not take the shape. */
-static int cuda_rms_vec(cudaStream_t s, float *y, uint16_t *h, bool f16, const float *x, const float *w,
-                        int n_rows, int dim, float eps, float w_offset)
-{
-    bool vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)h % 8 == 0 &&
-               (!w || (uintptr_t)w % 16 == 0);
-    int n4 = dim / 4;
-    if (vec && dim <= CUDA_RMS_WARP_DIM) {
-        (void)cuda_launch_pdl(cuda_rmsnorm_warp_kernel, cuda_blocks_for(n_rows, CUDA_ELEM_THREADS / CUDA_WARP),
-                              CUDA_ELEM_THREADS, s, y, h, f16, x, w, n_rows, dim, eps, w_offset);
-    } else if (vec && n4 <= CUDA_RMS_MAX_THREADS * CUDA_RMS_VEC) {
-        int threads = (n4 + CUDA_RMS_VEC - 1) / CUDA_RMS_VEC;
-        threads = (threads + CUDA_WARP - 1) / CUDA_WARP * CUDA_WARP;
-        (void)cuda_launch_pdl(cuda_rmsnorm_row_kernel, (unsigned)n_rows, (unsigned)threads, s, y, h, f16, x, w, dim,
-                              eps, w_offset);
-    } else {
-        return 0;
-    }
-    return 1;
+    cuda_rms_vec_row((float4 *)(y + r * dim), (const float4 *)(x + r * dim), (const float4 *)w, dim / 4,
+                     threadIdx.x % CUDA_WARP, CUDA_WARP, dim, eps, w_offset, true, NULL);
 }
 
 extern "C" int cuda_k_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int n_rows,
                               int dim, float eps, float w_offset)
 {
     if (n_rows <= 0) return (int)cudaGetLastError();
-    if (!cuda_rms_vec(s, y, NULL, false, x, w, n_rows, dim, eps, w_offset))
+    bool vec = dim % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0 && (!w || (uintptr_t)w % 16 == 0);
+    int n4 = dim / 4;
+    if (vec && dim <= CUDA_RMS_WARP_DIM) {
+        (void)cuda_launch_pdl(cuda_rmsnorm_warp_kernel, cuda_blocks_for(n_rows, CUDA_ELEM_THREADS / CUDA_WARP),
+                              CUDA_ELEM_THREADS, s, y, x, w, n_rows, dim, eps, w_offset);
+    } else if (vec && n4 <= CUDA_RMS_MAX_THREADS * CUDA_RMS_VEC) {
+        int threads = (n4 + CUDA_RMS_VEC - 1) / CUDA_RMS_VEC;
+        threads = (threads + CUDA_WARP - 1) / CUDA_WARP * CUDA_WARP;
+        (void)cuda_launch_pdl(cuda_rmsnorm_row_kernel, (unsigned)n_rows, (unsigned)threads, s, y, x, w, dim, eps,
+                              w_offset);
+    } else {
         cuda_rmsnorm_kernel<<<n_rows, CUDA_ROW_THREADS, 0, s>>>(y, x, w, dim, eps, w_offset);
-    return (int)cudaGetLastError();
-}
-
-extern "C" int cuda_k_rmsnorm_h16(cudaStream_t s, float *y, uint16_t *h, int f16, const float *x, const float *w,
-                                  int n_rows, int dim, float eps, float w_offset)
-{
-    if (n_rows <= 0) return (int)cudaGetLastError();
-    if (!cuda_rms_vec(s, y, h, f16 != 0, x, w, n_rows, dim, eps, w_offset)) return CUDA_ELEM_UNFUSED;
+    }
     return (int)cudaGetLastError();
 }
 
@@ -223,23 +181,6 @@ static __global__ void cuda_silu_mul_kernel(float *out, const float *gate, const
     }
 }
 
-/* SwiGLU into f32 out and its 16-bit copy h, 4 values a thread (n4 = n / 4, 16-byte rows). */
-static __global__ void cuda_silu_mul_h16_kernel(float4 *out, uint2 *h, bool f16, const float4 *gate, const float4 *up,
-                                                int64_t n4)
-{
-    cuda_pdl_wait();
-    cuda_pdl_trigger();
-    CUDA_GRID_STRIDE(i, n4) {
-        float4 g = gate[i], u = up[i], o;
-        o.x = g.x / (1.0f + expf(-g.x)) * u.x;
-        o.y = g.y / (1.0f + expf(-g.y)) * u.y;
-        o.z = g.z / (1.0f + expf(-g.z)) * u.z;
-        o.w = g.w / (1.0f + expf(-g.w)) * u.w;
-        out[i] = o;
-        h[i] = cuda_elem_pack4(o, f16);
-    }
-}
-
 static __global__ void cuda_add_kernel(float *y, const float *x, int64_t n)
 {
     CUDA_GRID_STRIDE(i, n) y[i] += x[i];
@@ -280,18 +221,6 @@ static __global__ void cuda_gather_rows_kernel(float *dst, const float *src, con
 extern "C" int cuda_k_silu_mul(cudaStream_t s, float *out, const float *gate, const float *up, int64_t n)
 {
     if (n > 0) (void)cuda_launch_pdl(cuda_silu_mul_kernel, cuda_elem_blocks(n), CUDA_ELEM_THREADS, s, out, gate, up, n);
-    return (int)cudaGetLastError();
-}
-
-extern "C" int cuda_k_silu_mul_h16(cudaStream_t s, float *out, uint16_t *h, int f16, const float *gate,
-                                   const float *up, int64_t n)
-{
-    if (n % 4 || (uintptr_t)out % 16 || (uintptr_t)gate % 16 || (uintptr_t)up % 16 || (uintptr_t)h % 8)
-        return CUDA_ELEM_UNFUSED;
-    int64_t n4 = n / 4;
-    if (n4 > 0)
-        (void)cuda_launch_pdl(cuda_silu_mul_h16_kernel, cuda_elem_blocks(n4), CUDA_ELEM_THREADS, s, (float4 *)out,
-                              (uint2 *)h, f16 != 0, (const float4 *)gate, (const float4 *)up, n4);
     return (int)cudaGetLastError();
 }
 
