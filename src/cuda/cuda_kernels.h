@@ -241,7 +241,9 @@ struct cuda_moe_ws {
 };
 /* out [n, down.rows] = sum_k w[s] * down_e(silu(gate_e x_t) * up_e x_t) over the slots
  * s = t * top_k + k, e = ids[s]; ids, w: moe_route's [n, top_k]. one: n = 1 may take the
- * unsorted two-kernel path (0: CAIRN_CUDA_MOE=old, the sorted path always); the bits are the same. */
+ * unsorted two-kernel path (0: CAIRN_CUDA_MOE=old, the sorted path always; 1: its first kernels
+ * for every kind, CAIRN_CUDA_MOE=legacy1; 2: MLX q4/q8 take the staged kernels); the bits are
+ * the same. */
 int cuda_k_moe_grouped(cudaStream_t s, const struct cuda_moe_set *set, const struct cuda_moe_ws *ws,
                        const int32_t *ids, const float *w, float *out, int n, int top_k, int one, int n_sms);
 

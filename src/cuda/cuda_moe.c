@@ -167,7 +167,13 @@ int cuda_moe_experts_device(struct backend *be, const struct backend_moe *m)
         .down_data = tab + 2 * (size_t)m->n_experts,
         .n_experts = m->n_experts,
     };
-    (void)cuda_check_launch(c, cuda_k_moe_grouped(c->stream, &set, &ws, m->ids, m->w, m->out, m->n,
-                                                  m->top_k, !c->moe_old, c->n_sms));
+    /* CAIRN_CUDA_MOE=legacy1: one token takes its first kernels (for A/B; read once) */
+    static int legacy1 = -1;
+    if (legacy1 < 0) {
+        const char *s = getenv("CAIRN_CUDA_MOE");
+        legacy1 = s && strcmp(s, "legacy1") == 0;
+    }
+    (void)cuda_check_launch(c, cuda_k_moe_grouped(c->stream, &set, &ws, m->ids, m->w, m->out, m->n, m->top_k,
+                                                  c->moe_old ? 0 : legacy1 ? 1 : 2, c->n_sms));
     return 1;
 }

@@ -7,8 +7,9 @@
  *
  * Input projections: qwen3_next packs in_proj_qkvz per key head as [q, k, v-group, z-group] and
  * in_proj_ba as [b-group, a-group] (unpacked into the qwen3_5 layout with the backend's
- * copy_rows, one strided copy per key head and part); qwen3_5 has separate in_proj_qkv /
- * in_proj_z / in_proj_b / in_proj_a. The DeltaNet core is the backend's gdn op, per sequence.
+ * copy_rows: per part, one strided copy per token or per key head, whichever is fewer); qwen3_5
+ * has separate in_proj_qkv / in_proj_z / in_proj_b / in_proj_a. The DeltaNet core is the
+ * backend's gdn op, per sequence.
  *
  * Recurrent state of a sequence: for each DeltaNet layer in order, gdn_state_floats() floats
  * (conv window, then the delta-rule memory).
@@ -195,23 +196,35 @@ static size_t hybrid_gdn_floats(const struct hybrid_ext *x, int T)
     return (size_t)T * (raw + (size_t)gdn_conv_dim(d) + vd + 2 * nv + vd) + 64;
 }
 
+/* dst[t][h] = src[t][h] (width floats each) for T tokens and nh heads, with the given row and
+ * head strides: one strided copy per token when there are fewer tokens than heads (a decode
+ * step: 6 copies a layer instead of 6 per key head; a graph's copy node costs ~0.8 us on the
+ * H200), else one per head. */
+static void hybrid_copy_heads(struct model *m, int T, int nh, int width, float *dst, int64_t dst_row,
+                              int64_t dst_head, const float *src, int64_t src_row, int64_t src_head)
+{
+    if (T < nh)
+        for (int t = 0; t < T; t++)
+            MODEL_OP(m, copy_rows, dst + t * dst_row, dst_head, src + t * src_row, src_head, nh, width);
+    else
+        for (int h = 0; h < nh; h++)
+            MODEL_OP(m, copy_rows, dst + h * dst_head, dst_row, src + h * src_head, src_row, T, width);
+}
+
 /* qwen3_next: per key head h, [q | k | v-group | z-group] of qkvz and [b-group | a-group] of ba
  * go to their places in qkv [T, conv_dim], z [T, value_dim], b, a [T, n_v_heads]. */
 static void hybrid_unpack_qwen3_next(struct model *m, const struct gdn_dims *d, int T, const float *qkvz,
                                      const float *ba, float *qkv, float *z, float *b, float *a)
 {
-    int dk = d->head_k_dim, dv = d->head_v_dim, r = d->n_v_heads / d->n_k_heads;
+    int dk = d->head_k_dim, dv = d->head_v_dim, r = d->n_v_heads / d->n_k_heads, nk = d->n_k_heads;
     int64_t kd = gdn_key_dim(d), vd = gdn_value_dim(d), cd = gdn_conv_dim(d), nv = d->n_v_heads;
     int64_t per_head = 2 * dk + 2 * r * dv, row = 2 * kd + 2 * vd;
-    for (int h = 0; h < d->n_k_heads; h++) {
-        const float *src = qkvz + h * per_head;
-        MODEL_OP(m, copy_rows, qkv + h * dk, cd, src, row, T, dk);
-        MODEL_OP(m, copy_rows, qkv + kd + h * dk, cd, src + dk, row, T, dk);
-        MODEL_OP(m, copy_rows, qkv + 2 * kd + h * r * dv, cd, src + 2 * dk, row, T, r * dv);
-        MODEL_OP(m, copy_rows, z + h * r * dv, vd, src + 2 * dk + r * dv, row, T, r * dv);
-        MODEL_OP(m, copy_rows, b + h * r, nv, ba + h * 2 * r, 2 * nv, T, r);
-        MODEL_OP(m, copy_rows, a + h * r, nv, ba + h * 2 * r + r, 2 * nv, T, r);
-    }
+    hybrid_copy_heads(m, T, nk, dk, qkv, cd, dk, qkvz, row, per_head);
+    hybrid_copy_heads(m, T, nk, dk, qkv + kd, cd, dk, qkvz + dk, row, per_head);
+    hybrid_copy_heads(m, T, nk, r * dv, qkv + 2 * kd, cd, r * dv, qkvz + 2 * dk, row, per_head);
+    hybrid_copy_heads(m, T, nk, r * dv, z, vd, r * dv, qkvz + 2 * dk + r * dv, row, per_head);
+    hybrid_copy_heads(m, T, nk, r, b, nv, r, ba, 2 * nv, 2 * r);
+    hybrid_copy_heads(m, T, nk, r, a, nv, r, ba + r, 2 * nv, 2 * r);
 }
 
 static size_t hybrid_ws_floats(const struct model *m, int max_tokens)

@@ -1684,14 +1684,19 @@ static void ref_route(const float *logits, int n, int E, int K, int norm, int32_
 
 static void test_moe_route(void)
 {
-    /* a small case, Qwen3-30B-A3B's 128 experts / top 8 and Qwen3-Next's 512 / top 10 (with ties)
-     */
-    static const int shapes[][3] = {{7, 10, 3}, {5, 128, 8}, {3, 512, 10}};
+    /* a small case, Qwen3-30B-A3B's 128 experts / top 8 and Qwen3-Next's 512 / top 10 (with ties);
+     * then logits of a few values (many ties), the largest top_k, a row of one value (every
+     * expert tied) */
+    static const int shapes[][3] = {{7, 10, 3}, {5, 128, 8}, {3, 512, 10}, {6, 64, 6}, {4, 512, 32}, {3, 33, 5}};
     for (size_t si = 0; si < CAIRN_ARRAY_LEN(shapes); si++) {
         const int n = shapes[si][0], E = shapes[si][1], K = shapes[si][2];
         float *logits = rnd_vec((size_t)n * E, 3.0f);
-        if (E >= 128)
+        if (E >= 128 && si < 3)
             logits[E + 5] = logits[E + 9] = 40.0f; /* a tie at the top: the lower id first */
+        if (si >= 3)
+            for (int i = 0; i < n * E; i++) logits[i] = floorf(logits[i]); /* 7 values */
+        if (si >= 3)
+            for (int e = 0; e < E; e++) logits[e] = 0.5f; /* row 0: every expert ties */
         float *dl = dev_from(logits, sizeof(float) * (size_t)n * E);
         int32_t *dids = dev_alloc(sizeof(int32_t) * n * K);
         float *dw = dev_alloc(sizeof(float) * n * K);
@@ -2013,6 +2018,14 @@ static void test_moe(void)
     test_moe_invariant_case(DTYPE_F16, 0, 0, 6, 2, 264, 40);
     test_moe_invariant_case(DTYPE_Q, 4, 64, 12, 4, 256, 128);
     test_moe_invariant_case(DTYPE_Q, 8, 32, 8, 3, 128, 96);
+    /* the staged one-token q kernels: Qwen3-Next's expert shape (down rows of 16 q4 chunks, two
+     * a warp), rows of 48 chunks (a warp a row, two chunks a lane), a q8 h over the shared-memory
+     * limit (down falls back to the first kernel) */
+    test_moe_experts_case(DTYPE_Q, 4, 64, 16, 10, 2048, 512, 1, 1);
+    test_moe_invariant_case(DTYPE_Q, 4, 64, 16, 10, 2048, 512);
+    test_moe_invariant_case(DTYPE_Q, 4, 32, 9, 6, 256, 1536);
+    test_moe_experts_case(DTYPE_Q, 4, 32, 9, 6, 256, 1536, 0, 1);
+    test_moe_invariant_case(DTYPE_Q, 8, 64, 16, 16, 128, 1024);
     test_moe_graph();
 }
 
