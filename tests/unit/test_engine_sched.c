@@ -895,7 +895,8 @@ static void test_tiers(size_t state_bytes)
     o.block_size = 8;
     o.kv_bytes = 64ull * 2 * 2 * 8 * 2 * sizeof(float); /* 64 blocks */
     o.max_batch_tokens = 64;
-    o.tiers = (struct kv_tier_ops){&t, ram_on_evict, ram_on_publish, ram_lookup, NULL, NULL, NULL};
+    o.tiers = (struct kv_tier_ops){.ctx = &t, .on_evict = ram_on_evict, .on_publish = ram_on_publish,
+                                   .lookup = ram_lookup};
     struct engine_model_ops ops = {&f, fake_info, NULL, fake_forward, state_bytes ? fake_state_init : NULL, NULL, NULL, 0, NULL};
     struct engine *e = NULL;
     CHECK(engine_create_ops(&ops, &o, &e, NULL) == CAIRN_OK);
