@@ -10,7 +10,8 @@
  *   is used: R * U = 16 independent 16-byte loads in flight per lane at n <= 2 (Little's law:
  *   ~2.5 MB in flight over the GPU at ~4 TB/s). At n = 1: R = 4, U = 4; rows of at least
  *   CUDA_GEMV_LONG_ROW bytes (the 8B's 4096 and 14336 columns) R = 1, U = 16, one round of
- *   loads per row; few long rows (the 1B's down_proj) R = 1, U = 8. n = 2: R = 4; n > 2:
+ *   loads per row; few long rows (the 1B's down_proj) and launches whose 4-row items would not
+ *   fill an 8-warp block per SM (the 1B's q/k/v and o_proj) R = 1, U = 8. n = 2: R = 4; n > 2:
  *   R = 2. The x values of a chunk are read once (from L1: every warp reads x) for all R rows.
  *   MLX q4/q8: x is first staged by each block in shared memory as int8 digits and the codes
  *   meet it in dp4a integer dot products (the section comment below); 512-thread blocks. At
@@ -820,6 +821,20 @@ static bool cuda_gemvq_old(void)
     return v;
 }
 
+/* Rows per item of a short dense launch at n = 1 (cuda_gemv_launch): 1 by default,
+ * CAIRN_CUDA_GEMV_SHORT=2 or 4 (the general 4-row items, as before) for comparison; read once. */
+static int cuda_gemv_short_rows(void)
+{
+    static int v = 0;
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (!r) {
+        const char *e = getenv("CAIRN_CUDA_GEMV_SHORT");
+        r = e && (atoi(e) == 1 || atoi(e) == 2 || atoi(e) == 4) ? atoi(e) : 1;
+        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
+    }
+    return r;
+}
+
 template <int K, int F>
 static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const float *x, int n, int n_sms)
 {
@@ -842,6 +857,15 @@ static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const fl
      * SILU items pair a gate row with its up row: the 1-row items become 2-row ones with half
      * the loads of each row in flight (the same loads per lane). */
     bool long_rows = set->w[0].row_bytes >= CUDA_GEMV_LONG_ROW;
+    /* Short launches (the 1B's q/k/v, 3072 x 2048, and o_proj, 2048 x 2048): 4-row items
+     * would fill fewer 8-warp blocks than there are SMs (96 and 64 of 132), so an item is one
+     * row (cuda_gemv_short_rows), read in one round of 8 loads per lane: 3072 and 2048 warps,
+     * all resident at once. H200, 1B BF16 tg128 (cairn bench -p 512 -n 128 --reps 3, one
+     * call, two passes): 1-row items 1,003.6 / 1,010.9 tok/s, 2-row 989.4 / 1,011.9, 4-row
+     * 968.6 / 952.0. */
+    int short_r = !SILU && n <= 1 && !long_rows && !few && rows < (int64_t)4 * CUDA_GEMV_WARPS * (n_sms > 0 ? n_sms : 1)
+                      ? cuda_gemv_short_rows()
+                      : 4;
     if constexpr (SILU) {
         if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 2, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
@@ -852,6 +876,8 @@ static void cuda_gemv_launch(cudaStream_t s, struct cuda_gemv_set *set, const fl
         if (n <= 1 && few) {
             if constexpr (FEW_OK) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         } else if (n <= 1 && long_rows) cuda_gemv_go<K, 1, 1, 4 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else if (n <= 1 && short_r == 2) cuda_gemv_go<K, 1, 2, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
+        else if (n <= 1 && short_r == 1) cuda_gemv_go<K, 1, 1, 2 * CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 1) cuda_gemv_go<K, 1, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 2) cuda_gemv_go<K, 2, 4, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
         else if (n <= 4) cuda_gemv_go<K, 4, 2, CUDA_GEMV_U, F>(s, set, x, n, n_sms);
