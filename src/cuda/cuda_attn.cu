@@ -356,15 +356,58 @@ static __device__ __forceinline__ void cuda_dec_load_q(const struct cuda_attn_ar
     }
 }
 
+/* pipe: 16 bytes global -> shared, zeros (src not read) when !in; commit; wait for all but N
+ * of this thread's groups. */
+static __device__ __forceinline__ void cuda_dec_cp16(uint4 *dst, const void *src, bool in)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(in ? 16 : 0));
+}
+
+template <int N> static __device__ __forceinline__ void cuda_dec_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* pipe: this lane's K and V chunks of the pass at c0 (block entries blk) into stage st, one
+ * commit group. */
+template <int HD>
+static __device__ __forceinline__ void cuda_dec_issue(const struct cuda_attn_args &a, const uint8_t *kbase,
+                                                      const uint8_t *vbase, int kvh, int sub, int warp, int pw,
+                                                      int c0, int p_end, int b0, int b1, int b2, int b3,
+                                                      uint4 *stg, int st)
+{
+    static_assert(CUDA_DEC_U == 4, "the block entries by value");
+    const struct backend_kv_view &kv = a.kv;
+    const int blk[CUDA_DEC_U] = {b0, b1, b2, b3};
+#pragma unroll
+    for (int u = 0; u < CUDA_DEC_U; u++) {
+        int p = c0 + cuda_dec_lpos<HD>(u, warp, pw);
+        bool in = p < p_end;
+        size_t off = in ? (size_t)blk[u] * kv.block_bytes +
+                              ((size_t)(p % kv.block_size) * kv.n_kv_heads + kvh) * HD * 2 + (size_t)sub * 16
+                        : 0;
+        cuda_dec_cp16(&stg[((st * 2 + 0) * CUDA_DEC_U + u) * CUDA_DEC_THREADS + threadIdx.x], kbase + off, in);
+        cuda_dec_cp16(&stg[((st * 2 + 1) * CUDA_DEC_U + u) * CUDA_DEC_THREADS + threadIdx.x], vbase + off, in);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
 template <int HD, int G, int VER>
 static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
                                          (VER != CUDA_ATTN_DEC_LEGACY && G <= 4) ? CUDA_DEC_MIN_BLOCKS : 1)
     cuda_attn_decode_kernel(struct cuda_attn_args a, int *counters)
 {
     typedef cuda_dec_geom<HD> geo;
-    constexpr bool fast = VER == CUDA_ATTN_DEC_FAST;
+    constexpr bool pipe = VER == CUDA_ATTN_DEC_PIPE, fast = VER == CUDA_ATTN_DEC_FAST || pipe;
+    /* pipe: two stages of each lane's K and V chunks of a pass ([stage][K, V][u][thread]); the
+     * block's partial sums (accs) reuse them once the passes are done */
+    constexpr int ST = pipe ? 2 * 2 * CUDA_DEC_U * CUDA_DEC_THREADS : 1;
+    static_assert(!pipe || ST * sizeof(uint4) >= sizeof(float) * CUDA_DEC_WARPS * G * HD, "accs in the stages");
+    __shared__ __align__(16) uint4 stg[ST];
     __shared__ float red[2][CUDA_DEC_WARPS][G];
-    __shared__ float accs[CUDA_DEC_WARPS][G][HD];
+    __shared__ float accs_own[pipe ? 1 : CUDA_DEC_WARPS][G][HD];
+    float (*accs)[G][HD] = pipe ? (float (*)[G][HD])(void *)stg : accs_own;
     __shared__ int last;
     const struct backend_kv_view &kv = a.kv;
     int r = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
@@ -414,15 +457,42 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[g][e] = 0;
     }
-    int flip = 0;
+    int flip = 0, stage = 0;
+    if (pipe) { /* the first pass in flight, then the second's blocks */
+        cuda_dec_issue<HD>(a, kbase, vbase, kvh, sub, warp, pw, p_begin, p_end, blk[0], blk[1], blk[2], blk[3], stg,
+                           0);
+#pragma unroll
+        for (int u = 0; u < CUDA_DEC_U; u++) {
+            int p = p_begin + geo::pass + cuda_dec_lpos<HD>(u, warp, pw);
+            blk[u] = p < p_end ? __ldg(bt + p / kv.block_size) : 0;
+        }
+    }
     for (int c0 = p_begin; c0 < p_end; c0 += geo::pass) {
         uint4 kc[CUDA_DEC_U], vc[CUDA_DEC_U];
         bool ok[CUDA_DEC_U];
+        if (pipe) { /* the next pass in flight, then this one's chunks from shared memory */
+            const int nx = c0 + geo::pass;
+            if (nx < p_end) {
+                cuda_dec_issue<HD>(a, kbase, vbase, kvh, sub, warp, pw, nx, p_end, blk[0], blk[1], blk[2], blk[3], stg,
+                                   stage ^ 1);
+#pragma unroll
+                for (int u = 0; u < CUDA_DEC_U; u++) {
+                    int p = nx + geo::pass + cuda_dec_lpos<HD>(u, warp, pw);
+                    blk[u] = p < p_end ? __ldg(bt + p / kv.block_size) : 0;
+                }
+                cuda_dec_wait<1>();
+            } else {
+                cuda_dec_wait<0>();
+            }
+        }
 #pragma unroll
         for (int u = 0; u < CUDA_DEC_U; u++) {
             int p = c0 + cuda_dec_lpos<HD>(u, warp, pw);
             ok[u] = p < p_end;
-            if (fast) {
+            if (pipe) { /* this lane's own copies: no barrier needed */
+                kc[u] = stg[((stage * 2 + 0) * CUDA_DEC_U + u) * CUDA_DEC_THREADS + threadIdx.x];
+                vc[u] = stg[((stage * 2 + 1) * CUDA_DEC_U + u) * CUDA_DEC_THREADS + threadIdx.x];
+            } else if (fast) {
                 size_t off = (size_t)blk[u] * kv.block_bytes +
                              ((size_t)(p % kv.block_size) * kv.n_kv_heads + kvh) * HD * 2 + (size_t)sub * 16;
                 kc[u] = ok[u] ? __ldg((const uint4 *)(kbase + off)) : make_uint4(0, 0, 0, 0);
@@ -435,7 +505,8 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
                 vc[u] = __ldg((const uint4 *)(vbase + off));
             }
         }
-        if (fast) { /* the next pass's blocks, in flight while this pass computes */
+        stage ^= 1;
+        if (fast && !pipe) { /* the next pass's blocks, in flight while this pass computes */
 #pragma unroll
             for (int u = 0; u < CUDA_DEC_U; u++) {
                 int p = c0 + geo::pass + cuda_dec_lpos<HD>(u, warp, pw);
@@ -515,7 +586,9 @@ static __global__ void __launch_bounds__(CUDA_DEC_THREADS,
         }
         flip ^= 1;
     }
-    /* acc over the positions of the block: lanes of one dim chunk, then warps */
+    if (pipe) cuda_dec_wait<0>(); /* (the last pass waited for all already) */
+    /* acc over the positions of the block: lanes of one dim chunk, then warps (pipe: accs is
+     * the stages, which every thread has finished reading: the last pass's barriers) */
 #pragma unroll
     for (int g = 0; g < G; g++)
 #pragma unroll
@@ -853,14 +926,17 @@ extern "C" int cuda_k_attention(cudaStream_t s, const struct backend_attn *at, i
                               &a.split_len);
         if (a.n_splits > 65535 || n_kv > 65535) return (int)cudaErrorInvalidValue;
         int hd = at->kv->head_dim, pass = hd == 64 ? cuda_dec_geom<64>::pass : cuda_dec_geom<128>::pass;
-        if (dec == CUDA_ATTN_DEC_FAST) {
+        if (dec == CUDA_ATTN_DEC_FAST || dec == CUDA_ATTN_DEC_PIPE) {
             /* every row's split one pass, fixed, so that blocks need not wait for the position
              * to find their first pass (cuda_attn_row_split_len is one pass for any context up
              * to CUDA_ATTN_ROW_SPLITS passes: the same splits, the same bits) */
             if (a.split_len == 0 && (max_ctx + pass - 1) / pass <= CUDA_ATTN_ROW_SPLITS) a.split_len = pass;
             if (a.n_splits > 1) a.part_ml = ws + (size_t)at->n_tokens * at->n_heads * a.n_splits * hd;
         }
-        if (dec == CUDA_ATTN_DEC_FAST) {
+        if (dec == CUDA_ATTN_DEC_PIPE) {
+            if (hd == 64) cuda_attn_decode_launch<64, CUDA_ATTN_DEC_PIPE>(s, a, at->n_tokens, n_kv, counters);
+            else cuda_attn_decode_launch<128, CUDA_ATTN_DEC_PIPE>(s, a, at->n_tokens, n_kv, counters);
+        } else if (dec == CUDA_ATTN_DEC_FAST) {
             if (hd == 64) cuda_attn_decode_launch<64, CUDA_ATTN_DEC_FAST>(s, a, at->n_tokens, n_kv, counters);
             else cuda_attn_decode_launch<128, CUDA_ATTN_DEC_FAST>(s, a, at->n_tokens, n_kv, counters);
         } else if (dec == CUDA_ATTN_DEC_TUNED) {

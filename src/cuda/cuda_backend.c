@@ -752,13 +752,14 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
             goto cleanup;
         }
     }
-    s = getenv("CAIRN_CUDA_ATTN_DEC"); /* decode attention: "fast" (the default), "tuned", "legacy" */
+    s = getenv("CAIRN_CUDA_ATTN_DEC"); /* decode attention: "fast" (the default), "pipe", "tuned", "legacy" */
     c->attn_dec = CUDA_ATTN_DEC_FAST;
     if (s && *s) {
         if (strcmp(s, "tuned") == 0) c->attn_dec = CUDA_ATTN_DEC_TUNED;
+        else if (strcmp(s, "pipe") == 0) c->attn_dec = CUDA_ATTN_DEC_PIPE;
         else if (strcmp(s, "legacy") == 0) c->attn_dec = CUDA_ATTN_DEC_LEGACY;
         else if (strcmp(s, "fast") != 0) {
-            st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_ATTN_DEC must be fast, tuned or legacy, not \"%s\"", s);
+            st = cairn_err_set(err, CAIRN_ERR_INVALID, "CAIRN_CUDA_ATTN_DEC must be fast, pipe, tuned or legacy, not \"%s\"", s);
             goto cleanup;
         }
     }

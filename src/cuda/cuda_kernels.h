@@ -162,9 +162,11 @@ size_t cuda_attn_ws_floats(const struct backend_attn *a, int max_ctx, int n_sms,
 /* dec: the version of the decode kernel (CAIRN_CUDA_ATTN_DEC): FAST (the default) waits on
  * fewer dependent memory round trips per block (cuda_attn.cu); TUNED ("tuned") has its
  * registers capped so that 4 blocks fit an SM and finds a decode row's sequence without a
- * search; LEGACY ("legacy") is the kernel before tuning. Legacy and tuned give the same bits;
- * fast the same plans, its combine rounds differently. */
-enum cuda_attn_dec { CUDA_ATTN_DEC_LEGACY = 0, CUDA_ATTN_DEC_TUNED, CUDA_ATTN_DEC_FAST };
+ * search; LEGACY ("legacy") is the kernel before tuning; PIPE ("pipe") is fast with the next
+ * pass's K and V copied to shared memory (cp.async) while a pass computes. Legacy and tuned
+ * give the same bits, fast and pipe the same bits; fast the same plans as tuned, its combine
+ * rounds differently. */
+enum cuda_attn_dec { CUDA_ATTN_DEC_LEGACY = 0, CUDA_ATTN_DEC_TUNED, CUDA_ATTN_DEC_FAST, CUDA_ATTN_DEC_PIPE };
 /* bt_min: block-table entries every sequence's row surely holds in every step this launch may be
  * replayed for (cuda_attn_bt_min); the fast decode kernel reads no entry past it before it
  * knows a row's context. */
