@@ -151,7 +151,9 @@ static void setup(struct kv_pool *p, struct kv_cache *c, struct fake_tier *t, si
     uint8_t ident[32];
     cairn_sha256("test-model", 10, ident);
     CHECK(kv_pool_init(p, pool_be, 1, NB, BS, 1, 2, DTYPE_F32, &err) == CAIRN_OK);
-    struct kv_tier_ops ops = {t, fake_on_evict, fake_on_publish, fake_lookup, NULL, NULL, NULL, NULL}; /* no locate: lookups stay synchronous */
+    /* no locate: lookups stay synchronous */
+    struct kv_tier_ops ops = {.ctx = t, .on_evict = fake_on_evict, .on_publish = fake_on_publish,
+                              .lookup = fake_lookup};
     if (tier_copies) ops.lookup_copy = fake_lookup_copy;
     CHECK(kv_cache_init(c, p, ident, state_bytes, t ? &ops : NULL, &err) == CAIRN_OK);
 }
