@@ -106,7 +106,9 @@ static json_t *api_info_tier_json(const struct kv_tier_stats *t)
              {"drops", t->n_drops},         {"evictions", t->n_evictions},
              {"damaged", t->n_damaged},     {"foreign", t->n_foreign},
              {"queued", t->n_queued},       {"write_errors", t->n_write_errors},
-             {"read_errors", t->n_read_errors}};
+             {"read_errors", t->n_read_errors},
+             /* hot tier in pinned slabs (kv/tier_slab.h): RAM mapped, free slots included */
+             {"slab_bytes", t->n_slab_bytes},   {"pinned_bytes", t->n_pinned_bytes}};
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(f); i++)
         json_object_set_new(o, f[i].k, json_integer((json_int_t)f[i].v));
     return o;

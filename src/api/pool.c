@@ -550,6 +550,23 @@ static int pool_size_device_kv(struct pool *p, int idx)
     return kv >= engine_guard_kv_bytes(&mi, o.block_size, o.kv_dtype, ctx > 0 ? ctx : o.block_size);
 }
 
+/* kv_tier_pinner over a backend's host_pin / host_unpin (ctx = the backend). The tier's slab
+ * pool logs a refused pin once; the backend's reason goes to the debug log here. */
+static int pool_host_pin(void *ctx, void *ptr, size_t bytes)
+{
+    struct backend *be = ctx;
+    struct cairn_err err = {0};
+    if (be->ops->host_pin(be, ptr, bytes, &err) == CAIRN_OK) return 0;
+    LOG_DEBUG("pool", "pinning %zu bytes for the hot tier: %s", bytes, err.msg);
+    return -1;
+}
+
+static void pool_host_unpin(void *ctx, void *ptr)
+{
+    struct backend *be = ctx;
+    be->ops->host_unpin(be, ptr);
+}
+
 /* Loads model idx on the pool thread (pool->mu not held). */
 static int pool_do_load(struct pool *p, int idx, const struct engine_opts *eo, int use_tiers,
                         struct cairn_err *err)
@@ -591,6 +608,14 @@ static int pool_do_load(struct pool *p, int idx, const struct engine_opts *eo, i
             to.sig.block_size = o.block_size;
             to.sig.state_bytes = mi->state_bytes;
             memcpy(to.sig.identity, mi->identity, 32);
+            /* Hot-tier blocks in pinned slabs where the backend can pin (a GPU): hot hits then
+             * upload at DMA speed. The backend outlives the tiers (pool_model_release closes
+             * them before model_free). A group model gets none: tiers are refused under tensor
+             * parallel (cmd_serve), and its backend has no host memory of its own to pin. */
+            struct backend *be = m->m ? model_backend(m->m) : NULL;
+            memset(&to.pin, 0, sizeof(to.pin));
+            if (be && be->ops->host_pin && be->ops->host_unpin)
+                to.pin = (struct kv_tier_pinner){.ctx = be, .pin = pool_host_pin, .unpin = pool_host_unpin};
             rc = kv_tiers_open(&to, &m->tiers, err);
             if (rc == 0) o.tiers = kv_tiers_ops(m->tiers);
         }

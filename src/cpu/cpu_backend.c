@@ -310,6 +310,7 @@ static const struct backend_ops cpu_be_ops = {
     .buf_download = cpu_be_copy,
     .buf_copy = cpu_be_copy,
     .buf_zero = cpu_be_zero,
+    /* host_pin / host_unpin stay NULL: the CPU's device memory is host memory already */
     .weight_prepare = cpu_be_weight_prepare,
     .weight_release = cpu_be_weight_release,
     .weight_slice_rows = cpu_be_weight_slice_rows,

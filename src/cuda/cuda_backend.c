@@ -282,6 +282,33 @@ static int cuda_buf_zero(struct backend *be, void *dst, size_t bytes, struct cai
     return st;
 }
 
+/* ---- pinned host memory (tensor/backend.h host_pin) ---- */
+
+/* The copies above are cudaMemcpyAsync from the caller's buffer: from a registered buffer the
+ * driver DMAs directly, from a pageable one it stages through its own bounce buffers (the
+ * 6 GB/s of a hot-tier hit before issue 15). */
+static int cuda_host_pin(struct backend *be, void *ptr, size_t bytes, struct cairn_err *err)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    /* NULL impl in cuda_check: a refused pin is not a device failure, so nothing is latched */
+    int st = cuda_check(NULL, err, cudaSetDevice(c->device));
+    if (st == CAIRN_OK) st = cuda_check(NULL, err, cudaHostRegister(ptr, bytes, cudaHostRegisterDefault));
+    if (st != CAIRN_OK) (void)cudaGetLastError(); /* later launch checks must not see it */
+    return st;
+}
+
+static void cuda_host_unpin(struct backend *be, void *ptr)
+{
+    struct cuda_impl *c = cuda_impl_of(be);
+    struct cairn_err err = {0};
+    int st = cuda_check(NULL, &err, cudaSetDevice(c->device));
+    if (st == CAIRN_OK) st = cuda_check(NULL, &err, cudaHostUnregister(ptr));
+    if (st != CAIRN_OK) {
+        (void)cudaGetLastError();
+        LOG_WARN("cuda", "%s", err.msg);
+    }
+}
+
 /* ---- sample (tensor/backend.h; the kernel is cuda_sample.cu) ---- */
 
 /* The kernel's row record (cuda_sample.cu's cuda_sample_row_dev, same layout). */
@@ -616,6 +643,8 @@ static const struct backend_ops cuda_backend_ops = {
     .buf_download = cuda_buf_download,
     .buf_copy = cuda_buf_copy,
     .buf_zero = cuda_buf_zero,
+    .host_pin = cuda_host_pin,
+    .host_unpin = cuda_host_unpin,
     .weight_prepare = cuda_weight_prepare,
     .weight_release = cuda_weight_release,
     .weight_slice_rows = cuda_weight_slice_rows,

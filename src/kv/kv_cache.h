@@ -68,6 +68,8 @@ struct kv_cache {
                                      then a snapshot; NULL on the CPU, where tiers see the pool
                                      and the snapshots directly */
     size_t stage_bytes;           /* 2 * pool->block_bytes + state_bytes, or 0 */
+    int stage_pinned;             /* the backend pinned the stage (host_pin): an evicted
+                                     block's download runs at DMA speed; unpinned at free */
     int n_snapshots;              /* blocks holding a snapshot */
     int max_snapshots;            /* 0 = no limit */
     struct kv_fetch *fetch;       /* the fetch thread; NULL when the tiers lack locate */

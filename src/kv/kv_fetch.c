@@ -45,7 +45,9 @@ static void kv_fetch_run(struct kv_fetch *f, struct kv_fetch_job *j)
         int cancelled = j->cancelled;
         pthread_mutex_unlock(&f->mu);
         if (cancelled) return;
-        struct kv_tier_block *b = kv_tier_block_new(j->block_size, j->block_bytes, j->state_bytes);
+        /* in the tiers' pinned slabs when they have them: the scheduler uploads from it */
+        struct kv_tier_block *b =
+            kv_tier_block_new_in(f->tiers.slabs, j->block_size, j->block_bytes, j->state_bytes);
         if (!b) return;
         const int32_t *tok = j->tokens + (size_t)i * (size_t)j->block_size;
         int slow = !f->tiers.locate || f->tiers.locate(f->tiers.ctx, j->hash[i]) == KV_TIER_LOC_SLOW;

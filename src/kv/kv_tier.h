@@ -56,6 +56,8 @@ struct kv_tier_speeds {
     double slow_bps;      /* disk reads (kv_cache.slow_read_bps) */
 };
 
+struct kv_tier_slabs; /* kv/tier_slab.h */
+
 struct kv_tier_ops {
     void *ctx;
     /* A cached block leaves the device tier (evicted). Called on the scheduler thread: copy and
@@ -85,6 +87,9 @@ struct kv_tier_ops {
      * scheduler thread, for blocks that locate calls fast. May be NULL. */
     int (*lookup_copy)(void *ctx, const uint8_t hash[32], const int32_t *tokens, int n_tokens,
                        const struct kv_tier_copy *dst, int *has_state);
+    /* Where the device cache's fetch thread (kv_fetch.c) takes the blocks it reads for upload:
+     * the tiers' pinned slab pool, or NULL (plain allocations). Lives as long as ctx. */
+    struct kv_tier_slabs *slabs;
 };
 
 #endif

@@ -1,25 +1,49 @@
-/* Owned block copies and the hash map + LRU list used by the hot and SSD tiers. */
+/* Owned block copies (in a slab slot or a cairn_mem_alloc) and the hash map + LRU list used by
+ * the hot and SSD tiers. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/mem.h"
 #include "kv/tier_int.h"
+#include "kv/tier_slab.h"
 
 static size_t tier_align64(size_t n)
 {
     return (n + 63) & ~(size_t)63;
 }
 
-struct kv_tier_block *kv_tier_block_new(int n_tokens, size_t block_bytes, size_t state_bytes)
+size_t kv_tier_block_layout_bytes(int n_tokens, size_t block_bytes, size_t state_bytes)
 {
-    if (n_tokens < 0 || n_tokens > (1 << 20)) return NULL;
+    if (n_tokens < 0 || n_tokens > (1 << 20)) return 0;
+    if (block_bytes > SIZE_MAX / 4 || state_bytes > SIZE_MAX / 4) return 0;
     size_t head = tier_align64(sizeof(struct kv_tier_block));
     size_t tok = tier_align64((size_t)n_tokens * sizeof(int32_t));
     size_t kb = tier_align64(block_bytes);
     size_t total = head + tok + 2 * kb + state_bytes;
-    if (block_bytes > SIZE_MAX / 4 || state_bytes > SIZE_MAX / 4 || total < head) return NULL;
-    uint8_t *p = cairn_mem_alloc(total, CAIRN_MEM_HOT);
-    if (!p) return NULL;
+    return total < head ? 0 : total;
+}
+
+struct kv_tier_block *kv_tier_block_new_in(struct kv_tier_slabs *pool, int n_tokens,
+                                           size_t block_bytes, size_t state_bytes)
+{
+    size_t total = kv_tier_block_layout_bytes(n_tokens, block_bytes, state_bytes);
+    if (total == 0) return NULL;
+    size_t head = tier_align64(sizeof(struct kv_tier_block));
+    size_t tok = tier_align64((size_t)n_tokens * sizeof(int32_t));
+    size_t kb = tier_align64(block_bytes);
+    struct kv_tier_slab *slab = NULL;
+    uint8_t *p = NULL;
+    if (kv_tier_slabs_fits(pool, n_tokens, block_bytes, state_bytes)) {
+        p = kv_tier_slabs_get(pool, &slab);
+        /* a reused slot holds an earlier block: clear what readers take as metadata */
+        if (p) memset(p, 0, head + tok);
+    }
+    if (p) {
+        total = kv_tier_slabs_slot_bytes(pool);
+    } else {
+        p = cairn_mem_alloc(total, CAIRN_MEM_HOT);
+        if (!p) return NULL;
+    }
     struct kv_tier_block *b = (struct kv_tier_block *)p;
     b->n_tokens = n_tokens;
     b->block_bytes = block_bytes;
@@ -30,13 +54,20 @@ struct kv_tier_block *kv_tier_block_new(int n_tokens, size_t block_bytes, size_t
     b->v = b->k + kb;
     b->state = state_bytes ? b->v + kb : NULL;
     b->alloc_bytes = total;
+    b->slab = slab;
     return b;
 }
 
-struct kv_tier_block *kv_tier_block_from_desc(const struct kv_block_desc *d)
+struct kv_tier_block *kv_tier_block_new(int n_tokens, size_t block_bytes, size_t state_bytes)
+{
+    return kv_tier_block_new_in(NULL, n_tokens, block_bytes, state_bytes);
+}
+
+struct kv_tier_block *kv_tier_block_from_desc_in(struct kv_tier_slabs *pool,
+                                                 const struct kv_block_desc *d)
 {
     size_t sb = d->state ? d->state_bytes : 0;
-    struct kv_tier_block *b = kv_tier_block_new(d->n_tokens, d->block_bytes, sb);
+    struct kv_tier_block *b = kv_tier_block_new_in(pool, d->n_tokens, d->block_bytes, sb);
     if (!b) return NULL;
     memcpy(b->hash, d->hash, 32);
     memcpy(b->parent, d->parent, 32);
@@ -47,9 +78,18 @@ struct kv_tier_block *kv_tier_block_from_desc(const struct kv_block_desc *d)
     return b;
 }
 
+struct kv_tier_block *kv_tier_block_from_desc(const struct kv_block_desc *d)
+{
+    return kv_tier_block_from_desc_in(NULL, d);
+}
+
 void kv_tier_block_free(struct kv_tier_block *b)
 {
-    if (b) cairn_mem_free(b, b->alloc_bytes, CAIRN_MEM_HOT);
+    if (!b) return;
+    if (b->slab)
+        kv_tier_slabs_put(b->slab, b);
+    else
+        cairn_mem_free(b, b->alloc_bytes, CAIRN_MEM_HOT);
 }
 
 int kv_tier_block_copy_out(const struct kv_tier_block *b, const int32_t *tokens, int n_tokens,

@@ -9,9 +9,11 @@
 
 #include "kv/kv_tier.h"
 
-/* An owned copy of a block: one cairn_mem_alloc (CAIRN_MEM_HOT) holding this struct, the token
- * ids, K, V and the snapshot. Immutable once built, so readers may copy from it while another
- * thread holds a pointer (under the owner's lock). */
+/* An owned copy of a block: one allocation holding this struct, the token ids, K, V and the
+ * snapshot, either a slot of a slab pool (tier_slab.h: pinned memory, so device uploads run at
+ * DMA speed) or, for blocks without a pool or that fit none of its slots, a cairn_mem_alloc
+ * (CAIRN_MEM_HOT). Immutable once built, so readers may copy from it while another thread
+ * holds a pointer (under the owner's lock). */
 struct kv_tier_block {
     uint8_t hash[32];
     uint8_t parent[32];
@@ -23,7 +25,9 @@ struct kv_tier_block {
     uint8_t *k;
     uint8_t *v;
     uint8_t *state;     /* NULL when has_state is 0 */
-    size_t alloc_bytes; /* the whole allocation (what budgets count) */
+    size_t alloc_bytes; /* the whole allocation (what budgets count): a slab's slot size */
+    struct kv_tier_slab *slab; /* the slab holding it (kv_tier_block_free gives the slot back);
+                                * NULL: a cairn_mem_alloc */
 };
 
 /* The speeds file of a model (identity) on a device in an SSD folder (tier_speeds.c): load
@@ -33,10 +37,24 @@ int kv_tier_speeds_load(const char *dir, const uint8_t identity[32], const char 
 void kv_tier_speeds_save(const char *dir, const uint8_t identity[32], const char *device,
                          const struct kv_tier_speeds *sp);
 
-/* Allocates an empty block with room for the given sizes. NULL on out of memory. */
+struct kv_tier_slabs;
+
+/* Bytes of one block's layout (header, tokens, K, V, state); 0 for sizes out of range. */
+size_t kv_tier_block_layout_bytes(int n_tokens, size_t block_bytes, size_t state_bytes);
+/* Allocates an empty block with room for the given sizes: in a slot of pool when pool is not
+ * NULL and the sizes fit its slots (kv_tier_slabs_fits), else (or when no slab can be mapped)
+ * with cairn_mem_alloc. Header and token ids are zeroed; K, V and state are not (in a slot)
+ * and must be written in full. NULL on out of memory. pool must outlive the block. */
+struct kv_tier_block *kv_tier_block_new_in(struct kv_tier_slabs *pool, int n_tokens,
+                                           size_t block_bytes, size_t state_bytes);
+/* kv_tier_block_new_in without a pool. */
 struct kv_tier_block *kv_tier_block_new(int n_tokens, size_t block_bytes, size_t state_bytes);
-/* Copies a descriptor. NULL on out of memory. */
+/* Copies a descriptor (into a slot of pool when it fits, like kv_tier_block_new_in). NULL on
+ * out of memory. */
+struct kv_tier_block *kv_tier_block_from_desc_in(struct kv_tier_slabs *pool,
+                                                 const struct kv_block_desc *d);
 struct kv_tier_block *kv_tier_block_from_desc(const struct kv_block_desc *d);
+/* Frees a block from any thread (a slot goes back to its slab). NULL is fine. */
 void kv_tier_block_free(struct kv_tier_block *b);
 /* Lookup check and copy-out: returns 1 and fills k/v(/state) when tokens and sizes match. */
 int kv_tier_block_copy_out(const struct kv_tier_block *b, const int32_t *tokens, int n_tokens,

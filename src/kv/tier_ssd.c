@@ -117,6 +117,7 @@ int kv_ssd_open(const struct kv_ssd_opts *o, struct kv_ssd **out, struct cairn_e
     s->max_bytes = o->max_bytes;
     s->queue_max_blocks = o->queue_max_blocks;
     s->queue_max_bytes = o->queue_max_bytes;
+    s->slabs = o->slabs;
     const char *delay = getenv("CAIRN_TEST_SSD_READ_DELAY_MS");
     if (delay && *delay) s->read_delay_ms = atoi(delay) > 0 ? atoi(delay) : 0;
     if (kv_tier_map_init(&s->map) != 0) {

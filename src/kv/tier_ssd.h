@@ -22,6 +22,8 @@ struct kv_ssd_opts {
     int n_writers;             /* 1..4 */
     int queue_max_blocks;      /* > 0 */
     uint64_t queue_max_bytes;  /* > 0 */
+    struct kv_tier_slabs *slabs; /* where blocks read for the hot tier (promote) go; NULL: plain
+                                  * allocations. Must outlive the tier (kv_ssd_close). */
 };
 
 /* Scans dir and starts the writers. Fails only on out of memory or bad options; an unusable

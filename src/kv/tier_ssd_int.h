@@ -47,6 +47,7 @@ struct kv_ssd {
     uint64_t max_bytes;
     int queue_max_blocks;
     uint64_t queue_max_bytes;
+    struct kv_tier_slabs *slabs;  /* kv_ssd_opts.slabs (not owned) */
     pthread_t writers[SSD_MAX_WRITERS];
     int n_writers;
 

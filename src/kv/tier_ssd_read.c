@@ -142,7 +142,7 @@ static int ssd_read_block(struct kv_ssd *s, const uint8_t hash[32], const int32_
         goto cleanup;
     void *k, *v, *stp = NULL;
     if (promote) {
-        d->blk = kv_tier_block_new(n_tokens, block_bytes, h.state_bytes);
+        d->blk = kv_tier_block_new_in(s->slabs, n_tokens, block_bytes, h.state_bytes);
         if (!d->blk) {
             res = SSD_READ_NOMEM;
             goto cleanup;

@@ -14,6 +14,7 @@
 #include "base/mem.h"
 #include "kv/tier_hot.h"
 #include "kv/tier_int.h"
+#include "kv/tier_slab.h"
 #include "kv/tier_ssd.h"
 
 #define TIERS_SSD_DEFAULT_CAP (50ull << 30)
@@ -24,6 +25,8 @@ struct kv_tiers {
     int write_through;
     struct kv_hot *hot;   /* NULL: no hot tier */
     struct kv_ssd *ssd;   /* NULL: no SSD tier */
+    struct kv_tier_slabs *slabs; /* pinned block slabs (hot tier with a pinner), else NULL;
+                                  * freed last: SSD writers and the hot tier free into it */
     char ssd_dir[4096];   /* its folder (the speeds file lives there too: tier_speeds.c) */
 };
 
@@ -89,7 +92,7 @@ static void tiers_on_evict(void *ctx, const struct kv_block_desc *d)
     if (t->hot) {
         if (kv_hot_touch(t->hot, d->hash)) return;
         int dirty = t->ssd && !kv_ssd_has(t->ssd, d->hash);
-        struct kv_tier_block *b = kv_tier_block_from_desc(d);
+        struct kv_tier_block *b = kv_tier_block_from_desc_in(t->slabs, d);
         if (b) kv_hot_put(t->hot, b, dirty);
     } else if (t->ssd) {
         if (kv_ssd_has(t->ssd, d->hash)) return;
@@ -103,7 +106,9 @@ static void tiers_on_publish(void *ctx, const struct kv_block_desc *d)
     struct kv_tiers *t = ctx;
     if (!t->write_through || !t->ssd || !tiers_desc_ok(t, d)) return;
     if (kv_ssd_has(t->ssd, d->hash)) return;
-    struct kv_tier_block *b = kv_tier_block_from_desc(d);
+    /* a slot too when there are slabs: the queue is bounded, and a reused slot is already
+     * faulted in where a fresh allocation is not */
+    struct kv_tier_block *b = kv_tier_block_from_desc_in(t->slabs, d);
     if (b) kv_ssd_enqueue(t->ssd, b, 0);
 }
 
@@ -154,6 +159,18 @@ int kv_tiers_open(const struct kv_tiers_opts *o, struct kv_tiers **out, struct c
     const char *env = getenv("CAIRN_HOT_CACHE_WRITE_THROUGH");
     t->write_through = o->hot_write_through || (env && strcmp(env, "1") == 0);
     int rc = CAIRN_OK;
+    if (o->hot_max_bytes && o->pin.pin && o->pin.unpin) {
+        /* Slabs of a fraction of the hot budget (at most 256 MiB): the free slots of one partly
+         * used slab plus the cached empty one are RAM beyond the budget. */
+        uint64_t slab = o->hot_max_bytes / 8;
+        if (slab > KV_TIER_SLAB_BYTES) slab = KV_TIER_SLAB_BYTES;
+        rc = kv_tier_slabs_new(g->block_size, t->block_bytes, g->state_bytes, (size_t)slab,
+                               &o->pin, &t->slabs);
+        if (rc != CAIRN_OK) {
+            cairn_err_set(err, rc, "kv tiers: cannot make the block slabs");
+            goto fail;
+        }
+    }
     if (o->ssd_dir && *o->ssd_dir) {
         struct kv_ssd_opts so = {
             .sig = *g,
@@ -163,6 +180,7 @@ int kv_tiers_open(const struct kv_tiers_opts *o, struct kv_tiers **out, struct c
             .n_writers = o->ssd_n_writers ? o->ssd_n_writers : 1,
             .queue_max_blocks = o->ssd_queue_max_blocks ? o->ssd_queue_max_blocks : 256,
             .queue_max_bytes = o->ssd_queue_max_bytes ? o->ssd_queue_max_bytes : 256ull << 20,
+            .slabs = t->slabs,
         };
         if (so.max_bytes == 0) so.max_bytes = 1;
         rc = kv_ssd_open(&so, &t->ssd, err);
@@ -176,9 +194,9 @@ int kv_tiers_open(const struct kv_tiers_opts *o, struct kv_tiers **out, struct c
             goto fail;
         }
     }
-    LOG_INFO("kv", "tiers: hot %s (%.1f MiB), ssd %s, %s", t->hot ? "on" : "off",
-             (double)o->hot_max_bytes / 1048576.0, t->ssd ? o->ssd_dir : "off",
-             t->write_through ? "write-through" : "write-back");
+    LOG_INFO("kv", "tiers: hot %s (%.1f MiB%s), ssd %s, %s", t->hot ? "on" : "off",
+             (double)o->hot_max_bytes / 1048576.0, t->slabs ? ", pinned slabs" : "",
+             t->ssd ? o->ssd_dir : "off", t->write_through ? "write-through" : "write-back");
     *out = t;
     return CAIRN_OK;
 fail:
@@ -190,7 +208,8 @@ void kv_tiers_close(struct kv_tiers *t)
 {
     if (!t) return;
     kv_hot_free(t->hot, 1); /* flushes dirty blocks into the SSD queue */
-    kv_ssd_close(t->ssd);   /* drains the queue */
+    kv_ssd_close(t->ssd);   /* drains the queue: the writers free the last blocks */
+    kv_tier_slabs_free(t->slabs); /* last: every block is back (the engine went first) */
     free(t);
 }
 
@@ -216,6 +235,7 @@ struct kv_tier_ops kv_tiers_ops(struct kv_tiers *t)
     ops.lookup = tiers_lookup;
     ops.lookup_copy = tiers_lookup_copy;
     ops.locate = tiers_locate;
+    ops.slabs = t->slabs;
     if (t->ssd) { /* the speeds outlive the process where the blocks do */
         ops.speeds_load = tiers_speeds_load;
         ops.speeds_save = tiers_speeds_save;
@@ -230,6 +250,12 @@ void kv_tiers_stats(struct kv_tiers *t, struct kv_tiers_stats *st)
     st->write_through = t->write_through;
     if (t->hot) kv_hot_stats(t->hot, &st->hot);
     if (t->ssd) kv_ssd_stats(t->ssd, &st->ssd);
+    if (t->slabs) {
+        struct kv_tier_slab_stats ss;
+        kv_tier_slabs_stats(t->slabs, &ss);
+        st->hot.n_slab_bytes = ss.mapped_bytes;
+        st->hot.n_pinned_bytes = ss.pinned_bytes;
+    }
 }
 
 int kv_tiers_clear(struct kv_tiers *t, enum kv_tier_which which, struct cairn_err *err)

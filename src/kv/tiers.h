@@ -5,6 +5,9 @@
  *   device evicts  -> on_evict  -> hot tier (dirty)   -- hot LRU eviction --> SSD write queue
  *   device publish -> on_publish -> (write-through only) SSD write queue at once
  *   device lookup  -> hot, then SSD; an SSD hit is copied into hot (clean)
+ * Memory: with a pinner (opts.pin: a GPU backend) and a hot tier, full blocks live in slots of
+ * large pinned slabs (kv/tier_slab.h) so hot hits upload at DMA speed; otherwise each block is
+ * one cairn_mem_alloc. Either way under CAIRN_MEM_HOT.
  * Write-back is the default: a block reaches the SSD when the hot tier evicts it, is cleared or
  * closed (dirty blocks are flushed, never dropped). Write-through (opts.hot_write_through or env
  * CAIRN_HOT_CACHE_WRITE_THROUGH=1) also queues every newly published full block for the SSD.
@@ -24,11 +27,12 @@
  *
  * Wiring: cmd_serve parses --hot-cache-max-size, --hot-cache-write-through, --ssd-cache-dir and
  * --ssd-cache-max-size (kv_tiers_parse_ssd_size: "%" of the disk) into one kv_tiers_opts; the
- * real API backend (api/backend_real.c, real_load) opens one kv_tiers per model after
- * model_load, with the signature from model_info and the engine's kv_dtype/block_size, and puts
- * kv_tiers_ops in engine_opts.tiers. Shutdown: engine_destroy first (it may still call the
- * hooks), then kv_tiers_close. /api/status and /metrics read kv_tiers_stats; the admin "clear
- * cache" calls engine_cache_clear (device -> on_evict) and/or kv_tiers_clear. */
+ * model pool (api/pool.c, pool_do_load) opens one kv_tiers per model after model_load, with
+ * the signature from model_info, the engine's kv_dtype/block_size and the backend's pinner, and
+ * puts kv_tiers_ops in engine_opts.tiers. Shutdown: engine_destroy first (it may still call the
+ * hooks, and its fetch thread holds blocks of the slab pool), then kv_tiers_close. /api/status
+ * and /metrics read kv_tiers_stats; the admin "clear cache" calls engine_cache_clear (device ->
+ * on_evict) and/or kv_tiers_clear. */
 #ifndef CAIRN_KV_TIERS_H
 #define CAIRN_KV_TIERS_H
 
@@ -55,6 +59,16 @@ struct kv_tier_signature {
 /* K (or V) bytes of one block under sig: n_kv_layers * block_size * n_kv_heads * head_dim. */
 size_t kv_tier_signature_block_bytes(const struct kv_tier_signature *sig);
 
+/* Page-locks host memory for fast device copies (issue 15). pin returns 0 when
+ * [ptr, ptr + bytes) is now pinned, -1 when not (the memory stays usable, only slower to copy to
+ * the device); unpin undoes one successful pin of ptr. Both run on any thread. api/pool.c fills
+ * it from the model's backend (backend_ops.host_pin / host_unpin) where the backend has them. */
+struct kv_tier_pinner {
+    void *ctx;
+    int (*pin)(void *ctx, void *ptr, size_t bytes);
+    void (*unpin)(void *ctx, void *ptr);
+};
+
 struct kv_tiers_opts {
     struct kv_tier_signature sig;
     uint64_t hot_max_bytes;   /* hot tier RAM budget; 0 = no hot tier */
@@ -64,6 +78,11 @@ struct kv_tiers_opts {
     int ssd_n_writers;        /* writer threads, 1..4; 0 = 1 */
     int ssd_queue_max_blocks; /* write queue bound; 0 = 256 */
     uint64_t ssd_queue_max_bytes; /* write queue bound in bytes; 0 = 256 MiB */
+    struct kv_tier_pinner pin; /* all NULL: no pinning. With pin set and a hot tier, full blocks
+                                * of the hot tier, its SSD promotes, its SSD queue and the device
+                                * cache's fetches live in pinned slabs (kv/tier_slab.h); without,
+                                * each block is its own cairn_mem_alloc (the CPU: nothing to
+                                * gain from slabs there) */
 };
 
 enum kv_tier_which {
@@ -91,6 +110,9 @@ struct kv_tier_stats {
     uint64_t n_read_errors;  /* SSD: failed reads */
     uint64_t n_stale_tmp;    /* SSD: leftover temp files removed at open */
     double scan_s;           /* SSD: time the open scan took */
+    uint64_t n_slab_bytes;   /* hot: RAM mapped in block slabs, free slots included (what
+                              * CAIRN_MEM_HOT counts for them; n_bytes counts the blocks) */
+    uint64_t n_pinned_bytes; /* hot: of them, page-locked for device copies */
 };
 
 struct kv_tiers_stats {

@@ -277,6 +277,15 @@ struct backend_ops {
                     struct cairn_err *err);
     /* Zeroes bytes at dst (synchronous, like the copies): a hybrid sequence's fresh state. */
     int (*buf_zero)(struct backend *be, void *dst, size_t bytes, struct cairn_err *err);
+    /* Optional (NULL on the CPU, whose host memory is its device memory): page-lock host memory
+     * [ptr, ptr + bytes) so buf_upload / buf_download from or into it run at DMA speed (CUDA:
+     * cudaHostRegister; pinned H2D ~36 GB/s against ~6 GB/s pageable on an H200). Costly (~15 ms
+     * for 256 MiB): pin large long-lived regions once (kv/tier_slab.h), never per copy. A
+     * failure (CAIRN_ERR_*, e.g. a page-lock limit) leaves the memory usable unpinned and the
+     * backend healthy. host_unpin undoes one successful host_pin of the same ptr, before the
+     * memory is freed and while the backend is open. Any thread. */
+    int (*host_pin)(struct backend *be, void *ptr, size_t bytes, struct cairn_err *err);
+    void (*host_unpin)(struct backend *be, void *ptr);
 
     /* ---- weights ---- */
     /* Makes w usable by the ops (sets w->be_data, or leaves it NULL where the host bytes are

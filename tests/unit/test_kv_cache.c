@@ -137,9 +137,27 @@ static int dev_copy(struct backend *be, void *dst, const void *src, size_t bytes
     return CAIRN_OK;
 }
 
+/* host_pin / host_unpin: the cache pins its host stage once and unpins that pointer at free */
+static int dev_n_pin, dev_n_unpin, dev_n_bad_unpin;
+static void *dev_pinned;
+
+static int dev_pin(struct backend *be, void *ptr, size_t bytes, struct cairn_err *err)
+{
+    dev_n_pin++;
+    dev_pinned = ptr;
+    return CAIRN_OK;
+}
+
+static void dev_unpin(struct backend *be, void *ptr)
+{
+    dev_n_unpin++;
+    dev_n_bad_unpin += ptr != dev_pinned;
+    dev_pinned = NULL;
+}
+
 static const struct backend_ops dev_ops = {
     .buf_alloc = dev_alloc, .buf_free = dev_free, .buf_upload = dev_upload, .buf_download = dev_download,
-    .buf_copy = dev_copy};
+    .buf_copy = dev_copy, .host_pin = dev_pin, .host_unpin = dev_unpin};
 static struct backend dev_be = {.ops = &dev_ops, .kind = BACKEND_CUDA, .name = "fake-device", .host_visible = 0};
 
 static struct backend *pool_be; /* where setup puts the pool: NULL (host) or &dev_be */
@@ -151,7 +169,9 @@ static void setup(struct kv_pool *p, struct kv_cache *c, struct fake_tier *t, si
     uint8_t ident[32];
     cairn_sha256("test-model", 10, ident);
     CHECK(kv_pool_init(p, pool_be, 1, NB, BS, 1, 2, DTYPE_F32, &err) == CAIRN_OK);
-    struct kv_tier_ops ops = {t, fake_on_evict, fake_on_publish, fake_lookup, NULL, NULL, NULL, NULL}; /* no locate: lookups stay synchronous */
+    /* no locate: lookups stay synchronous */
+    struct kv_tier_ops ops = {.ctx = t, .on_evict = fake_on_evict, .on_publish = fake_on_publish,
+                              .lookup = fake_lookup};
     if (tier_copies) ops.lookup_copy = fake_lookup_copy;
     CHECK(kv_cache_init(c, p, ident, state_bytes, t ? &ops : NULL, &err) == CAIRN_OK);
 }
@@ -423,6 +443,9 @@ int main(void)
     test_lru_and_tiers();
     CHECK_MSG(dev_n_down >= 2 * 4, "%d downloads", dev_n_down);
     CHECK_EQ_INT(dev_n_up, 2);
+    CHECK(dev_n_pin >= 1); /* the stage, once per cache */
+    CHECK_EQ_INT(dev_n_unpin, dev_n_pin);
+    CHECK_EQ_INT(dev_n_bad_unpin, 0);
     /* and with a tier that copies straight into the pool (the hot tier's lookup_copy): the same
      * payloads, the same two uploads, none staged */
     dev_n_up = dev_n_down = 0;
