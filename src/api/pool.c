@@ -501,7 +501,12 @@ void pool_load_estimate(struct pool *p, int idx, uint64_t host[CAIRN_MEM_N_TAGS]
         memcpy(host, all, sizeof(all));
     }
     host[CAIRN_MEM_MAPPED] = files;
-    if (pool_use_tiers(p, idx)) host[CAIRN_MEM_HOT] = p->opts.tiers_opts->hot_max_bytes;
+    if (pool_use_tiers(p, idx)) {
+        /* a device model's hot tier lives in pinned slabs: up to two of them beyond the budget
+         * (kv_tiers_slab_bytes) */
+        uint64_t hot = p->opts.tiers_opts->hot_max_bytes;
+        host[CAIRN_MEM_HOT] = hot + (p->dguard && dev && hot ? 2 * kv_tiers_slab_bytes(hot) : 0);
+    }
 }
 
 /* A device without --kv-cache-size: sizes model idx's KV pool from what the device budget has

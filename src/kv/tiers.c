@@ -44,6 +44,12 @@ static int tiers_statvfs(const char *dir, struct statvfs *vfs)
     }
 }
 
+uint64_t kv_tiers_slab_bytes(uint64_t hot_max_bytes)
+{
+    uint64_t slab = hot_max_bytes / 8;
+    return slab > KV_TIER_SLAB_BYTES ? KV_TIER_SLAB_BYTES : slab;
+}
+
 uint64_t kv_tiers_default_ssd_bytes(const char *dir)
 {
     struct statvfs vfs;
@@ -162,9 +168,8 @@ int kv_tiers_open(const struct kv_tiers_opts *o, struct kv_tiers **out, struct c
     if (o->hot_max_bytes && o->pin.pin && o->pin.unpin) {
         /* Slabs of a fraction of the hot budget (at most 256 MiB): the free slots of one partly
          * used slab plus the cached empty one are RAM beyond the budget. */
-        uint64_t slab = o->hot_max_bytes / 8;
-        if (slab > KV_TIER_SLAB_BYTES) slab = KV_TIER_SLAB_BYTES;
-        rc = kv_tier_slabs_new(g->block_size, t->block_bytes, g->state_bytes, (size_t)slab,
+        rc = kv_tier_slabs_new(g->block_size, t->block_bytes, g->state_bytes,
+                               (size_t)kv_tiers_slab_bytes(o->hot_max_bytes),
                                &o->pin, &t->slabs);
         if (rc != CAIRN_OK) {
             cairn_err_set(err, rc, "kv tiers: cannot make the block slabs");

@@ -145,5 +145,9 @@ void kv_tiers_sync(struct kv_tiers *t);
 int kv_tiers_parse_ssd_size(const char *s, const char *dir, uint64_t *out);
 /* The default SSD budget for dir: min(10% of free space, 50 GiB). */
 uint64_t kv_tiers_default_ssd_bytes(const char *dir);
+/* The size of one pinned slab of a hot tier of hot_max_bytes (min(hot / 8, 256 MiB): the free
+ * slots of one partly used slab plus the one cached empty slab are RAM beyond the hot budget,
+ * at most two slabs, which the pool's memory guard reserves beside it). */
+uint64_t kv_tiers_slab_bytes(uint64_t hot_max_bytes);
 
 #endif

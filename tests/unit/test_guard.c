@@ -21,6 +21,7 @@
 #include "base/file.h"
 #include "engine/engine.h"
 #include "engine/guard.h"
+#include "kv/tiers.h"
 #include "model/model.h"
 #include "test_backend.h"
 #include "testlib.h"
@@ -181,6 +182,8 @@ static int make_pool(const char *root, const char *const *dirs, int n, int devic
     return make_pool_kv(root, dirs, n, device_budget, max_device, 1 << 20, NULL, p);
 }
 
+static const struct kv_tiers_opts *g_tiers; /* make_pool_kv's tiers_opts (NULL: none) */
+
 /* kv_bytes 0: sized by the pool; be NULL: the CPU backend. */
 static int make_pool_kv(const char *root, const char *const *dirs, int n, int device_budget, uint64_t max_device,
                         uint64_t kv_bytes, struct backend *be, struct pool **p)
@@ -199,6 +202,7 @@ static int make_pool_kv(const char *root, const char *const *dirs, int n, int de
     o.max_device_memory = max_device;
     o.settings_path = settings;
     o.memory_wait_s = 0.2;
+    o.tiers_opts = g_tiers;
     struct cairn_err err = {0};
     int rc = pool_create(&o, p, &err);
     CHECK_MSG(rc == CAIRN_OK, "%s", err.msg);
@@ -254,6 +258,36 @@ static void test_pool_hybrid_estimate(const char *root, uint64_t state, uint64_t
         pool_put(p, 0);
     }
     pool_destroy(p);
+}
+
+/* The hot tier in the estimate: its budget on the CPU; on a device (pinned slabs) its budget
+ * plus the two slabs that may be mapped beyond it (kv_tiers_slab_bytes). */
+static void test_pool_hot_estimate(const char *root)
+{
+    char da[1100];
+    make_model_dir(root, "ha", "tests/data/oracle/models/llama-tiny", da, sizeof(da));
+    const char *dirs[] = {da};
+    struct kv_tiers_opts to;
+    memset(&to, 0, sizeof(to));
+    for (int k = 0; k < 2; k++) {
+        to.hot_max_bytes = k ? 8ull << 30 : 64ull << 20; /* slabs of 256 MiB, of hot / 8 */
+        CHECK_EQ_INT(kv_tiers_slab_bytes(to.hot_max_bytes), k ? 256u << 20 : 8u << 20);
+        for (int dev = 0; dev <= 1; dev++) {
+            struct pool *p = NULL;
+            g_tiers = &to;
+            int rc = make_pool(root, dirs, 1, dev, 1ull << 40, &p);
+            g_tiers = NULL;
+            if (rc) return;
+            uint64_t h[CAIRN_MEM_N_TAGS], d[CAIRN_MEM_N_TAGS];
+            estimate(p, 0, h, d);
+            pool_destroy(p);
+            uint64_t want = to.hot_max_bytes + (dev ? 2 * kv_tiers_slab_bytes(to.hot_max_bytes) : 0);
+            CHECK_MSG(h[CAIRN_MEM_HOT] == want, "hot %llu device %d: estimate %llu, want %llu",
+                      (unsigned long long)to.hot_max_bytes, dev, (unsigned long long)h[CAIRN_MEM_HOT],
+                      (unsigned long long)want);
+            CHECK_EQ_INT(d[CAIRN_MEM_HOT], 0);
+        }
+    }
 }
 
 static void test_pool_device_budget(const char *root)
@@ -535,6 +569,7 @@ static void test_hybrid_sizing(void)
     CHECK(mkdtemp(root) != NULL);
     test_pool_hybrid_estimate(root, state, kv_per_token);
     test_pool_device_budget(root);
+    test_pool_hot_estimate(root);
     test_pool_device_kv_sizing(root);
     char cmd[200];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
