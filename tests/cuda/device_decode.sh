@@ -4,7 +4,11 @@
 #   tests/cuda/device_decode.sh ops gemv check b1 b8 b8q
 # ops: test_cuda_ops; gemv: test_cuda_ops --bench-gemv; check: device_session.sh check minus
 # the op test; b1: 1B BF16 pp512/tg128 with and without graphs; eng: bench-engine on that 1B
-# at 1/8/32/64 sequences; b8: 8B BF16; b8q: 8B MLX q8 and q4 (synth ~1 min each).
+# at 1/8/32/64 sequences; b8: 8B BF16; b8q: 8B MLX q8 and q4 (synth ~1 min each); attn: the 8B
+# BF16 with each decode attention kernel (CAIRN_CUDA_ATTN_DEC=fast, then pipe): the op test,
+# tg128 and bench-engine at 8 and 64 streams, 256 new tokens (issue 15's figures); tiers: the
+# 32K-token prompt's TTFT from each prefix-cache tier (bench/gpu_serve_figures.sh PARTS=tiers,
+# the pinned hot tier). attn and tiers share one 8B checkpoint with a tokenizer (MODELS/serve).
 # Env as device_session.sh (BIN_DIR, OUT, MODELS); CAIRN_CUDA_* pass through to cairn.
 set -u
 cd "${CAIRN_ROOT:-$(dirname "$0")/../..}"
@@ -59,6 +63,28 @@ for part in "$@"; do
     b8) b llama8b-bf16 bench/configs/llama-3.1-8b.json bf16 512 128 3 ""; rm -rf "$MODELS/llama8b-bf16" ;;
     b8q) b llama8b-q8 bench/configs/llama-3.1-8b.json q8 512 128 3 ""; rm -rf "$MODELS/llama8b-q8"
          b llama8b-q4 bench/configs/llama-3.1-8b.json q4 512 128 3 ""; rm -rf "$MODELS/llama8b-q4" ;;
+    attn|tiers)
+        srv=$MODELS/serve
+        if [ ! -f "$srv/model/config.json" ]; then
+            python3 bench/synth_tokenizer.py models/demo "$srv/tok" 128256 > /dev/null &&
+                "$BIN" synth-model --config bench/configs/llama-3.1-8b.json --dtype bf16 --out "$srv/model" \
+                    --tokenizer "$srv/tok" > "$OUT/synth-serve.log" 2>&1 || { echo "synth serve failed"; continue; }
+        fi
+        if [ "$part" = tiers ]; then
+            PARTS=tiers timeout 400 bash bench/gpu_serve_figures.sh "$PWD/$BIN" "$srv" "$OUT/tiers" > "$OUT/tiers.log" 2>&1
+            echo "tiers rc=$?"; tail -8 "$OUT/tiers.log"
+        else
+            for dec in fast pipe; do
+                CAIRN_CUDA_ATTN_DEC=$dec "$BIN_DIR/test_cuda_ops" > "$OUT/ops-$dec.log" 2>&1
+                echo "test_cuda_ops attn=$dec rc=$?: $(tail -1 "$OUT/ops-$dec.log")"
+                CAIRN_CUDA_ATTN_DEC=$dec "$BIN" bench --model "$srv/model" --device cuda -p 512 -n 128 --reps 3 \
+                    --json > "$OUT/b8-$dec.json" 2> "$OUT/b8-$dec.err"
+                echo "8B attn=$dec: $(grep -o '"tg_tps_median": [0-9.]*' "$OUT/b8-$dec.json")"
+                CAIRN_CUDA_ATTN_DEC=$dec timeout 170 "$BIN" bench-engine --model "$srv/model" --device cuda \
+                    --concurrency 8,64,8,64,8,64 --prompt 128 --gen 256 --kv-gb 16 > "$OUT/eng-$dec.log" 2>&1
+                echo "bench-engine attn=$dec rc=$?"; grep "^decode:" "$OUT/eng-$dec.log"
+            done
+        fi ;;
     esac
     echo "[$part: $(( $(date +%s) - t0 )) s]"
 done
