@@ -320,6 +320,8 @@ struct cuda_sample_row_rec {
     int top_logprobs;
     int edit0;
     int n_edits;
+    int top_k;
+    float top_p;
     int pad;
     double u;
 };
@@ -334,6 +336,7 @@ static int cuda_op_sample(struct backend *be, float *logits, int vocab, const st
     int n_edits = 0;
     for (int i = 0; i < n; i++) {
         CAIRN_ASSERT(rows[i].top_logprobs >= 0 && rows[i].top_logprobs <= BACKEND_SAMPLE_MAX_TOP);
+        CAIRN_ASSERT(rows[i].top_k >= 0 && rows[i].top_k <= be->sample_top_k);
         n_edits += rows[i].n_edits;
     }
     /* one staging area: [rows][edits] go up, [out] comes back */
@@ -354,8 +357,9 @@ static int cuda_op_sample(struct backend *be, float *logits, int vocab, const st
     int e0 = 0;
     for (int i = 0; i < n; i++) {
         const struct backend_sample_row *r = &rows[i];
-        rec[i] = (struct cuda_sample_row_rec){r->row, r->temperature, r->min_p, r->logprobs, r->top_logprobs,
-                                              e0, r->n_edits, 0, r->u};
+        rec[i] = (struct cuda_sample_row_rec){r->row,     r->temperature, r->min_p, r->logprobs, r->top_logprobs,
+                                              e0,         r->n_edits,     r->top_k, r->top_p,  0,
+                                              r->u};
         if (r->n_edits) memcpy(ed + e0, r->edits, sizeof(*ed) * (size_t)r->n_edits);
         e0 += r->n_edits;
     }
@@ -800,6 +804,10 @@ int cuda_backend_open(int device, struct backend **out, struct cairn_err *err)
     int exact_gemv = CAIRN_MAX(1, CAIRN_MIN(c->gemv_max_rows, CUDA_ATTN_EXACT_ROWS));
     c->exact_rows_mma = !c->mma_max_rows ? exact_gemv : c->mma_min_rows > 1 ? 1 : c->mma_max_rows;
     be->exact_rows = c->attn_mode == CUDA_ATTN_TILED ? 1 : c->exact_rows_mma;
+    /* top-k rows on the device (cuda_sample.cu): opt-in (CAIRN_CUDA_SAMPLE_TOPK=1) until
+     * tests/cuda/test_cuda_sample.c has run it on a GPU */
+    s = getenv("CAIRN_CUDA_SAMPLE_TOPK");
+    be->sample_top_k = s && strcmp(s, "1") == 0 ? BACKEND_SAMPLE_MAX_TOP_K : 0;
     /* CAIRN_CUDA_MOE: "host", every moe_experts call groups on the host; "old", one token is
      * sorted as a batch instead of taking the unsorted path (cuda_moe.cu) */
     s = getenv("CAIRN_CUDA_MOE");

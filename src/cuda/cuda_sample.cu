@@ -5,8 +5,8 @@
  * host's sampler applies them), out [n] (struct backend_sample_out, copied back to the host).
  * Per row the kernel reads the vocab-sized row once for greedy (argmax), three times with
  * temperature (max, the chunk sums of the tempered softmax, the draw's scan of one chunk) plus
- * once more for logprobs and once per top_logprobs entry; a 128K-vocab row is 0.5 MB, so 64 rows
- * of greedy read 33 MB: HBM-bound at ~10 us, against the 33 MB download and ~1 ms per row of
+ * once more for logprobs and once per top_logprobs entry (a top-k row: the max, then once per k,
+ * cuda_sample_top_k); a 128K-vocab row is 0.5 MB, so 64 rows of greedy read 33 MB: HBM-bound at ~10 us, against the 33 MB download and ~1 ms per row of
  * host work they replace. The CPU reference is engine/sampler.c (sampler_row_reference).
  *
  * Exactness against the host:
@@ -33,6 +33,8 @@ struct cuda_sample_row_dev {
     int top_logprobs;
     int edit0; /* first of its edits in the edit array */
     int n_edits;
+    int top_k; /* 0: off; 1..BACKEND_SAMPLE_MAX_TOP_K */
+    float top_p;
     int pad;
     double u;
 };
@@ -169,6 +171,82 @@ static __device__ __forceinline__ float cuda_sample_expf(float x)
     return (float)exp((double)x);
 }
 
+/* A top-k row (temperature > 0): the host's sorted path (engine/sampler.c sampler_pick). The k
+ * best tempered probabilities p_i = exp((w_i - max) / T) by (p desc, id asc), one block pass
+ * each (each takes the best below the previous in that order, as the top_logprobs passes do:
+ * k <= BACKEND_SAMPLE_MAX_TOP_K passes over the row, p recomputed in each), then on one thread
+ * in that order, in double as the host: their sum, the top-p cut (the first i whose cumulative
+ * mass reaches top_p times the sum), the min_p cut from the tail (p < min_p, keeping one), the
+ * total, and the draw u * total against the cumulative mass. p is (float)exp((double)x), so the
+ * sums are the host's but where its expf rounds a last bit differently. */
+static __device__ int cuda_sample_top_k(const float *w, int V, const struct cuda_sample_row_dev &r, float *sv,
+                                        int *si, int *s_tok)
+{
+    __shared__ float kp[BACKEND_SAMPLE_MAX_TOP_K];
+    __shared__ int ki[BACKEND_SAMPLE_MAX_TOP_K];
+    const float inv_t = 1.0f / r.temperature;
+    const float mx = cuda_sample_max(w, V, sv, si);
+    const int k = min(r.top_k, min(V, BACKEND_SAMPLE_MAX_TOP_K));
+    float pv = INFINITY;
+    int pi = -1, n = 0;
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY;
+        int bi = INT32_MAX;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            float p = cuda_sample_expf(__fmul_rn(__fsub_rn(w[i], mx), inv_t));
+            if (p == p && cuda_sample_above(pv, pi, p, i) && cuda_sample_above(p, i, bv, bi)) {
+                bv = p;
+                bi = i;
+            }
+        }
+        cuda_sample_block_best(&bv, &bi, sv, si);
+        if (bi == INT32_MAX) break; /* fewer than k ids that are not NaN */
+        if (threadIdx.x == 0) {
+            kp[j] = bv;
+            ki[j] = bi;
+        }
+        n = j + 1;
+        pv = bv;
+        pi = bi;
+    }
+    if (threadIdx.x == 0) {
+        int tok = n > 0 ? ki[n - 1] : 0;
+        if (n > 0) {
+            double sum = 0;
+            for (int i = 0; i < n; i++) sum += kp[i];
+            if (r.top_p < 1.0f) {
+                double target = (double)r.top_p * sum, c = 0;
+                for (int i = 0; i < n; i++) {
+                    c += kp[i];
+                    if (c >= target) {
+                        n = i + 1;
+                        break;
+                    }
+                }
+            }
+            float floor_p = r.min_p > 0.0f ? r.min_p : 0.0f;
+            if (floor_p > 0)
+                while (n > 1 && kp[n - 1] < floor_p) n--;
+            double total = 0;
+            for (int i = 0; i < n; i++) total += kp[i];
+            double u = r.u * total, c = 0;
+            tok = ki[n - 1];
+            for (int i = 0; i < n; i++) {
+                c += kp[i];
+                if (u < c) {
+                    tok = ki[i];
+                    break;
+                }
+            }
+        }
+        *s_tok = tok;
+    }
+    __syncthreads();
+    int tok = *s_tok;
+    __syncthreads(); /* s_tok is reused by the caller's paths */
+    return tok;
+}
+
 static __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS)
     cuda_sample_kernel(float *logits, int V, const struct cuda_sample_row_dev *rows,
                        const struct backend_logit_edit *edits, struct backend_sample_out *out)
@@ -197,6 +275,8 @@ static __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS)
     int tok;
     if (r.temperature == 0.0f) {
         tok = cuda_sample_argmax(w, V, sv, si);
+    } else if (r.top_k > 0) {
+        tok = cuda_sample_top_k(w, V, r, sv, si, &s_tok);
     } else {
         float inv_t = 1.0f / r.temperature;
         float mx = cuda_sample_max(w, V, sv, si);

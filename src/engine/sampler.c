@@ -499,10 +499,15 @@ void sampler_accept(struct sampler *s, int32_t token)
 
 /* ---- rows sampled by a backend (tensor/backend.h's sample op) ---- */
 
-int sampler_row_eligible(const struct sampler *s)
+int sampler_row_eligible(const struct sampler *s, int max_top_k)
 {
-    /* the op has no grammar mask and no top-k / top-p truncation (those rows stay here) */
-    return !s->allowed && !(s->p.top_k > 0 && s->p.top_k < s->vocab_size) && !(s->p.top_p < 1.0f);
+    /* the op has no grammar mask and no top-p without top-k (those rows stay here); top-k up to
+     * what the backend takes (with temperature: greedy ignores it) */
+    if (s->allowed) return 0;
+    if (s->p.temperature == 0.0f) return 1;
+    int has_k = s->p.top_k > 0 && s->p.top_k < s->vocab_size;
+    if (!has_k) return !(s->p.top_p < 1.0f);
+    return s->p.top_k <= max_top_k;
 }
 
 void sampler_row_prepare(struct sampler *s, const int32_t *history, int n_history, int n_generated,
@@ -513,6 +518,9 @@ void sampler_row_prepare(struct sampler *s, const int32_t *history, int n_histor
     row->min_p = s->p.min_p;
     row->logprobs = s->p.logprobs;
     row->top_logprobs = s->p.top_logprobs;
+    int has_k = s->p.temperature != 0.0f && s->p.top_k > 0 && s->p.top_k < s->vocab_size;
+    row->top_k = has_k ? s->p.top_k : 0;
+    row->top_p = has_k ? s->p.top_p : 1.0f;
     row->edits = s->edits;
     row->n_edits = (s->rep_ctx || s->counts || s->p.n_logit_bias)
                        ? sampler_edits_build(s, history, n_history, n_generated) : 0;
@@ -541,6 +549,10 @@ int sampler_row_reference(const float *logits, int vocab_size, const struct back
     p.min_p = row->min_p;
     p.logprobs = row->logprobs;
     p.top_logprobs = row->top_logprobs;
+    if (row->top_k > 0) {
+        p.top_k = row->top_k;
+        p.top_p = row->top_p;
+    }
     struct sampler s;
     int rc = sampler_init(&s, &p, vocab_size, NULL);
     if (rc != CAIRN_OK) return rc;

@@ -73,13 +73,15 @@ int32_t sampler_sample(struct sampler *s, const float *logits, const int32_t *hi
 void sampler_accept(struct sampler *s, int32_t token);
 
 /* Rows sampled by the backend (its optional sample op, tensor/backend.h), same pipeline:
- * _eligible: 1 when the op can take s's next row (no grammar mask set for it, no top-k / top-p:
- * those rows are sampled here from downloaded logits). _prepare: fills row with s's parameters,
- * the edits of steps 1-3 (pointing into s, valid until s's next call) and, when temperature > 0,
- * the one uniform draw sampler_sample would take from s's PRNG, so a request's seeded stream is
+ * _eligible: 1 when the op can take s's next row: no grammar mask set for it, and with
+ * temperature no top-p without top-k and top_k at most max_top_k (the backend's sample_top_k);
+ * greedy rows ignore both (other rows are sampled here from downloaded logits). _prepare: fills
+ * row with s's parameters (top_k / top_p only for a truncating top-k with temperature), the
+ * edits of steps 1-3 (pointing into s, valid until s's next call) and, when temperature > 0, the
+ * one uniform draw sampler_sample would take from s's PRNG, so a request's seeded stream is
  * the same on either path. _finish: takes the op's result (logprob, top_* into s) and returns the
  * token; call sampler_accept with it as usual. */
-int sampler_row_eligible(const struct sampler *s);
+int sampler_row_eligible(const struct sampler *s, int max_top_k);
 void sampler_row_prepare(struct sampler *s, const int32_t *history, int n_history, int n_generated,
                          struct backend_sample_row *row);
 int32_t sampler_row_finish(struct sampler *s, const struct backend_sample_out *out);

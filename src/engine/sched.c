@@ -39,8 +39,9 @@
  * - Speculative decoding (spec_sched.h) extends packed decodes with drafts, verified after the
  *   forward; a verify entry has chunk 1 + n_draft and as many logits rows.
  * - Sampling: a row the backend can sample (ops.can_sample and sampler_row_eligible: one logit
- *   row, no grammar, no top-k / top-p) is prepared before the forward (the penalties' edits and
- *   the request's PRNG draw, sampler_row_prepare) and comes back as an id (+ logprobs) in
+ *   row, no grammar, top-k only as far as be->sample_top_k, no top-p without it) is prepared
+ *   before the forward (the penalties' edits and the request's PRNG draw,
+ *   sampler_row_prepare) and comes back as an id (+ logprobs) in
  *   sample_out; every other row's logits come back and are sampled here. Both paths give the
  *   same tokens (sampler.h). The phases of each step are timed into engine_stats (t_*).
  * Callbacks run here, with e->mu NOT held (they may call engine_cancel). */
@@ -766,7 +767,8 @@ static void sched_step(struct engine *e)
         m->logits = e->logits + (size_t)n_rows * V;
         m->sample = NULL;
         m->sample_out = NULL;
-        if (e->ops.can_sample && m->n_logits == 1 && nd == 0 && !s->gm && sampler_row_eligible(&s->sampler)) {
+        int max_k = e->ops.be ? e->ops.be->sample_top_k : 0;
+        if (e->ops.can_sample && m->n_logits == 1 && nd == 0 && !s->gm && sampler_row_eligible(&s->sampler, max_k)) {
             /* sampled by the forward on the device: the penalties' edits and the draw now */
             double ts = cairn_now();
             sampler_row_prepare(&s->sampler, s->tokens, s->n_tokens, s->n_tokens - s->n_prompt, &e->sample_rows[i]);

@@ -68,6 +68,9 @@ struct backend {
                             * limit: 16 or 8, cuda_backend.c); 0: any step (the CPU). The
                             * speculative planner keeps drafts inside it, so greedy output is
                             * the same with and without speculation. */
+    int sample_top_k;      /* the sample op takes rows with top_k in 1..sample_top_k (and any
+                            * top_p over those k); 0: no top-k rows (they are sampled on the
+                            * host). At most BACKEND_SAMPLE_MAX_TOP_K. */
 };
 
 #define BACKEND_STEP_TIMEOUT_S 30.0
@@ -200,9 +203,14 @@ struct backend_qk_rope_store {
  * (unnormalised, double) mass exceeds u times the total (the scalar fallback: the argmax).
  * With logprobs / top_logprobs, the log-softmax of the edited logits (before temperature) at the
  * chosen id and at the top_logprobs best (ties -> lowest id, trailing -inf dropped but one).
- * top-k / top-p truncation and grammar masks are not part of it: the engine samples such rows
- * on the host from downloaded logits. */
+ * top_k > 0 (only where be->sample_top_k admits it): the k best tempered probabilities by
+ * (value desc, id asc), then top_p over them in that order (kept up to the first whose
+ * cumulative mass reaches top_p times theirs), min_p from the tail, and the draw in that order:
+ * the host sampler's sorted path (engine/sampler.c sampler_pick). top-p without top-k and
+ * grammar masks are not part of it: the engine samples such rows on the host from downloaded
+ * logits. */
 #define BACKEND_SAMPLE_MAX_TOP 20
+#define BACKEND_SAMPLE_MAX_TOP_K 64 /* the most top_k a backend's sample op may take */
 enum backend_logit_edit_kind {
     BACKEND_EDIT_REPETITION = 0, /* x = x > 0 ? x / v : x * v */
     BACKEND_EDIT_SUB,            /* x -= v (presence + count * frequency) */
@@ -219,6 +227,8 @@ struct backend_sample_row {
     float min_p;                  /* 0: off */
     int logprobs;
     int top_logprobs;             /* 0..BACKEND_SAMPLE_MAX_TOP */
+    int top_k;                    /* 0: off; else 1..be->sample_top_k (temperature > 0) */
+    float top_p;                  /* with top_k: 1 = off */
     double u;                     /* the draw in [0, 1) (temperature > 0) */
     const struct backend_logit_edit *edits; /* host [n_edits], applied in order */
     int n_edits;

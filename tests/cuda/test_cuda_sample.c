@@ -1,7 +1,8 @@
 /* The CUDA sample op (cuda_sample.cu) against the host sampler (engine/sampler.c).
  *
  * Every parameter combination the op takes (temperature 0 / 0.6 / 1 / 1.7, repetition penalty,
- * presence + frequency penalties, logit_bias, min_p, logprobs, top_logprobs 20), 64 rows per call
+ * presence + frequency penalties, logit_bias, min_p, logprobs, top_logprobs 20, and across them
+ * top_k 1 / 20 / 64 with top_p 1 or 0.9: CAIRN_CUDA_SAMPLE_TOPK=1 is set here), 64 rows per call
  * at the Llama-3 vocabulary (128,256) and an odd one, over several steps so the penalties see
  * generated tokens. Each row has twin samplers with the same seed: one samples on the host
  * (sampler_sample), the other is prepared for the op (sampler_row_prepare: edits and the host's
@@ -66,6 +67,7 @@ struct combo {
 
 static struct combo combo_of(int c, int vocab)
 {
+    const int c_all = c;
     static struct engine_logit_bias bias[3] = {{5, 3.5f}, {17, -100.0f}, {5, 1.25f}};
     struct combo k;
     engine_sampling_default(&k.p);
@@ -86,6 +88,10 @@ static struct combo combo_of(int c, int vocab)
     k.p.top_logprobs = c % 3 == 2 ? 20 : 0;
     c /= 3;
     k.nan_row = k.p.temperature == 0.0f && (c % 2);
+    /* top-k (the op's sorted path) across the others: 5 and 4 are coprime, so every
+     * temperature meets every top-k; top-p over it every other time */
+    k.p.top_k = (int[]){0, 0, 1, 20, BACKEND_SAMPLE_MAX_TOP_K}[c_all % 5];
+    k.p.top_p = k.p.top_k && (c_all / 5) % 2 ? 0.9f : 1.0f;
     (void)vocab;
     return k;
 }
@@ -113,7 +119,7 @@ static void run_vocab(struct backend *be, int V)
             k[r].p.has_seed = 1;
             CHECK(sampler_init(&a[r], &k[r].p, V, NULL) == CAIRN_OK);
             CHECK(sampler_init(&b[r], &k[r].p, V, NULL) == CAIRN_OK);
-            CHECK(sampler_row_eligible(&b[r]));
+            CHECK(sampler_row_eligible(&b[r], be->sample_top_k));
             for (int i = 0; i < PROMPT; i++)
                 hist[r][i] = (int32_t)(rnd() % (uint32_t)V);
         }
@@ -227,6 +233,7 @@ int main(void)
 {
     struct backend *be = NULL;
     struct cairn_err err = {0};
+    setenv("CAIRN_CUDA_SAMPLE_TOPK", "1", 1); /* the top-k rows too */
     int st = cuda_backend_open(0, &be, &err);
     if (st == CAIRN_ERR_UNSUPPORTED) {
         printf("test_cuda_sample: skipped: %s\n", err.msg);
@@ -235,6 +242,7 @@ int main(void)
     CHECK_MSG(st == CAIRN_OK, "cuda_backend_open: %s", err.msg);
     if (st != CAIRN_OK) return test_summary("test_cuda_sample");
     CHECK(be->ops->sample != NULL);
+    CHECK_EQ_INT(be->sample_top_k, BACKEND_SAMPLE_MAX_TOP_K);
     if (!be->ops->sample) return test_summary("test_cuda_sample");
     run_vocab(be, 128256);
     run_vocab(be, 50021);

@@ -14,8 +14,8 @@
  * q4 weights): both ways of each branch.
  * With a sample op too (the host reference of its semantics, sampler_row_reference), an engine
  * over the shim samples its rows from the fused lm_head's logits (the final norm folded in) and
- * must give the plain CPU engine's greedy tokens and logprobs, as must the host-sampled rows
- * (top-k: downloaded logits). */
+ * must give the plain CPU engine's tokens and logprobs: greedy and seeded top-k rows through the
+ * op (its sorted path), top-p-alone rows on the host from downloaded logits. */
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -110,9 +110,10 @@ static void gen_event(void *user, const struct engine_event *ev)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* 16 greedy tokens (with logprobs) of a fixed prompt through an engine over model `name` on be;
- * top_k > 0: a row the engine samples on the host. Returns the count. */
-static int gen_on(const char *name, struct backend *be, int top_k, struct gen_ctx *c)
+/* 16 tokens (with logprobs) of a fixed prompt through an engine over model `name` on be. mode 0:
+ * greedy; 1: seeded temperature 0.8 with top_p 0.9 alone (a row the engine samples on the host);
+ * 2: the same with top_k 20 (the op's sorted path where be->sample_top_k admits it). */
+static int gen_on(const char *name, struct backend *be, int mode, struct gen_ctx *c)
 {
     char dir[1024], rel[512];
     snprintf(rel, sizeof(rel), "tests/data/oracle/models/%s", name);
@@ -147,9 +148,12 @@ static int gen_on(const char *name, struct backend *be, int top_k, struct gen_ct
                                    .on_event = gen_event,
                                    .user = c};
         engine_sampling_default(&r.sampling);
-        r.sampling.temperature = 0;
+        r.sampling.temperature = mode ? 0.8f : 0.0f;
         r.sampling.logprobs = 1;
-        r.sampling.top_k = top_k;
+        r.sampling.top_p = mode ? 0.9f : 1.0f;
+        r.sampling.top_k = mode == 2 ? 20 : 0;
+        r.sampling.seed = 1234;
+        r.sampling.has_seed = 1;
         uint64_t id;
         rc = engine_submit(e, &r, &id, &err);
         CHECK_MSG(rc == CAIRN_OK, "%s: submit: %s", name, err.msg);
@@ -216,25 +220,24 @@ int main(void)
                n_fused_silu - silu0);
     }
     ops.sample = shim_sample;
+    shim.sample_top_k = BACKEND_SAMPLE_MAX_TOP_K;
     for (size_t i = 0; i < CAIRN_ARRAY_LEN(models); i++) {
-        for (int top_k = 0; top_k <= 1; top_k++) { /* 0: sampled by the op; 1: on the host */
+        for (int mode = 0; mode <= 2; mode++) { /* 0, 2: sampled by the op; 1: on the host */
             struct gen_ctx want, got;
             long rows0 = n_sample_rows, mmf0 = n_matmul_fused;
-            gen_on(models[i], cpu, top_k, &want);
+            gen_on(models[i], cpu, mode, &want);
             CHECK(n_sample_rows == rows0);
-            gen_on(models[i], &shim, top_k, &got);
+            gen_on(models[i], &shim, mode, &got);
             CHECK_EQ_INT(want.n, 16);
             CHECK_EQ_INT(got.n, want.n);
             CHECK_MSG(n_matmul_fused > mmf0, "%s: matmul_fused not called", models[i]);
-            CHECK_MSG(top_k ? n_sample_rows == rows0 : n_sample_rows - rows0 >= 15,
-                      "%s top_k %d: %ld rows through the sample op", models[i], top_k,
-                      n_sample_rows - rows0);
+            CHECK_MSG(mode == 1 ? n_sample_rows == rows0 : n_sample_rows - rows0 >= 15,
+                      "%s mode %d: %ld rows through the sample op", models[i], mode, n_sample_rows - rows0);
             for (int t = 0; t < want.n && t < got.n; t++) {
-                CHECK_MSG(got.toks[t] == want.toks[t], "%s top_k %d: token %d: %d, plain %d",
-                          models[i], top_k, t, got.toks[t], want.toks[t]);
-                CHECK_MSG(fabsf(got.lp[t] - want.lp[t]) <= 1e-5f,
-                          "%s top_k %d: logprob %d: %g, plain %g", models[i], top_k, t,
-                          (double)got.lp[t], (double)want.lp[t]);
+                CHECK_MSG(got.toks[t] == want.toks[t], "%s mode %d: token %d: %d, plain %d", models[i], mode, t,
+                          got.toks[t], want.toks[t]);
+                CHECK_MSG(fabsf(got.lp[t] - want.lp[t]) <= 1e-5f, "%s mode %d: logprob %d: %g, plain %g", models[i],
+                          mode, t, (double)got.lp[t], (double)want.lp[t]);
             }
         }
     }

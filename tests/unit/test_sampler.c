@@ -412,8 +412,9 @@ static void test_row_path(void)
     int32_t hist[64];
     struct engine_logit_bias bias[3] = {{5, 3.5f}, {7, -100.0f}, {5, 1.25f}}; /* 5 twice: in order */
     int n_combos = 0;
-    for (int combo = 0; combo < 2 * 2 * 2 * 2 * 3 * 3; combo++) {
-        int c = combo;
+    /* combos 144..287: the same with top-k (and top-p over it), the backend's sorted path */
+    for (int combo = 0; combo < 2 * 2 * 2 * 2 * 3 * 3 * 2; combo++) {
+        int c = combo % 144;
         struct engine_sampling p;
         engine_sampling_default(&p);
         p.temperature = (float[]){0.0f, 0.7f}[c % 2];
@@ -431,12 +432,16 @@ static void test_row_path(void)
         c /= 3;
         p.logprobs = c % 3 > 0;
         p.top_logprobs = (int[]){0, 0, 20}[c % 3];
+        if (combo >= 144) {
+            p.top_k = (int[]){1, 2, 20, BACKEND_SAMPLE_MAX_TOP_K}[combo % 4];
+            p.top_p = (float[]){1.0f, 0.9f, 0.3f}[(combo / 4) % 3];
+        }
         p.seed = 99 + (uint64_t)combo;
         p.has_seed = 1;
         struct sampler a, b;
         CHECK(sampler_init(&a, &p, RV, NULL) == CAIRN_OK);
         CHECK(sampler_init(&b, &p, RV, NULL) == CAIRN_OK);
-        CHECK(sampler_row_eligible(&b));
+        CHECK(sampler_row_eligible(&b, (combo / 144) ? BACKEND_SAMPLE_MAX_TOP_K : 0));
         int n_hist = 0;
         for (int i = 0; i < 20; i++) hist[n_hist++] = (int32_t)(lcg() % RV); /* prompt */
         for (int step = 0; step < STEPS; step++) {
@@ -464,19 +469,34 @@ static void test_row_path(void)
         sampler_free(&b);
         n_combos++;
     }
-    CHECK_EQ_INT(n_combos, 144);
-    /* what the op does not take stays on the host */
+    CHECK_EQ_INT(n_combos, 288);
+    /* what the op does not take stays on the host: top-k past the backend's bound, top-p alone
+     * (with temperature; greedy rows ignore both) */
     struct engine_sampling p;
     engine_sampling_default(&p);
+    p.temperature = 0.8f;
     struct sampler s;
     p.top_k = 5;
     CHECK(sampler_init(&s, &p, RV, NULL) == CAIRN_OK);
-    CHECK(!sampler_row_eligible(&s));
+    CHECK(!sampler_row_eligible(&s, 0));
+    CHECK(!sampler_row_eligible(&s, 4));
+    CHECK(sampler_row_eligible(&s, 5));
     sampler_free(&s);
     p.top_k = 0;
     p.top_p = 0.9f;
     CHECK(sampler_init(&s, &p, RV, NULL) == CAIRN_OK);
-    CHECK(!sampler_row_eligible(&s));
+    CHECK(!sampler_row_eligible(&s, BACKEND_SAMPLE_MAX_TOP_K));
+    sampler_free(&s);
+    p.top_k = RV; /* top_k >= vocab is no truncation */
+    p.top_p = 1.0f;
+    CHECK(sampler_init(&s, &p, RV, NULL) == CAIRN_OK);
+    CHECK(sampler_row_eligible(&s, 0));
+    sampler_free(&s);
+    p.temperature = 0.0f;
+    p.top_k = 5;
+    p.top_p = 0.5f;
+    CHECK(sampler_init(&s, &p, RV, NULL) == CAIRN_OK);
+    CHECK(sampler_row_eligible(&s, 0));
     sampler_free(&s);
     free(l);
 }
