@@ -225,7 +225,8 @@ static void kv_cache_drop_snapshot(struct kv_cache *c, int b)
 /* Removes CACHED block b from the cache (on_evict, unindex); it becomes FREE-but-not-listed. */
 static void kv_cache_evict_one(struct kv_cache *c, int b)
 {
-    if (c->tiers.on_evict) {
+    const struct kv_tier_ops *o = &c->tiers;
+    if (o->on_evict && (!o->evict_wanted || o->evict_wanted(o->ctx, c->blocks[b].hash))) {
         struct kv_block_desc d;
         if (kv_cache_desc(c, b, &d)) c->tiers.on_evict(c->tiers.ctx, &d);
     }

@@ -63,6 +63,11 @@ struct kv_tier_ops {
     /* A cached block leaves the device tier (evicted). Called on the scheduler thread: copy and
      * return quickly (queue slow work). May be NULL. */
     void (*on_evict)(void *ctx, const struct kv_block_desc *b);
+    /* Asked before on_evict, with the block's hash only: 0 when the tiers already hold it (its
+     * LRU position refreshed, as on_evict would), so the cache skips copying it out of the
+     * device (a restored prefix evicted again: 2 x block_bytes of download saved); 1: call
+     * on_evict. May be NULL (always 1). Scheduler thread. */
+    int (*evict_wanted)(void *ctx, const uint8_t hash[32]);
     /* A new full block was published (write-through). May be NULL. */
     void (*on_publish)(void *ctx, const struct kv_block_desc *b);
     /* Looks up `hash`; on a hit whose stored tokens equal `tokens`, copies K and V (block_bytes

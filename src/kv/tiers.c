@@ -107,6 +107,15 @@ static void tiers_on_evict(void *ctx, const struct kv_block_desc *d)
     }
 }
 
+/* on_evict's own early outs, before the cache copies the block out: held already (hot: touched) */
+static int tiers_evict_wanted(void *ctx, const uint8_t hash[32])
+{
+    struct kv_tiers *t = ctx;
+    if (t->hot) return !kv_hot_touch(t->hot, hash);
+    if (t->ssd) return !kv_ssd_has(t->ssd, hash);
+    return 0;
+}
+
 static void tiers_on_publish(void *ctx, const struct kv_block_desc *d)
 {
     struct kv_tiers *t = ctx;
@@ -236,6 +245,7 @@ struct kv_tier_ops kv_tiers_ops(struct kv_tiers *t)
     if (!t || (!t->hot && !t->ssd)) return ops;
     ops.ctx = t;
     ops.on_evict = tiers_on_evict;
+    ops.evict_wanted = tiers_evict_wanted;
     ops.on_publish = t->write_through && t->ssd ? tiers_on_publish : NULL;
     ops.lookup = tiers_lookup;
     ops.lookup_copy = tiers_lookup_copy;

@@ -21,6 +21,7 @@ struct fake_tier {
     int evicted_has_state[32];
     uint8_t published_hash[32][32];
     int corrupt; /* when set, lookup says miss (a damaged entry) */
+    int n_wanted_asked;
 };
 
 static void fake_on_publish(void *ctx, const struct kv_block_desc *b)
@@ -41,6 +42,16 @@ static void fake_on_evict(void *ctx, const struct kv_block_desc *b)
     memcpy(t->evicted_v[i], b->v, b->block_bytes);
     t->evicted_has_state[i] = b->state != NULL;
     if (b->state) memcpy(t->evicted_state[i], b->state, b->state_bytes);
+}
+
+/* evict_wanted: 0 for a hash on_evict already got (the tier holds it) */
+static int fake_evict_wanted(void *ctx, const uint8_t hash[32])
+{
+    struct fake_tier *t = ctx;
+    t->n_wanted_asked++;
+    for (int i = 0; i < t->n_evict && i < 32; i++)
+        if (memcmp(t->evicted_hash[i], hash, 32) == 0) return 0;
+    return 1;
 }
 
 static int fake_lookup(void *ctx, const uint8_t hash[32], const int32_t *tokens, int n_tokens, void *k,
@@ -162,6 +173,7 @@ static struct backend dev_be = {.ops = &dev_ops, .kind = BACKEND_CUDA, .name = "
 
 static struct backend *pool_be; /* where setup puts the pool: NULL (host) or &dev_be */
 static int tier_copies;          /* setup's tier offers lookup_copy */
+static int tier_wanted;          /* setup's tier offers evict_wanted */
 
 static void setup(struct kv_pool *p, struct kv_cache *c, struct fake_tier *t, size_t state_bytes)
 {
@@ -173,6 +185,7 @@ static void setup(struct kv_pool *p, struct kv_cache *c, struct fake_tier *t, si
     struct kv_tier_ops ops = {.ctx = t, .on_evict = fake_on_evict, .on_publish = fake_on_publish,
                               .lookup = fake_lookup};
     if (tier_copies) ops.lookup_copy = fake_lookup_copy;
+    if (tier_wanted) ops.evict_wanted = fake_evict_wanted;
     CHECK(kv_cache_init(c, p, ident, state_bytes, t ? &ops : NULL, &err) == CAIRN_OK);
 }
 
@@ -348,6 +361,45 @@ static void test_lru_and_tiers(void)
     teardown(&p, &c);
 }
 
+/* A block the tier holds already (restored from it, then evicted again) is not copied out again
+ * when the tier says so (evict_wanted): no on_evict, no download; still an eviction. */
+static void test_evict_wanted(void)
+{
+    struct kv_pool p;
+    struct kv_cache c;
+    struct fake_tier t;
+    memset(&t, 0, sizeof(t));
+    setup(&p, &c, &t, 0);
+    int32_t toks[BS];
+    for (int i = 0; i < BS; i++) toks[i] = 100 + i;
+    uint8_t h[32];
+    int a = kv_cache_alloc(&c);
+    fill_block(&p, a, 5.0f);
+    kv_cache_publish(&c, a, NULL, toks, NULL, h);
+    kv_cache_release(&c, a);
+    int held[NB + 1], n_held = 0;
+    for (int round = 0; round < 2; round++) {
+        int down0 = dev_n_down, ev0 = t.n_evict, asked0 = t.n_wanted_asked;
+        uint64_t evictions0 = c.n_evictions;
+        n_held = 0;
+        while ((held[n_held] = kv_cache_alloc(&c)) >= 0) n_held++;
+        CHECK_EQ_INT(n_held, NB);
+        CHECK_EQ_INT(c.n_evictions, evictions0 + 1);
+        CHECK_EQ_INT(t.n_wanted_asked, asked0 + 1);
+        /* first round: the tier wants it (copied out); second: it holds it (nothing copied) */
+        CHECK_EQ_INT(t.n_evict, ev0 + (round == 0));
+        if (pool_be) CHECK_EQ_INT(dev_n_down, down0 + (round == 0 ? 2 : 0));
+        for (int i = 0; i < n_held; i++) kv_cache_release(&c, held[i]);
+        /* back from the tier, with its payload */
+        int32_t out[1];
+        CHECK_EQ_INT(kv_cache_match(&c, toks, BS, NULL, 1, out), 1);
+        CHECK(memcmp(kv_cache_block_hash(&c, out[0]), h, 32) == 0);
+        CHECK(((const float *)kv_pool_k(&p, out[0], 0))[0] == 5.0f);
+        kv_cache_release(&c, out[0]);
+    }
+    teardown(&p, &c);
+}
+
 static void test_twins(void)
 {
     struct kv_pool p;
@@ -454,7 +506,11 @@ int main(void)
     CHECK_EQ_INT(fake_n_copied, 1);
     CHECK_EQ_INT(dev_n_up, 2);
     tier_copies = 0;
+    tier_wanted = 1;
+    test_evict_wanted();
     pool_be = NULL;
+    test_evict_wanted();
+    tier_wanted = 0;
     test_twins();
     test_snapshots();
     /* snapshots in device memory: attached by device copies (4 attaches succeed), staged out

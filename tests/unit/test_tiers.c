@@ -40,9 +40,13 @@ static void test_hot_hit_after_evict(void)
     uint64_t mem0 = cairn_mem_used(CAIRN_MEM_HOT);
     struct kv_tiers *t = open_tiers(1 << 20, NULL, 0, 0);
     struct kv_tier_ops ops = kv_tiers_ops(t);
-    CHECK(ops.on_evict && ops.lookup && !ops.on_publish);
+    CHECK(ops.on_evict && ops.lookup && !ops.on_publish && ops.evict_wanted);
     CHECK_EQ_INT(tt_lookup_check(&ops, &sig, 0, NULL), 0);
+    uint8_t h0[32];
+    cairn_sha256("block-0", 7, h0); /* tt_block_make's hash of block 0 */
+    CHECK_EQ_INT(ops.evict_wanted(ops.ctx, h0), 1); /* not held: copy it out */
     tt_evict(&ops, &sig, 0, 1);
+    CHECK_EQ_INT(ops.evict_wanted(ops.ctx, h0), 0); /* held: nothing to copy */
     CHECK(cairn_mem_used(CAIRN_MEM_HOT) >= mem0 + one_block_bytes());
     CHECK_EQ_INT(tt_lookup_check(&ops, &sig, 0, NULL), 1);
     CHECK_EQ_INT(tt_lookup_check(&ops, &sig, 1, NULL), 0);
